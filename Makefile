@@ -1,0 +1,45 @@
+# Flotilla. `make demo` and `make test` are the two commands of the README.
+SHELL := /usr/bin/env bash
+BIN := $(CURDIR)/bin
+GO ?= go
+SANDBOX_DIR ?= $(CURDIR)/.sandbox/demo
+TEST_TIMEOUT ?= 60m
+
+.PHONY: all tools build test test-unit test-e2e demo demo-down generate vet clean
+
+all: build
+
+## tools: build the pinned etcd, kube-apiserver, kube-controller-manager, kwok, helm and controller-gen into ./bin
+tools:
+	hack/tools.sh
+
+## build: build flotilla-agent, flotilla-scheduler and flotilla-sandbox into ./bin
+build:
+	$(GO) build -o $(BIN)/flotilla-agent ./cmd/agent
+	$(GO) build -o $(BIN)/flotilla-scheduler ./cmd/scheduler
+	$(GO) build -o $(BIN)/flotilla-sandbox ./hack/sandbox
+
+vet:
+	$(GO) vet ./...
+
+## test: unit tests, then the integration and e2e tests on sandbox clusters
+test: tools build vet test-unit test-e2e
+
+test-unit:
+	$(GO) test -count=1 -race $$($(GO) list ./... | grep -v /test/)
+
+# Sandbox tests start real control planes: one package at a time.
+test-e2e:
+	$(GO) test -count=1 -p 1 -timeout $(TEST_TIMEOUT) ./test/...
+
+## demo: start three sandbox clusters, show Flotilla at work, leave them running
+demo: tools build
+	$(BIN)/flotilla-sandbox up --dir $(SANDBOX_DIR)
+	$(GO) run ./hack/demo --dir $(SANDBOX_DIR)
+
+## demo-down: stop the demo clusters
+demo-down:
+	@if [ -x $(BIN)/flotilla-sandbox ]; then $(BIN)/flotilla-sandbox down --dir $(SANDBOX_DIR); fi
+
+clean: demo-down
+	rm -rf $(BIN) .sandbox

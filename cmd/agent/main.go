@@ -1,0 +1,116 @@
+// Command agent is Flotilla's per-cluster agent: a controller-runtime manager
+// that hosts the webhook, the controllers and the virtual nodes of one cluster.
+//
+// Only one replica is active at a time (leader election on a Lease); every
+// replica serves health and metrics.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+)
+
+type options struct {
+	metricsAddr             string
+	probeAddr               string
+	leaderElect             bool
+	leaderElectionNamespace string
+	leaderElectionID        string
+	leaseDuration           time.Duration
+	renewDeadline           time.Duration
+	retryPeriod             time.Duration
+}
+
+func (o *options) bind(fs *flag.FlagSet) {
+	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; \"0\" disables it.")
+	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz endpoints bind to.")
+	fs.BoolVar(&o.leaderElect, "leader-elect", true, "Elect one active agent per cluster through a Lease, so that replicas can stand by.")
+	fs.StringVar(&o.leaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader-election Lease; defaults to the namespace the agent runs in, or kube-system outside a cluster.")
+	fs.StringVar(&o.leaderElectionID, "leader-election-id", "flotilla-agent", "Name of the leader-election Lease.")
+	fs.DurationVar(&o.leaseDuration, "leader-elect-lease-duration", 15*time.Second, "How long standby agents wait before taking over a lease that was not renewed.")
+	fs.DurationVar(&o.renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "How long the active agent keeps trying to renew its lease before it steps down.")
+	fs.DurationVar(&o.retryPeriod, "leader-elect-retry-period", 2*time.Second, "How often agents try to acquire or renew the lease.")
+}
+
+func (o *options) validate() error {
+	if o.leaderElect && o.leaderElectionID == "" {
+		return errors.New("--leader-election-id must not be empty when --leader-elect is set")
+	}
+	if o.leaderElect && !(o.retryPeriod < o.renewDeadline && o.renewDeadline < o.leaseDuration) {
+		return fmt.Errorf("leader election needs retry period (%s) < renew deadline (%s) < lease duration (%s)", o.retryPeriod, o.renewDeadline, o.leaseDuration)
+	}
+	return nil
+}
+
+func main() {
+	var opts options
+	fs := flag.NewFlagSet(os.Args[0], flag.ExitOnError)
+	opts.bind(fs)
+	klog.InitFlags(fs)
+	_ = fs.Parse(os.Args[1:])
+	ctrl.SetLogger(klog.NewKlogr())
+	log := ctrl.Log.WithName("agent")
+
+	if err := run(opts); err != nil {
+		log.Error(err, "agent stopped")
+		os.Exit(1)
+	}
+}
+
+func run(opts options) error {
+	if err := opts.validate(); err != nil {
+		return err
+	}
+	scheme := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("loading kubeconfig: %w", err)
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                        scheme,
+		Metrics:                       metricsserver.Options{BindAddress: opts.metricsAddr},
+		HealthProbeBindAddress:        opts.probeAddr,
+		LeaderElection:                opts.leaderElect,
+		LeaderElectionID:              opts.leaderElectionID,
+		LeaderElectionNamespace:       leaderElectionNamespace(opts.leaderElectionNamespace),
+		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 &opts.leaseDuration,
+		RenewDeadline:                 &opts.renewDeadline,
+		RetryPeriod:                   &opts.retryPeriod,
+	})
+	if err != nil {
+		return fmt.Errorf("creating manager: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return fmt.Errorf("adding health check: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
+		return fmt.Errorf("adding ready check: %w", err)
+	}
+	return mgr.Start(ctrl.SetupSignalHandler())
+}
+
+// leaderElectionNamespace falls back to kube-system outside a cluster, where
+// controller-runtime cannot discover the pod's namespace.
+func leaderElectionNamespace(flagValue string) string {
+	if flagValue != "" {
+		return flagValue
+	}
+	if ns, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace"); err == nil && len(ns) > 0 {
+		return string(ns)
+	}
+	return "kube-system"
+}

@@ -1,0 +1,22 @@
+// Command scheduler is kube-scheduler with the Flotilla plugins compiled in.
+//
+// It takes every flag of kube-scheduler. Its KubeSchedulerConfiguration is
+// expected to carry a profile named "flotilla" (the schedulerName of candidate
+// pods) next to the default profile, so one scheduler serves the cluster's
+// ordinary pods and the candidates that other clusters send it.
+package main
+
+import (
+	"os"
+
+	"k8s.io/component-base/cli"
+	_ "k8s.io/component-base/logs/json/register"
+	_ "k8s.io/component-base/metrics/prometheus/clientgo"
+	_ "k8s.io/component-base/metrics/prometheus/version"
+	"k8s.io/kubernetes/cmd/kube-scheduler/app"
+)
+
+func main() {
+	command := app.NewSchedulerCommand(plugins()...)
+	os.Exit(cli.Run(command))
+}

@@ -1,0 +1,9 @@
+package main
+
+import "k8s.io/kubernetes/cmd/kube-scheduler/app"
+
+// plugins lists the out-of-tree plugins registered with the scheduler. The
+// Flotilla candidate plugin registers here; profiles enable it by name.
+func plugins() []app.Option {
+	return nil
+}

@@ -1,0 +1,367 @@
+package sandbox
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-multierror"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+// Component names one process of a sandbox cluster.
+type Component string
+
+const (
+	Etcd              Component = "etcd"
+	APIServer         Component = "kube-apiserver"
+	ControllerManager Component = "kube-controller-manager"
+	Scheduler         Component = "scheduler"
+	Kwok              Component = "kwok"
+)
+
+// startOrder is the order in which a cluster's processes come up and the
+// reverse of the order in which they stop.
+var startOrder = []Component{Etcd, APIServer, ControllerManager, Scheduler, Kwok}
+
+const (
+	serviceCIDR = "10.0.0.0/24"
+	serviceIP   = "10.0.0.1"
+	stopGrace   = 10 * time.Second
+)
+
+// Cluster is one running sandbox cluster.
+type Cluster struct {
+	// Name is the cluster's name, also its kubeconfig context.
+	Name string
+	// Kubeconfig is the path of a kubeconfig with cluster-admin rights.
+	Kubeconfig string
+	// Host is the API server's URL.
+	Host string
+
+	spec    ClusterSpec
+	dir     string
+	logDir  string
+	pki     *pki
+	binDir  string
+	ports   map[string]int
+	procs   map[Component]*process
+	mu      sync.Mutex
+	started []Component
+}
+
+// RESTConfig returns a fresh client configuration with cluster-admin rights.
+func (c *Cluster) RESTConfig() *rest.Config {
+	return &rest.Config{
+		Host:            c.Host,
+		BearerToken:     c.pki.adminToken,
+		TLSClientConfig: rest.TLSClientConfig{CAData: c.pki.caCert},
+		QPS:             200,
+		Burst:           400,
+	}
+}
+
+// Client returns a clientset with cluster-admin rights.
+func (c *Cluster) Client() kubernetes.Interface {
+	return kubernetes.NewForConfigOrDie(c.RESTConfig())
+}
+
+// LogPath is the log file of one of the cluster's processes.
+func (c *Cluster) LogPath(comp Component) string {
+	return filepath.Join(c.logDir, c.Name+"-"+string(comp)+".log")
+}
+
+// PIDs lists the process ids of the cluster's running processes.
+func (c *Cluster) PIDs() map[Component]int {
+	out := map[Component]int{}
+	for comp, p := range c.procs {
+		if pid := p.pid(); pid != 0 {
+			out[comp] = pid
+		}
+	}
+	return out
+}
+
+// Running reports whether a component's process is up.
+func (c *Cluster) Running(comp Component) bool {
+	p, ok := c.procs[comp]
+	return ok && p.running()
+}
+
+// Stop stops one component gracefully (SIGTERM, then SIGKILL after a grace
+// period); the rest of the cluster keeps running. StopAPIServer is the
+// common case: an outage of the cluster as seen by its peers.
+func (c *Cluster) Stop(comp Component) error {
+	p, ok := c.procs[comp]
+	if !ok {
+		return fmt.Errorf("cluster %s has no %s", c.Name, comp)
+	}
+	return p.stop(stopGrace)
+}
+
+// Kill kills one component with SIGKILL, as a crash would.
+func (c *Cluster) Kill(comp Component) error {
+	p, ok := c.procs[comp]
+	if !ok {
+		return fmt.Errorf("cluster %s has no %s", c.Name, comp)
+	}
+	return p.stop(0)
+}
+
+// Start starts a stopped component again, with the same ports and data, and
+// waits until it is healthy.
+func (c *Cluster) Start(ctx context.Context, comp Component) error {
+	p, ok := c.procs[comp]
+	if !ok {
+		return fmt.Errorf("cluster %s has no %s", c.Name, comp)
+	}
+	if err := p.start(); err != nil {
+		return err
+	}
+	return c.waitHealthy(ctx, comp)
+}
+
+// Restart kills a component and starts it again.
+func (c *Cluster) Restart(ctx context.Context, comp Component) error {
+	if err := c.Kill(comp); err != nil {
+		return err
+	}
+	return c.Start(ctx, comp)
+}
+
+// StopAPIServer takes the cluster's API server down; etcd keeps the data.
+func (c *Cluster) StopAPIServer() error { return c.Stop(APIServer) }
+
+// StartAPIServer brings the API server back on the same address.
+func (c *Cluster) StartAPIServer(ctx context.Context) error { return c.Start(ctx, APIServer) }
+
+func newCluster(spec ClusterSpec, dir, logDir, binDir string) (*Cluster, error) {
+	c := &Cluster{Name: spec.Name, spec: spec, dir: dir, logDir: logDir, binDir: binDir, procs: map[Component]*process{}}
+	var err error
+	if c.pki, err = newPKI(filepath.Join(dir, "pki")); err != nil {
+		return nil, err
+	}
+	ports, err := freePorts(5)
+	if err != nil {
+		return nil, err
+	}
+	c.ports = map[string]int{"etcd-client": ports[0], "etcd-peer": ports[1], "apiserver": ports[2], "kcm": ports[3], "scheduler": ports[4]}
+	c.Host = "https://127.0.0.1:" + strconv.Itoa(c.ports["apiserver"])
+	c.Kubeconfig = filepath.Join(dir, "kubeconfig")
+	if err := c.writeKubeconfig(); err != nil {
+		return nil, fmt.Errorf("writing kubeconfig: %w", err)
+	}
+	if err := c.defineProcesses(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Cluster) writeKubeconfig() error {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters[c.Name] = &clientcmdapi.Cluster{Server: c.Host, CertificateAuthorityData: c.pki.caCert}
+	cfg.AuthInfos[c.Name+"-admin"] = &clientcmdapi.AuthInfo{Token: c.pki.adminToken}
+	cfg.Contexts[c.Name] = &clientcmdapi.Context{Cluster: c.Name, AuthInfo: c.Name + "-admin"}
+	cfg.CurrentContext = c.Name
+	return clientcmd.WriteToFile(*cfg, c.Kubeconfig)
+}
+
+func (c *Cluster) defineProcesses() error {
+	bin := func(name string) string { return filepath.Join(c.binDir, name) }
+	port := func(name string) string { return strconv.Itoa(c.ports[name]) }
+	etcdClient := "http://127.0.0.1:" + port("etcd-client")
+	etcdPeer := "http://127.0.0.1:" + port("etcd-peer")
+
+	c.procs[Etcd] = newProcess(string(Etcd), bin("etcd"), c.LogPath(Etcd),
+		"--name="+c.Name,
+		"--data-dir="+filepath.Join(c.dir, "etcd"),
+		"--listen-client-urls="+etcdClient,
+		"--advertise-client-urls="+etcdClient,
+		"--listen-peer-urls="+etcdPeer,
+		"--initial-advertise-peer-urls="+etcdPeer,
+		"--initial-cluster="+c.Name+"="+etcdPeer,
+		// A sandbox trades durability on power loss for speed.
+		"--unsafe-no-fsync=true",
+		"--log-level=warn",
+	)
+	c.procs[APIServer] = newProcess(string(APIServer), bin("kube-apiserver"), c.LogPath(APIServer),
+		"--etcd-servers="+etcdClient,
+		"--bind-address=127.0.0.1",
+		"--advertise-address=127.0.0.1",
+		"--secure-port="+port("apiserver"),
+		"--cert-dir="+filepath.Join(c.dir, "apiserver-certs"),
+		"--tls-cert-file="+c.pki.servingCert,
+		"--tls-private-key-file="+c.pki.servingKey,
+		"--client-ca-file="+c.pki.caCertPath,
+		"--token-auth-file="+c.pki.tokenFile,
+		"--authorization-mode=RBAC",
+		"--service-account-key-file="+c.pki.saPub,
+		"--service-account-signing-key-file="+c.pki.saKey,
+		"--service-account-issuer=https://kubernetes.default.svc",
+		"--service-cluster-ip-range="+serviceCIDR,
+		"--endpoint-reconciler-type=none",
+		"--allow-privileged=true",
+		"--profiling=true",
+		"--v=1",
+	)
+	c.procs[ControllerManager] = newProcess(string(ControllerManager), bin("kube-controller-manager"), c.LogPath(ControllerManager),
+		"--kubeconfig="+c.Kubeconfig,
+		"--authentication-kubeconfig="+c.Kubeconfig,
+		"--authorization-kubeconfig="+c.Kubeconfig,
+		"--bind-address=127.0.0.1",
+		"--secure-port="+port("kcm"),
+		"--cert-dir="+filepath.Join(c.dir, "kcm-certs"),
+		"--leader-elect=false",
+		"--service-account-private-key-file="+c.pki.saKey,
+		"--root-ca-file="+c.pki.caCertPath,
+		"--use-service-account-credentials=false",
+		"--kube-api-qps=200",
+		"--kube-api-burst=400",
+		"--v=1",
+	)
+	if !c.spec.WithoutScheduler {
+		cfgPath := filepath.Join(c.dir, "scheduler-config.yaml")
+		if err := os.WriteFile(cfgPath, []byte(c.schedulerConfig()), 0o644); err != nil {
+			return fmt.Errorf("writing scheduler configuration: %w", err)
+		}
+		args := []string{
+			"--config=" + cfgPath,
+			"--authentication-kubeconfig=" + c.Kubeconfig,
+			"--authorization-kubeconfig=" + c.Kubeconfig,
+			"--bind-address=127.0.0.1",
+			"--secure-port=" + port("scheduler"),
+			"--cert-dir=" + filepath.Join(c.dir, "scheduler-certs"),
+			"--v=1",
+		}
+		c.procs[Scheduler] = newProcess(string(Scheduler), bin("flotilla-scheduler"), c.LogPath(Scheduler), append(args, c.spec.SchedulerArgs...)...)
+	}
+	c.procs[Kwok] = newProcess(string(Kwok), bin("kwok"), c.LogPath(Kwok),
+		"--kubeconfig="+c.Kubeconfig,
+		"--manage-all-nodes=false",
+		"--manage-nodes-with-annotation-selector="+kwokNodeAnnotation+"=fake",
+		"--cidr=10.244.0.1/16",
+		"--node-ip=127.0.0.1",
+		"--node-lease-duration-seconds=40",
+		"--config="+filepath.Join(c.dir, "kwok.yaml"),
+	)
+	return os.WriteFile(filepath.Join(c.dir, "kwok.yaml"), nil, 0o644)
+}
+
+// schedulerConfig is the KubeSchedulerConfiguration of the cluster's
+// scheduler: the default profile for ordinary pods and the flotilla profile
+// for candidates, plus whatever the cluster spec adds.
+func (c *Cluster) schedulerConfig() string {
+	if c.spec.SchedulerConfig != "" {
+		return fmt.Sprintf(c.spec.SchedulerConfig, c.Kubeconfig)
+	}
+	return fmt.Sprintf(DefaultSchedulerConfig, c.Kubeconfig)
+}
+
+// DefaultSchedulerConfig is the scheduler configuration of a sandbox cluster;
+// %s is replaced by the kubeconfig path.
+const DefaultSchedulerConfig = `apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+clientConnection:
+  kubeconfig: %s
+  qps: 200
+  burst: 400
+leaderElection:
+  leaderElect: false
+profiles:
+- schedulerName: default-scheduler
+- schedulerName: flotilla
+`
+
+// start brings the processes up in order, each healthy before the next.
+func (c *Cluster) start(ctx context.Context) error {
+	for _, comp := range startOrder {
+		p, ok := c.procs[comp]
+		if !ok {
+			continue
+		}
+		if err := p.start(); err != nil {
+			return err
+		}
+		c.mu.Lock()
+		c.started = append(c.started, comp)
+		c.mu.Unlock()
+		if err := c.waitHealthy(ctx, comp); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// stop stops every process in reverse start order.
+func (c *Cluster) stop() error {
+	var errs *multierror.Error
+	for i := len(startOrder) - 1; i >= 0; i-- {
+		if p, ok := c.procs[startOrder[i]]; ok {
+			if err := p.stop(stopGrace); err != nil {
+				errs = multierror.Append(errs, err)
+			}
+		}
+	}
+	return errs.ErrorOrNil()
+}
+
+func (c *Cluster) waitHealthy(ctx context.Context, comp Component) error {
+	var url string
+	var header http.Header
+	switch comp {
+	case Etcd:
+		url = "http://127.0.0.1:" + strconv.Itoa(c.ports["etcd-client"]) + "/health"
+	case APIServer:
+		url = c.Host + "/readyz"
+		header = http.Header{"Authorization": {"Bearer " + c.pki.adminToken}}
+	case ControllerManager:
+		url = "https://127.0.0.1:" + strconv.Itoa(c.ports["kcm"]) + "/healthz"
+	case Scheduler:
+		url = "https://127.0.0.1:" + strconv.Itoa(c.ports["scheduler"]) + "/healthz"
+	default:
+		// kwok has no health endpoint here; its nodes turning Ready shows it works.
+		return nil
+	}
+	p := c.procs[comp]
+	client := &http.Client{
+		Timeout: 2 * time.Second,
+		// Components other than the API server serve self-signed certificates
+		// on loopback; only their liveness is checked here.
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}, //nolint:gosec
+	}
+	var lastErr error
+	err := poll(ctx, 90*time.Second, func() (bool, error) {
+		if !p.running() {
+			return false, fmt.Errorf("%s exited; see %s", comp, p.logPath)
+		}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		for k, v := range header {
+			req.Header[k] = v
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			lastErr = err
+			return false, nil
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			lastErr = fmt.Errorf("%s answered %s", url, resp.Status)
+			return false, nil
+		}
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("cluster %s: waiting for %s to be healthy (log %s): %w", c.Name, comp, p.logPath, errors.Join(err, lastErr))
+	}
+	return nil
+}

@@ -1,0 +1,136 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// process is one supervised child: it can be stopped, killed and started
+// again with the same arguments, so a test can simulate an outage or a crash.
+type process struct {
+	name    string
+	binary  string
+	args    []string
+	logPath string
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+func newProcess(name, binary, logPath string, args ...string) *process {
+	return &process{name: name, binary: binary, args: args, logPath: logPath}
+}
+
+// start launches the process. Its output is appended to its log file, so the
+// log of a restarted process keeps what came before.
+func (p *process) start() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd != nil {
+		return fmt.Errorf("%s is already running (pid %d)", p.name, p.cmd.Process.Pid)
+	}
+	logFile, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("opening log of %s: %w", p.name, err)
+	}
+	fmt.Fprintf(logFile, "==== %s starting: %s %q\n", time.Now().Format(time.RFC3339Nano), p.binary, p.args)
+	cmd := exec.Command(p.binary, p.args...)
+	cmd.Stdout = logFile
+	cmd.Stderr = logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		// Its own process group, so that stop reaches anything it forks.
+		Setpgid: true,
+		// Killed with us: an interrupted or crashed test leaves no process.
+		Pdeathsig: syscall.SIGKILL,
+	}
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return fmt.Errorf("starting %s: %w", p.name, err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		logFile.Close()
+		close(exited)
+	}()
+	p.cmd, p.exited = cmd, exited
+	return nil
+}
+
+// running reports whether the process was started and has not exited.
+func (p *process) running() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return false
+	}
+	select {
+	case <-p.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// pid is the process id, or 0 when it is not running.
+func (p *process) pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
+
+// stop sends SIGTERM to the process group and waits for the exit; after the
+// grace period it sends SIGKILL. A grace of zero kills at once (a crash).
+func (p *process) stop(grace time.Duration) error {
+	p.mu.Lock()
+	cmd, exited := p.cmd, p.exited
+	p.cmd, p.exited = nil, nil
+	p.mu.Unlock()
+	if cmd == nil {
+		return nil
+	}
+	pgid := cmd.Process.Pid
+	if grace > 0 {
+		_ = syscall.Kill(-pgid, syscall.SIGTERM)
+		select {
+		case <-exited:
+			return nil
+		case <-time.After(grace):
+		}
+	}
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	select {
+	case <-exited:
+		return nil
+	case <-time.After(30 * time.Second):
+		return fmt.Errorf("%s (pid %d) did not exit after SIGKILL", p.name, pgid)
+	}
+}
+
+// waitExit waits until the process has exited, for tests of crashes.
+func (p *process) waitExit(timeout time.Duration) error {
+	p.mu.Lock()
+	exited := p.exited
+	p.mu.Unlock()
+	if exited == nil {
+		return nil
+	}
+	select {
+	case <-exited:
+		return nil
+	case <-time.After(timeout):
+		return errors.New(p.name + " still running")
+	}
+}
+
+func (p *process) String() string { return filepath.Base(p.binary) + "/" + p.name }
