@@ -55,10 +55,10 @@ func (o *options) validate() error {
 
 func main() {
 	var opts options
-	fs := flag.NewFlagSet(os.Args[0], flag.ExitOnError)
-	opts.bind(fs)
-	klog.InitFlags(fs)
-	_ = fs.Parse(os.Args[1:])
+	// flag.CommandLine already carries controller-runtime's --kubeconfig.
+	opts.bind(flag.CommandLine)
+	klog.InitFlags(flag.CommandLine)
+	flag.Parse()
 	ctrl.SetLogger(klog.NewKlogr())
 	log := ctrl.Log.WithName("agent")
 

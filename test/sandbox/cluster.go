@@ -49,15 +49,15 @@ type Cluster struct {
 	// Host is the API server's URL.
 	Host string
 
-	spec    ClusterSpec
-	dir     string
-	logDir  string
-	pki     *pki
-	binDir  string
-	ports   map[string]int
-	procs   map[Component]*process
-	mu      sync.Mutex
-	started []Component
+	spec   ClusterSpec
+	dir    string
+	logDir string
+	pki    *pki
+	binDir string
+	ports  map[string]int
+	procs  map[Component]*Process
+	extra  []*Process
+	mu     sync.Mutex
 }
 
 // RESTConfig returns a fresh client configuration with cluster-admin rights.
@@ -87,6 +87,13 @@ func (c *Cluster) PIDs() map[Component]int {
 	for comp, p := range c.procs {
 		if pid := p.pid(); pid != 0 {
 			out[comp] = pid
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range c.extra {
+		if pid := p.pid(); pid != 0 {
+			out[Component(p.name)] = pid
 		}
 	}
 	return out
@@ -146,12 +153,12 @@ func (c *Cluster) StopAPIServer() error { return c.Stop(APIServer) }
 func (c *Cluster) StartAPIServer(ctx context.Context) error { return c.Start(ctx, APIServer) }
 
 func newCluster(spec ClusterSpec, dir, logDir, binDir string) (*Cluster, error) {
-	c := &Cluster{Name: spec.Name, spec: spec, dir: dir, logDir: logDir, binDir: binDir, procs: map[Component]*process{}}
+	c := &Cluster{Name: spec.Name, spec: spec, dir: dir, logDir: logDir, binDir: binDir, procs: map[Component]*Process{}}
 	var err error
 	if c.pki, err = newPKI(filepath.Join(dir, "pki")); err != nil {
 		return nil, err
 	}
-	ports, err := freePorts(5)
+	ports, err := FreePorts(5)
 	if err != nil {
 		return nil, err
 	}
@@ -292,9 +299,6 @@ func (c *Cluster) start(ctx context.Context) error {
 		if err := p.start(); err != nil {
 			return err
 		}
-		c.mu.Lock()
-		c.started = append(c.started, comp)
-		c.mu.Unlock()
 		if err := c.waitHealthy(ctx, comp); err != nil {
 			return err
 		}
@@ -302,9 +306,34 @@ func (c *Cluster) start(ctx context.Context) error {
 	return nil
 }
 
-// stop stops every process in reverse start order.
+// Run starts an extra process that belongs to the cluster, such as a
+// Flotilla agent, with its log next to the cluster's others. The sandbox
+// stops it before the cluster's own processes.
+func (c *Cluster) Run(name, binary string, args ...string) (*Process, error) {
+	p := newProcess(name, binary, filepath.Join(c.logDir, c.Name+"-"+name+".log"), args...)
+	if err := p.start(); err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.extra = append(c.extra, p)
+	c.mu.Unlock()
+	return p, nil
+}
+
+// BinDir is the folder the cluster's binaries come from.
+func (c *Cluster) BinDir() string { return c.binDir }
+
+// stop stops every process in reverse start order, extra processes first.
 func (c *Cluster) stop() error {
 	var errs *multierror.Error
+	c.mu.Lock()
+	extra := c.extra
+	c.mu.Unlock()
+	for _, p := range extra {
+		if err := p.stop(stopGrace); err != nil {
+			errs = multierror.Append(errs, err)
+		}
+	}
 	for i := len(startOrder) - 1; i >= 0; i-- {
 		if p, ok := c.procs[startOrder[i]]; ok {
 			if err := p.stop(stopGrace); err != nil {

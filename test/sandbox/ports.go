@@ -5,9 +5,9 @@ import (
 	"net"
 )
 
-// freePorts asks the kernel for n distinct free ports on 127.0.0.1. The
+// FreePorts asks the kernel for n distinct free ports on 127.0.0.1. The
 // listeners are held until all n are known so no port is handed out twice.
-func freePorts(n int) ([]int, error) {
+func FreePorts(n int) ([]int, error) {
 	listeners := make([]net.Listener, 0, n)
 	defer func() {
 		for _, l := range listeners {

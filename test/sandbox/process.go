@@ -11,9 +11,9 @@ import (
 	"time"
 )
 
-// process is one supervised child: it can be stopped, killed and started
+// Process is one supervised child: it can be stopped, killed and started
 // again with the same arguments, so a test can simulate an outage or a crash.
-type process struct {
+type Process struct {
 	name    string
 	binary  string
 	args    []string
@@ -24,13 +24,13 @@ type process struct {
 	exited chan struct{}
 }
 
-func newProcess(name, binary, logPath string, args ...string) *process {
-	return &process{name: name, binary: binary, args: args, logPath: logPath}
+func newProcess(name, binary, logPath string, args ...string) *Process {
+	return &Process{name: name, binary: binary, args: args, logPath: logPath}
 }
 
 // start launches the process. Its output is appended to its log file, so the
 // log of a restarted process keeps what came before.
-func (p *process) start() error {
+func (p *Process) start() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.cmd != nil {
@@ -65,7 +65,7 @@ func (p *process) start() error {
 }
 
 // running reports whether the process was started and has not exited.
-func (p *process) running() bool {
+func (p *Process) running() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.cmd == nil {
@@ -80,7 +80,7 @@ func (p *process) running() bool {
 }
 
 // pid is the process id, or 0 when it is not running.
-func (p *process) pid() int {
+func (p *Process) pid() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.cmd == nil {
@@ -91,7 +91,7 @@ func (p *process) pid() int {
 
 // stop sends SIGTERM to the process group and waits for the exit; after the
 // grace period it sends SIGKILL. A grace of zero kills at once (a crash).
-func (p *process) stop(grace time.Duration) error {
+func (p *Process) stop(grace time.Duration) error {
 	p.mu.Lock()
 	cmd, exited := p.cmd, p.exited
 	p.cmd, p.exited = nil, nil
@@ -118,7 +118,7 @@ func (p *process) stop(grace time.Duration) error {
 }
 
 // waitExit waits until the process has exited, for tests of crashes.
-func (p *process) waitExit(timeout time.Duration) error {
+func (p *Process) waitExit(timeout time.Duration) error {
 	p.mu.Lock()
 	exited := p.exited
 	p.mu.Unlock()
@@ -133,4 +133,22 @@ func (p *process) waitExit(timeout time.Duration) error {
 	}
 }
 
-func (p *process) String() string { return filepath.Base(p.binary) + "/" + p.name }
+func (p *Process) String() string { return filepath.Base(p.binary) + "/" + p.name }
+
+// Start starts the process again after Stop or Kill, with the same arguments.
+func (p *Process) Start() error { return p.start() }
+
+// Stop sends SIGTERM and waits; after the grace period it kills.
+func (p *Process) Stop() error { return p.stop(stopGrace) }
+
+// Kill kills the process at once, as a crash would.
+func (p *Process) Kill() error { return p.stop(0) }
+
+// PID is the process id, or 0 when the process is not running.
+func (p *Process) PID() int { return p.pid() }
+
+// Running reports whether the process is up.
+func (p *Process) Running() bool { return p.running() }
+
+// LogPath is the file the process writes its output to.
+func (p *Process) LogPath() string { return p.logPath }

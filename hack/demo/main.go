@@ -1,0 +1,161 @@
+// Command demo shows Flotilla at work on the clusters that `flotilla-sandbox
+// up` started: it is what `make demo` runs after the sandbox is up.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"text/tabwriter"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
+)
+
+func main() {
+	dir := flag.String("dir", ".sandbox/demo", "Folder of the sandbox that `flotilla-sandbox up` started.")
+	replicas := flag.Int("replicas", 6, "Replicas of the demo Deployment.")
+	flag.Parse()
+	if err := run(*dir, int32(*replicas)); err != nil {
+		fmt.Fprintln(os.Stderr, "demo:", err)
+		os.Exit(1)
+	}
+}
+
+type cluster struct {
+	name       string
+	kubeconfig string
+	client     kubernetes.Interface
+}
+
+func loadClusters(dir string) ([]cluster, error) {
+	paths, err := filepath.Glob(filepath.Join(dir, "*", "kubeconfig"))
+	if err != nil || len(paths) == 0 {
+		return nil, fmt.Errorf("no kubeconfigs under %s; is the sandbox up?", dir)
+	}
+	sort.Strings(paths)
+	var out []cluster
+	for _, p := range paths {
+		cfg, err := clientcmd.BuildConfigFromFlags("", p)
+		if err != nil {
+			return nil, fmt.Errorf("loading %s: %w", p, err)
+		}
+		out = append(out, cluster{name: filepath.Base(filepath.Dir(p)), kubeconfig: p, client: kubernetes.NewForConfigOrDie(cfg)})
+	}
+	return out, nil
+}
+
+func run(dir string, replicas int32) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	clusters, err := loadClusters(dir)
+	if err != nil {
+		return err
+	}
+	home := clusters[0]
+	fmt.Printf("\nCreating Deployment demo/hello (%d replicas) in %s ...\n", replicas, home.name)
+	start := time.Now()
+	if err := applyDemo(ctx, home.client, replicas); err != nil {
+		return err
+	}
+	pods, err := waitRunning(ctx, home.client, int(replicas))
+	if err != nil {
+		return err
+	}
+	printPlacement(home, pods, start)
+	fmt.Println("\nkubeconfigs (export KUBECONFIG=<path> to look around):")
+	for _, c := range clusters {
+		fmt.Printf("  %-4s %s\n", c.name, c.kubeconfig)
+	}
+	fmt.Println("Stop the clusters with: make demo-down")
+	return nil
+}
+
+func applyDemo(ctx context.Context, client kubernetes.Interface, replicas int32) error {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "demo"}}
+	if _, err := client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating namespace demo: %w", err)
+	}
+	err := client.AppsV1().Deployments("demo").Delete(ctx, "hello", metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationForeground)})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	if err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		pods, err := client.CoreV1().Pods("demo").List(ctx, metav1.ListOptions{LabelSelector: "app=hello"})
+		return err == nil && len(pods.Items) == 0, nil
+	}); err != nil {
+		return fmt.Errorf("waiting for the previous demo to go away: %w", err)
+	}
+	labels := map[string]string{"app": "hello"}
+	deploy := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "hello"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(replicas),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{
+					Name:  "hello",
+					Image: "registry.example/hello:1",
+					Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+						corev1.ResourceCPU: *resourceQuantity("500m"),
+					}},
+				}}},
+			},
+		},
+	}
+	_, err = client.AppsV1().Deployments("demo").Create(ctx, deploy, metav1.CreateOptions{})
+	return err
+}
+
+func waitRunning(ctx context.Context, client kubernetes.Interface, want int) ([]corev1.Pod, error) {
+	var pods []corev1.Pod
+	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		list, err := client.CoreV1().Pods("demo").List(ctx, metav1.ListOptions{LabelSelector: "app=hello"})
+		if err != nil {
+			return false, nil
+		}
+		running := 0
+		for _, p := range list.Items {
+			if p.Status.Phase == corev1.PodRunning {
+				running++
+			}
+		}
+		pods = list.Items
+		return running == want && len(list.Items) == want, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("waiting for %d Running pods: %w", want, err)
+	}
+	return pods, nil
+}
+
+func printPlacement(home cluster, pods []corev1.Pod, start time.Time) {
+	sort.Slice(pods, func(i, j int) bool { return pods[i].Name < pods[j].Name })
+	fmt.Printf("\nWhere each pod of demo/hello landed (created in %s):\n\n", home.name)
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "POD\tNODE\tPHASE\tRUNNING AFTER")
+	for _, p := range pods {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", p.Name, p.Spec.NodeName, p.Status.Phase, runningAfter(&p, start))
+	}
+	tw.Flush()
+}
+
+func runningAfter(p *corev1.Pod, start time.Time) string {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+			return c.LastTransitionTime.Sub(start.Truncate(time.Second)).Round(time.Second).String()
+		}
+	}
+	return "-"
+}
