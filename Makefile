@@ -26,7 +26,7 @@ vet:
 test: tools build vet test-unit test-e2e
 
 test-unit:
-	$(GO) test -count=1 -race $$($(GO) list ./... | grep -v /test/)
+	$(GO) test -count=1 $$($(GO) list ./... | grep -v /test/)
 
 # Sandbox tests start real control planes: one package at a time.
 test-e2e:

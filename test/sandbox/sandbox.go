@@ -257,3 +257,5 @@ func RepoRoot() (string, error) {
 		dir = parent
 	}
 }
+
+func isAlreadyExists(err error) bool { return apierrors.IsAlreadyExists(err) }

@@ -1,0 +1,82 @@
+package candidate
+
+import (
+	"context"
+	"sync"
+
+	"github.com/hashicorp/go-multierror"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/flotilla-dev/flotilla/pkg/target"
+)
+
+// Placement is the state of a source pod's candidate in one target after
+// FanOut: the cached candidate (nil while the target's cache has not seen
+// it), or the error that kept it from being created.
+type Placement struct {
+	Target    *target.Target
+	Candidate *corev1.Pod
+	Err       error
+}
+
+// FanOut makes sure every target has the source pod's candidate. Targets are
+// called in parallel and each call is bounded, so an unreachable target only
+// shows up as that target's error.
+func FanOut(ctx context.Context, source *corev1.Pod, sourceCluster string, targets []*target.Target) []Placement {
+	out := make([]Placement, len(targets))
+	var wg sync.WaitGroup
+	for i, t := range targets {
+		out[i].Target = t
+		name := CandidateNameOf(source, sourceCluster)
+		if c, ok := t.Candidate(source.Namespace, name); ok && c.Labels != nil && types.UID(c.Labels[labelSourceUID]) == source.UID {
+			out[i].Candidate = c
+			continue
+		}
+		if !t.HasSynced() {
+			// Without a listed cache we cannot tell a missing candidate from
+			// one we have not seen; creating is still safe (the name is
+			// deterministic), but report the target as not ready.
+			out[i].Err = errNotSynced(t)
+		}
+		wg.Go(func() {
+			c, err := Build(source, sourceCluster, t.Name, t.Self)
+			if err == nil {
+				err = t.Create(ctx, c)
+			}
+			if err != nil {
+				out[i].Err = err
+			}
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// CleanUp deletes candidates of the source pod namespace/name in every target,
+// except those with keepUID as source UID in the target named keepTarget
+// (the delegate). An empty keepTarget deletes them all.
+func CleanUp(ctx context.Context, namespace, name string, keepUID types.UID, keepTarget string, targets []*target.Target) error {
+	var mu sync.Mutex
+	var errs *multierror.Error
+	var wg sync.WaitGroup
+	for _, t := range targets {
+		for _, c := range t.CandidatesOf(namespace, name) {
+			if t.Name == keepTarget && types.UID(c.Labels[labelSourceUID]) == keepUID {
+				continue
+			}
+			if c.DeletionTimestamp != nil {
+				continue
+			}
+			wg.Go(func() {
+				if err := t.Delete(ctx, c.Namespace, c.Name, c.UID); err != nil {
+					mu.Lock()
+					errs = multierror.Append(errs, err)
+					mu.Unlock()
+				}
+			})
+		}
+	}
+	wg.Wait()
+	return errs.ErrorOrNil()
+}

@@ -1,0 +1,146 @@
+package candidate
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
+)
+
+// serviceAccountVolumePrefix names the projected token volume that the
+// ServiceAccount admission plugin adds; a token of the source cluster means
+// nothing in a target.
+const serviceAccountVolumePrefix = "kube-api-access-"
+
+// OriginalSpec returns the spec the user wrote, saved by the webhook.
+func OriginalSpec(source *corev1.Pod) (*corev1.PodSpec, error) {
+	raw, ok := source.Annotations[protocol.SourceSpecAnnotation]
+	if !ok || raw == "" {
+		return nil, errors.New("source pod has no saved spec; was it admitted by the Flotilla webhook?")
+	}
+	var spec corev1.PodSpec
+	if err := json.Unmarshal([]byte(raw), &spec); err != nil {
+		return nil, fmt.Errorf("saved spec of the source pod is not a valid pod spec: %w", err)
+	}
+	return &spec, nil
+}
+
+// Build returns the candidate of a source pod for one target. The candidate
+// has the source's namespace, a deterministic name, labels and annotations
+// that tie it to the source pod, schedulerName flotilla, and no field that
+// only makes sense in the source cluster (node name, service-account token,
+// the virtual-node toleration, the resolved priority).
+func Build(source *corev1.Pod, sourceCluster, target string, self bool) (*corev1.Pod, error) {
+	spec, err := OriginalSpec(source)
+	if err != nil {
+		return nil, err
+	}
+	spec.SchedulerName = protocol.SchedulerName
+	spec.NodeName = ""
+	spec.Priority = nil
+	spec.ServiceAccountName = ""
+	spec.DeprecatedServiceAccount = ""
+	spec.AutomountServiceAccountToken = ptr.To(false)
+	spec.Volumes, spec.Containers, spec.InitContainers = withoutTokenVolume(spec.Volumes, spec.Containers, spec.InitContainers)
+	spec.Tolerations = withoutVirtualNodeToleration(spec.Tolerations)
+
+	labels := map[string]string{}
+	for k, v := range source.Labels {
+		if !strings.HasPrefix(k, protocol.Prefix) {
+			labels[k] = v
+		}
+	}
+	labels[protocol.CandidateLabel] = "true"
+	labels[protocol.SourceClusterLabel] = sourceCluster
+	labels[protocol.SourceUIDLabel] = string(source.UID)
+
+	annotations := map[string]string{}
+	for k, v := range source.Annotations {
+		if !strings.HasPrefix(k, protocol.Prefix) && k != corev1.LastAppliedConfigAnnotation {
+			annotations[k] = v
+		}
+	}
+	annotations[protocol.SourceNamespaceAnnotation] = source.Namespace
+	annotations[protocol.SourceNameAnnotation] = source.Name
+	annotations[protocol.TargetAnnotation] = target
+
+	candidate := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        protocol.CandidateName(sourceCluster, source.Namespace, source.Name, string(source.UID)),
+			Namespace:   source.Namespace,
+			Labels:      labels,
+			Annotations: annotations,
+		},
+		Spec: *spec,
+	}
+	if self {
+		// In the source cluster itself the candidate shares the namespace
+		// with the source pod's own controller (a ReplicaSet, say), which
+		// would adopt a pod with matching labels. A controller reference to
+		// the source pod prevents that, and the garbage collector deletes
+		// the candidate with its source.
+		candidate.OwnerReferences = []metav1.OwnerReference{{
+			APIVersion: "v1",
+			Kind:       "Pod",
+			Name:       source.Name,
+			UID:        source.UID,
+			Controller: ptr.To(true),
+		}}
+	}
+	return candidate, nil
+}
+
+func withoutTokenVolume(volumes []corev1.Volume, containers, initContainers []corev1.Container) ([]corev1.Volume, []corev1.Container, []corev1.Container) {
+	drop := map[string]bool{}
+	var kept []corev1.Volume
+	for _, v := range volumes {
+		if strings.HasPrefix(v.Name, serviceAccountVolumePrefix) && v.Projected != nil {
+			drop[v.Name] = true
+			continue
+		}
+		kept = append(kept, v)
+	}
+	strip := func(cs []corev1.Container) []corev1.Container {
+		for i := range cs {
+			var mounts []corev1.VolumeMount
+			for _, m := range cs[i].VolumeMounts {
+				if !drop[m.Name] {
+					mounts = append(mounts, m)
+				}
+			}
+			cs[i].VolumeMounts = mounts
+		}
+		return cs
+	}
+	return kept, strip(containers), strip(initContainers)
+}
+
+func withoutVirtualNodeToleration(tolerations []corev1.Toleration) []corev1.Toleration {
+	var kept []corev1.Toleration
+	for _, t := range tolerations {
+		if t.Key != protocol.VirtualNodeTaintKey {
+			kept = append(kept, t)
+		}
+	}
+	return kept
+}
+
+const labelSourceUID = protocol.SourceUIDLabel
+
+// CandidateNameOf is the name of a source pod's candidates in every target.
+func CandidateNameOf(source *corev1.Pod, sourceCluster string) string {
+	return protocol.CandidateName(sourceCluster, source.Namespace, source.Name, string(source.UID))
+}
+
+func errNotSynced(t interface{ Err() error }) error {
+	if err := t.Err(); err != nil {
+		return fmt.Errorf("target not synced: %w", err)
+	}
+	return errors.New("target not synced yet")
+}

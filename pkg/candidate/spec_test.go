@@ -1,0 +1,101 @@
+package candidate
+
+import (
+	"encoding/json"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
+)
+
+func sourcePod(t *testing.T) *corev1.Pod {
+	t.Helper()
+	original := corev1.PodSpec{
+		ServiceAccountName: "builder",
+		NodeName:           "should-go",
+		Containers: []corev1.Container{{
+			Name:         "app",
+			Image:        "app:1",
+			VolumeMounts: []corev1.VolumeMount{{Name: "kube-api-access-abcde", MountPath: "/var/run/secrets"}, {Name: "data", MountPath: "/data"}},
+		}},
+		Volumes: []corev1.Volume{
+			{Name: "kube-api-access-abcde", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{}}},
+			{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		},
+		Tolerations: []corev1.Toleration{
+			{Key: protocol.VirtualNodeTaintKey, Operator: corev1.TolerationOpEqual, Value: protocol.VirtualNodeTaintValue},
+			{Key: "gpu", Operator: corev1.TolerationOpExists},
+		},
+	}
+	raw, err := json.Marshal(original)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: "web-1", Namespace: "shop", UID: "uid-1",
+			Labels:      map[string]string{"app": "web", protocol.ElectLabel: "true"},
+			Annotations: map[string]string{"team": "a", protocol.SourceSpecAnnotation: string(raw), protocol.ElectionAnnotation: "1/c2/n"},
+		},
+		Spec: corev1.PodSpec{SchedulerName: protocol.SourceSchedulerName},
+	}
+}
+
+func TestBuild(t *testing.T) {
+	src := sourcePod(t)
+	c, err := Build(src, "c1", "c2", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Name != protocol.CandidateName("c1", "shop", "web-1", "uid-1") || c.Namespace != "shop" {
+		t.Errorf("candidate %s/%s", c.Namespace, c.Name)
+	}
+	if c.Spec.SchedulerName != protocol.SchedulerName || c.Spec.NodeName != "" || c.Spec.ServiceAccountName != "" {
+		t.Errorf("spec fields not reset: %+v", c.Spec)
+	}
+	if c.Spec.AutomountServiceAccountToken == nil || *c.Spec.AutomountServiceAccountToken {
+		t.Error("service-account token must not be mounted")
+	}
+	if len(c.Spec.Volumes) != 1 || c.Spec.Volumes[0].Name != "data" || len(c.Spec.Containers[0].VolumeMounts) != 1 {
+		t.Errorf("token volume not removed: %+v %+v", c.Spec.Volumes, c.Spec.Containers[0].VolumeMounts)
+	}
+	if len(c.Spec.Tolerations) != 1 || c.Spec.Tolerations[0].Key != "gpu" {
+		t.Errorf("tolerations: %+v", c.Spec.Tolerations)
+	}
+	if _, ok := c.Labels[protocol.ElectLabel]; ok {
+		t.Error("candidate must not carry the opt-in label, or the target would treat it as a source pod")
+	}
+	if c.Labels["app"] != "web" || c.Labels[protocol.SourceUIDLabel] != "uid-1" || c.Labels[protocol.SourceClusterLabel] != "c1" || c.Labels[protocol.CandidateLabel] != "true" {
+		t.Errorf("labels: %v", c.Labels)
+	}
+	if c.Annotations["team"] != "a" || c.Annotations[protocol.SourceSpecAnnotation] != "" || c.Annotations[protocol.ElectionAnnotation] != "" {
+		t.Errorf("annotations: %v", c.Annotations)
+	}
+	if c.Annotations[protocol.SourceNamespaceAnnotation] != "shop" || c.Annotations[protocol.SourceNameAnnotation] != "web-1" || c.Annotations[protocol.TargetAnnotation] != "c2" {
+		t.Errorf("source annotations: %v", c.Annotations)
+	}
+	if len(c.OwnerReferences) != 0 {
+		t.Error("a remote candidate cannot be owned by a pod of another cluster")
+	}
+	self, err := Build(src, "c1", "c1", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(self.OwnerReferences) != 1 || self.OwnerReferences[0].UID != "uid-1" || !*self.OwnerReferences[0].Controller {
+		t.Errorf("a candidate in the source cluster must be controlled by its source pod: %+v", self.OwnerReferences)
+	}
+}
+
+func TestBuildRefusesBadSavedSpec(t *testing.T) {
+	src := sourcePod(t)
+	src.Annotations[protocol.SourceSpecAnnotation] = "{not json"
+	if _, err := Build(src, "c1", "c2", false); err == nil {
+		t.Error("malformed saved spec accepted")
+	}
+	delete(src.Annotations, protocol.SourceSpecAnnotation)
+	if _, err := Build(src, "c1", "c2", false); err == nil {
+		t.Error("missing saved spec accepted")
+	}
+}

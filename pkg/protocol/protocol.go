@@ -1,0 +1,178 @@
+// Package protocol owns the names and encodings of the labels and annotations
+// through which a source cluster's agent and a target cluster's scheduler talk
+// about one candidate pod. docs/protocol.md describes the state machine; this
+// package is its only spelling, so both sides always agree.
+package protocol
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Prefix of every Flotilla label and annotation.
+const Prefix = "multicluster.flotilla.dev/"
+
+// Opt-in (written by users).
+const (
+	// NamespaceEnabledLabel on a namespace enables Flotilla in it.
+	NamespaceEnabledLabel = Prefix + "enabled"
+	// ElectLabel on a pod (value "true") asks for multi-cluster scheduling.
+	ElectLabel = Prefix + "elect"
+)
+
+// On source pods (written by the source's webhook and agent).
+const (
+	// SourceSpecAnnotation holds the pod's spec as the user wrote it, JSON,
+	// saved once by the webhook.
+	SourceSpecAnnotation = Prefix + "source-spec"
+	// ElectionAnnotation is the durable election record, see Election.
+	ElectionAnnotation = Prefix + "election"
+	// SourceSchedulerName is set on source pods so that no scheduler of the
+	// source binds them; the agent binds them to a virtual node.
+	SourceSchedulerName = "flotilla-source"
+)
+
+// On candidate pods.
+const (
+	// CandidateLabel marks a candidate pod (value "true"), set by the source.
+	CandidateLabel = Prefix + "candidate"
+	// SourceClusterLabel names the source cluster that created the candidate.
+	SourceClusterLabel = Prefix + "source-cluster"
+	// SourceUIDLabel is the UID of the source pod.
+	SourceUIDLabel = Prefix + "source-uid"
+	// SourceNamespaceAnnotation and SourceNameAnnotation name the source pod.
+	SourceNamespaceAnnotation = Prefix + "source-namespace"
+	SourceNameAnnotation      = Prefix + "source-name"
+	// TargetAnnotation is the target's name as the source knows it.
+	TargetAnnotation = Prefix + "target"
+
+	// StateAnnotation is written by the target's scheduler, see State.
+	StateAnnotation = Prefix + "state"
+	// AllowedAnnotation is written by the source: the Allowance of the one
+	// reservation it elected.
+	AllowedAnnotation = Prefix + "allowed"
+	// DeniedAnnotation is written by the source: the reservation nonce it
+	// refuses; the plugin rejects that reservation.
+	DeniedAnnotation = Prefix + "denied"
+
+	// SchedulerName is the target-side profile that schedules candidates.
+	SchedulerName = "flotilla"
+)
+
+// VirtualNodeTaintKey is the taint of every virtual node; source pods tolerate
+// it, ordinary pods and DaemonSets stay off.
+const VirtualNodeTaintKey = "virtual-kubelet.io/provider"
+
+// VirtualNodeTaintValue is the taint's value.
+const VirtualNodeTaintValue = "flotilla"
+
+// Phase of a candidate as its target's scheduler reports it.
+type Phase string
+
+const (
+	PhaseReserved   Phase = "Reserved"
+	PhaseUnreserved Phase = "Unreserved"
+	PhaseBound      Phase = "Bound"
+)
+
+// State is what the target scheduler reports on a candidate. Nonce names one
+// reservation: every Reserve makes a new one, so an allowance meant for an
+// earlier reservation never matches a later one.
+type State struct {
+	Phase  Phase  `json:"phase"`
+	Nonce  string `json:"nonce"`
+	Node   string `json:"node,omitempty"`
+	Score  int64  `json:"score,omitempty"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// Election is the durable record on the source pod. Generation grows by one
+// every time the election changes hands or is withdrawn; Target and Nonce are
+// empty when no candidate is elected.
+type Election struct {
+	Generation int64
+	Target     string
+	Nonce      string
+}
+
+// Encode renders the election as "<generation>/<target>/<nonce>".
+func (e Election) Encode() string {
+	return fmt.Sprintf("%d/%s/%s", e.Generation, e.Target, e.Nonce)
+}
+
+// Elected reports whether a candidate holds the election.
+func (e Election) Elected() bool { return e.Target != "" }
+
+// ParseElection reads an election record; an empty value is the zero election.
+func ParseElection(v string) (Election, error) {
+	if v == "" {
+		return Election{}, nil
+	}
+	parts := strings.SplitN(v, "/", 3)
+	if len(parts) != 3 {
+		return Election{}, fmt.Errorf("election %q: want <generation>/<target>/<nonce>", v)
+	}
+	gen, err := strconv.ParseInt(parts[0], 10, 64)
+	if err != nil || gen < 0 {
+		return Election{}, fmt.Errorf("election %q: bad generation", v)
+	}
+	return Election{Generation: gen, Target: parts[1], Nonce: parts[2]}, nil
+}
+
+// Allowance is what the source writes on the elected candidate. It names the
+// election (source pod UID and generation) and the reservation (nonce).
+type Allowance struct {
+	SourceUID  string
+	Generation int64
+	Nonce      string
+}
+
+// Encode renders the allowance as "<source uid>/<generation>/<nonce>".
+func (a Allowance) Encode() string {
+	return fmt.Sprintf("%s/%d/%s", a.SourceUID, a.Generation, a.Nonce)
+}
+
+// ParseAllowance reads an allowance.
+func ParseAllowance(v string) (Allowance, error) {
+	parts := strings.SplitN(v, "/", 3)
+	if len(parts) != 3 || parts[0] == "" || parts[2] == "" {
+		return Allowance{}, fmt.Errorf("allowance %q: want <source uid>/<generation>/<nonce>", v)
+	}
+	gen, err := strconv.ParseInt(parts[1], 10, 64)
+	if err != nil {
+		return Allowance{}, fmt.Errorf("allowance %q: bad generation", v)
+	}
+	return Allowance{SourceUID: parts[0], Generation: gen, Nonce: parts[2]}, nil
+}
+
+// CandidateName is the deterministic name of the candidate of one source pod:
+// the source pod's name, shortened if needed, and a hash of the source
+// cluster, namespace, name and UID. A retry always computes the same name, so
+// a target never gets two candidates for one source pod.
+func CandidateName(sourceCluster, namespace, name, uid string) string {
+	sum := sha256.Sum256([]byte(sourceCluster + "\x00" + namespace + "\x00" + name + "\x00" + uid))
+	suffix := hex.EncodeToString(sum[:])[:10]
+	const maxLen = 63
+	if len(name) > maxLen-len(suffix)-1 {
+		name = strings.TrimRight(name[:maxLen-len(suffix)-1], "-.")
+	}
+	return name + "-" + suffix
+}
+
+// VirtualNodeName is the name of the virtual node that stands for a target in
+// the source cluster: flotilla-<target>, or for a namespaced target
+// flotilla-<namespace>-<target>; names longer than a DNS label are hashed.
+func VirtualNodeName(namespace, target string) string {
+	name := "flotilla-" + target
+	if namespace != "" {
+		name = "flotilla-" + namespace + "-" + target
+	}
+	if len(name) <= 63 {
+		return name
+	}
+	sum := sha256.Sum256([]byte(name))
+	return name[:52] + "-" + hex.EncodeToString(sum[:])[:10]
+}

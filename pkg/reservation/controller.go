@@ -1,0 +1,236 @@
+package reservation
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/flotilla-dev/flotilla/pkg/candidate"
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
+	"github.com/flotilla-dev/flotilla/pkg/target"
+)
+
+// retryUnhealthy is how soon a source pod is looked at again while one of
+// its targets is unreachable.
+const retryUnhealthy = 5 * time.Second
+
+// Controller places source pods: it fans candidates out, runs the election,
+// binds the source pod to the winner's virtual node and cleans up the rest.
+// It keeps no state of its own between reconciles: everything it needs is on
+// the source pod (the election) and on the candidates (the targets' reports).
+type Controller struct {
+	Client        client.Client
+	Kube          kubernetes.Interface
+	SourceCluster string
+	Targets       *target.Set
+	Recorder      events.EventRecorder
+	// Workers is the number of source pods reconciled at once.
+	Workers int
+}
+
+// SetupWithManager registers the controller and routes every candidate
+// change in every target to its source pod.
+func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
+	changes := make(chan event.TypedGenericEvent[*corev1.Pod], 1024)
+	for _, t := range c.Targets.All() {
+		t.OnCandidate(func(cand *corev1.Pod) {
+			ns, name := cand.Annotations[protocol.SourceNamespaceAnnotation], cand.Annotations[protocol.SourceNameAnnotation]
+			if ns == "" || name == "" {
+				return
+			}
+			changes <- event.TypedGenericEvent[*corev1.Pod]{Object: &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}}
+		})
+	}
+	workers := c.Workers
+	if workers <= 0 {
+		workers = 16
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("placement").
+		For(&corev1.Pod{}, builder.WithPredicates(predicate.NewPredicateFuncs(isSourcePod))).
+		WatchesRawSource(source.Channel(changes, &handler.TypedEnqueueRequestForObject[*corev1.Pod]{})).
+		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
+		Complete(c)
+}
+
+func isSourcePod(obj client.Object) bool {
+	return obj.GetLabels()[protocol.ElectLabel] == "true" && obj.GetAnnotations()[protocol.SourceSpecAnnotation] != ""
+}
+
+// Reconcile moves one source pod one step along the protocol.
+func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	log := logr.FromContextOrDiscard(ctx)
+	targets := c.Targets.All()
+	pod := &corev1.Pod{}
+	if err := c.Client.Get(ctx, req.NamespacedName, pod); err != nil {
+		if apierrors.IsNotFound(err) {
+			// The source pod is gone: so must be every candidate of it.
+			return c.cleanUp(ctx, req.Namespace, req.Name, "", "", targets)
+		}
+		return reconcile.Result{}, err
+	}
+	if !isSourcePod(pod) || pod.Spec.SchedulerName != protocol.SourceSchedulerName {
+		return reconcile.Result{}, nil
+	}
+	if pod.DeletionTimestamp != nil {
+		return c.cleanUp(ctx, pod.Namespace, pod.Name, "", "", targets)
+	}
+	if pod.Spec.NodeName != "" {
+		// Bound: keep the delegate in the elected target, remove the rest
+		// (including candidates of an earlier pod with the same name).
+		elected := ""
+		if t, ok := c.Targets.ByVirtualNode(pod.Spec.NodeName); ok {
+			elected = t.Name
+		}
+		return c.cleanUp(ctx, pod.Namespace, pod.Name, pod.UID, elected, targets)
+	}
+
+	election, err := protocol.ParseElection(pod.Annotations[protocol.ElectionAnnotation])
+	if err != nil {
+		c.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, "BadElection", "Elect", "Election record is malformed; remove the %s annotation to start over: %v", protocol.ElectionAnnotation, err)
+		return reconcile.Result{}, nil
+	}
+	placements := candidate.FanOut(ctx, pod, c.SourceCluster, targets)
+	observed := make([]Observed, 0, len(placements))
+	unhealthy := false
+	for _, p := range placements {
+		o := observe(p)
+		if o.Err != nil {
+			unhealthy = true
+		}
+		observed = append(observed, o)
+	}
+	d := Decide(string(pod.UID), election, observed)
+	for _, v := range d.Violations {
+		log.Error(errors.New("candidate bound without election"), "Protocol violation", "target", v, "election", election.Encode())
+		c.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, "ProtocolViolation", "Elect", "Target %s bound a candidate it was not allowed to bind; it will be deleted", v)
+	}
+	if d.Elect != nil {
+		if err := c.writeElection(ctx, pod, *d.Elect); err != nil {
+			return reconcile.Result{}, err
+		}
+		if d.Elect.Elected() {
+			c.Recorder.Eventf(pod, nil, corev1.EventTypeNormal, "Elected", "Elect", "Elected the candidate in target %s (node %s, election %d)", d.Elect.Target, nodeOf(observed, d.Elect.Target), d.Elect.Generation)
+		} else {
+			c.Recorder.Eventf(pod, nil, corev1.EventTypeNormal, "ElectionWithdrawn", "Elect", "The elected candidate in target %s was unreserved; election %d is open again", election.Target, d.Elect.Generation)
+		}
+	}
+	if d.Allow != nil {
+		t, ok := c.Targets.Get(d.Allow.Target)
+		if !ok {
+			return reconcile.Result{}, fmt.Errorf("elected target %s is no longer configured", d.Allow.Target)
+		}
+		name := candidate.CandidateNameOf(pod, c.SourceCluster)
+		if err := t.Annotate(ctx, pod.Namespace, name, map[string]*string{protocol.AllowedAnnotation: ptrTo(d.Allow.Allowance.Encode())}); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	if d.Bound != "" {
+		return c.bind(ctx, pod, d.Bound, targets)
+	}
+	if d.Elect == nil && d.Allow == nil {
+		if reasons := Reasons(observed); reasons != "" {
+			c.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, "NoTargetAvailable", "Elect", "No target can run this pod: %s", reasons)
+		}
+	}
+	if unhealthy {
+		return reconcile.Result{RequeueAfter: retryUnhealthy}, nil
+	}
+	return reconcile.Result{}, nil
+}
+
+// observe turns a placement into what the election looks at. A malformed
+// state annotation is a peer's mistake: it counts as no report.
+func observe(p candidate.Placement) Observed {
+	o := Observed{Target: p.Target.Name, Err: p.Err}
+	cand := p.Candidate
+	if cand == nil {
+		return o
+	}
+	o.Exists = cand.DeletionTimestamp == nil
+	o.Allowed = cand.Annotations[protocol.AllowedAnnotation]
+	if raw := cand.Annotations[protocol.StateAnnotation]; raw != "" {
+		var s protocol.State
+		if json.Unmarshal([]byte(raw), &s) == nil {
+			o.State = s
+		}
+	}
+	if cand.Spec.NodeName != "" && o.State.Phase == "" {
+		// Bound without any report: visible, never elected.
+		o.State.Phase = protocol.PhaseBound
+	}
+	for _, cond := range cand.Status.Conditions {
+		if cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionFalse && cond.Reason == corev1.PodReasonUnschedulable {
+			o.Unschedulable = cond.Message
+		}
+	}
+	return o
+}
+
+// writeElection records the election on the source pod. The patch carries
+// the resourceVersion the decision was based on, so two agents (or one agent
+// and a stale cache) can never both succeed.
+func (c *Controller) writeElection(ctx context.Context, pod *corev1.Pod, e protocol.Election) error {
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"resourceVersion": pod.ResourceVersion,
+		"annotations":     map[string]string{protocol.ElectionAnnotation: e.Encode()},
+	}})
+	if err != nil {
+		return err
+	}
+	if err := c.Client.Patch(ctx, pod, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		return fmt.Errorf("recording election %s on %s/%s: %w", e.Encode(), pod.Namespace, pod.Name, err)
+	}
+	return nil
+}
+
+// bind binds the source pod to the elected target's virtual node, then
+// deletes the other candidates.
+func (c *Controller) bind(ctx context.Context, pod *corev1.Pod, targetName string, targets []*target.Target) (reconcile.Result, error) {
+	node := protocol.VirtualNodeName("", targetName)
+	binding := &corev1.Binding{
+		ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID},
+		Target:     corev1.ObjectReference{Kind: "Node", Name: node},
+	}
+	if err := c.Kube.CoreV1().Pods(pod.Namespace).Bind(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsConflict(err) {
+		return reconcile.Result{}, fmt.Errorf("binding %s/%s to %s: %w", pod.Namespace, pod.Name, node, err)
+	}
+	c.Recorder.Eventf(pod, nil, corev1.EventTypeNormal, "Scheduled", "Bind", "Running in target %s, bound to virtual node %s", targetName, node)
+	return c.cleanUp(ctx, pod.Namespace, pod.Name, pod.UID, targetName, targets)
+}
+
+func (c *Controller) cleanUp(ctx context.Context, namespace, name string, keepUID types.UID, keepTarget string, targets []*target.Target) (reconcile.Result, error) {
+	if err := candidate.CleanUp(ctx, namespace, name, keepUID, keepTarget, targets); err != nil {
+		logr.FromContextOrDiscard(ctx).Info("Cleaning up candidates failed; will retry", "error", err.Error())
+		return reconcile.Result{RequeueAfter: retryUnhealthy}, nil
+	}
+	return reconcile.Result{}, nil
+}
+
+func nodeOf(observed []Observed, target string) string {
+	if o, ok := find(observed, target); ok {
+		return o.State.Node
+	}
+	return ""
+}
+
+func ptrTo(s string) *string { return &s }

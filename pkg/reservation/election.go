@@ -1,0 +1,162 @@
+// Package reservation owns the election of one candidate per source pod: it
+// reads what each target reports about its candidate and the durable election
+// record on the source pod, and decides what to write next. Decide is a pure
+// function; Controller applies its decisions in the source cluster, writing
+// the election durably (optimistic concurrency) before any allowance leaves.
+package reservation
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
+)
+
+// Observed is what the source knows of the candidate in one target.
+type Observed struct {
+	Target string
+	// Exists is false when the target has no candidate (yet).
+	Exists bool
+	// State is what the target scheduler reported; zero when nothing yet.
+	State protocol.State
+	// Allowed is the candidate's current allowance annotation.
+	Allowed string
+	// Unschedulable is the target scheduler's reason when it found no node.
+	Unschedulable string
+	// Err is set when the target could not be reached or refused the candidate.
+	Err error
+}
+
+// Decision is the next step for one source pod. At most one of Elect and
+// Bound is set. When Elect is set, the caller must write it durably on the
+// source pod and only then write Allow on the elected candidate.
+type Decision struct {
+	// Elect is the new election record to write on the source pod.
+	Elect *protocol.Election
+	// Allow is the allowance to write on the candidate of Allow's target.
+	Allow *Allowance
+	// Bound names the target whose elected candidate is bound: bind the
+	// source pod to its virtual node and delete the other candidates.
+	Bound string
+	// Violations lists candidates bound without the election (never expected).
+	Violations []string
+}
+
+// Allowance addresses an allowance to one target's candidate.
+type Allowance struct {
+	Target string
+	protocol.Allowance
+}
+
+// Decide computes the next step from the election on the source pod and what
+// the targets report. It is idempotent: called again with the result applied,
+// it asks for nothing new.
+func Decide(sourceUID string, current protocol.Election, observed []Observed) Decision {
+	var d Decision
+	for _, o := range observed {
+		if o.Exists && o.State.Phase == protocol.PhaseBound && o.Target != current.Target {
+			d.Violations = append(d.Violations, o.Target)
+		}
+	}
+	if current.Elected() {
+		elected, ok := find(observed, current.Target)
+		switch {
+		case ok && elected.Exists && elected.State.Phase == protocol.PhaseBound:
+			d.Bound = current.Target
+			return d
+		case ok && elected.Exists && elected.State.Phase == protocol.PhaseReserved && elected.State.Nonce != current.Nonce:
+			// The elected target reserved again (its Permit timed out and the
+			// pod went back to its queue): re-elect the same target for the
+			// new reservation; the old allowance can no longer match.
+			return elect(d, sourceUID, current.Generation+1, current.Target, elected.State.Nonce)
+		case ok && elected.Exists && elected.State.Phase == protocol.PhaseReserved:
+			want := protocol.Allowance{SourceUID: sourceUID, Generation: current.Generation, Nonce: current.Nonce}
+			if elected.Allowed != want.Encode() {
+				d.Allow = &Allowance{Target: current.Target, Allowance: want}
+			}
+			return d
+		case ok && elected.Exists && elected.State.Phase == protocol.PhaseUnreserved && elected.State.Nonce == current.Nonce:
+			// The elected reservation is gone: the election is free again.
+			next, found := best(observed, current.Target)
+			if !found {
+				return withdraw(d, current.Generation+1)
+			}
+			return elect(d, sourceUID, current.Generation+1, next.Target, next.State.Nonce)
+		default:
+			// Not reported yet, or the target is unreachable: a candidate we
+			// cannot see may still bind on its allowance, so keep the election.
+			return d
+		}
+	}
+	next, found := best(observed, "")
+	if !found {
+		return d
+	}
+	return elect(d, sourceUID, current.Generation+1, next.Target, next.State.Nonce)
+}
+
+func elect(d Decision, uid string, generation int64, target, nonce string) Decision {
+	d.Elect = &protocol.Election{Generation: generation, Target: target, Nonce: nonce}
+	d.Allow = &Allowance{Target: target, Allowance: protocol.Allowance{SourceUID: uid, Generation: generation, Nonce: nonce}}
+	return d
+}
+
+func withdraw(d Decision, generation int64) Decision {
+	d.Elect = &protocol.Election{Generation: generation}
+	return d
+}
+
+func find(observed []Observed, target string) (Observed, bool) {
+	for _, o := range observed {
+		if o.Target == target {
+			return o, true
+		}
+	}
+	return Observed{}, false
+}
+
+// best picks the Reserved candidate to elect: the highest node score, then
+// the target name, so that the choice does not depend on the order in which
+// the reports arrived within one reconcile.
+func best(observed []Observed, except string) (Observed, bool) {
+	var reserved []Observed
+	for _, o := range observed {
+		if o.Exists && o.Target != except && o.State.Phase == protocol.PhaseReserved && o.State.Nonce != "" {
+			reserved = append(reserved, o)
+		}
+	}
+	if len(reserved) == 0 {
+		return Observed{}, false
+	}
+	sort.Slice(reserved, func(i, j int) bool {
+		if reserved[i].State.Score != reserved[j].State.Score {
+			return reserved[i].State.Score > reserved[j].State.Score
+		}
+		return reserved[i].Target < reserved[j].Target
+	})
+	return reserved[0], true
+}
+
+// Reasons summarises, per target, why no candidate is reserved, for the Event
+// on a source pod that no target can run. It is empty while some target has
+// not answered yet or holds a reservation.
+func Reasons(observed []Observed) string {
+	var parts []string
+	for _, o := range observed {
+		switch {
+		case o.Err != nil:
+			parts = append(parts, fmt.Sprintf("%s: %v", o.Target, o.Err))
+		case o.Exists && o.State.Phase == protocol.PhaseReserved, o.Exists && o.State.Phase == protocol.PhaseBound:
+			return ""
+		case o.Exists && o.Unschedulable != "":
+			parts = append(parts, fmt.Sprintf("%s: %s", o.Target, o.Unschedulable))
+		case o.Exists && o.State.Phase == protocol.PhaseUnreserved && o.State.Reason != "":
+			parts = append(parts, fmt.Sprintf("%s: %s", o.Target, o.State.Reason))
+		default:
+			return ""
+		}
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, "; ")
+}

@@ -1,0 +1,192 @@
+package reservation
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
+)
+
+const uid = "src-uid"
+
+func reserved(target, nonce string, score int64) Observed {
+	return Observed{Target: target, Exists: true, State: protocol.State{Phase: protocol.PhaseReserved, Nonce: nonce, Score: score}}
+}
+
+func unreserved(target, nonce string) Observed {
+	return Observed{Target: target, Exists: true, State: protocol.State{Phase: protocol.PhaseUnreserved, Nonce: nonce, Reason: "permit timed out"}}
+}
+
+func bound(target, nonce string) Observed {
+	return Observed{Target: target, Exists: true, State: protocol.State{Phase: protocol.PhaseBound, Nonce: nonce}}
+}
+
+func TestDecide(t *testing.T) {
+	tests := []struct {
+		name      string
+		current   protocol.Election
+		observed  []Observed
+		wantElect *protocol.Election
+		wantAllow string // target
+		wantNonce string
+		wantBound string
+	}{
+		{
+			name:     "nothing reserved: wait",
+			observed: []Observed{{Target: "c1", Exists: true}, {Target: "c2"}},
+		},
+		{
+			name:      "two reserved at once: exactly one elected, the better score",
+			observed:  []Observed{reserved("c1", "n1", 40), reserved("c2", "n2", 90)},
+			wantElect: &protocol.Election{Generation: 1, Target: "c2", Nonce: "n2"},
+			wantAllow: "c2", wantNonce: "n2",
+		},
+		{
+			name:      "equal scores: deterministic by name",
+			observed:  []Observed{reserved("c3", "n3", 50), reserved("c1", "n1", 50)},
+			wantElect: &protocol.Election{Generation: 1, Target: "c1", Nonce: "n1"},
+			wantAllow: "c1", wantNonce: "n1",
+		},
+		{
+			name:     "elected and reserved, already allowed: nothing to do",
+			current:  protocol.Election{Generation: 1, Target: "c1", Nonce: "n1"},
+			observed: []Observed{func() Observed { o := reserved("c1", "n1", 1); o.Allowed = "src-uid/1/n1"; return o }(), reserved("c2", "n2", 99)},
+		},
+		{
+			name:      "elected, allowance not yet written (agent restarted): allow again, same election",
+			current:   protocol.Election{Generation: 1, Target: "c1", Nonce: "n1"},
+			observed:  []Observed{reserved("c1", "n1", 1), reserved("c2", "n2", 99)},
+			wantAllow: "c1", wantNonce: "n1",
+		},
+		{
+			name:      "elected candidate unreserved: the next one is elected",
+			current:   protocol.Election{Generation: 1, Target: "c1", Nonce: "n1"},
+			observed:  []Observed{unreserved("c1", "n1"), reserved("c2", "n2", 10)},
+			wantElect: &protocol.Election{Generation: 2, Target: "c2", Nonce: "n2"},
+			wantAllow: "c2", wantNonce: "n2",
+		},
+		{
+			name:      "elected candidate unreserved, no other: election withdrawn",
+			current:   protocol.Election{Generation: 4, Target: "c1", Nonce: "n1"},
+			observed:  []Observed{unreserved("c1", "n1"), {Target: "c2", Exists: true}},
+			wantElect: &protocol.Election{Generation: 5},
+		},
+		{
+			name:     "unreserved report of an older reservation does not withdraw",
+			current:  protocol.Election{Generation: 2, Target: "c1", Nonce: "n1b"},
+			observed: []Observed{unreserved("c1", "n1a"), reserved("c2", "n2", 10)},
+		},
+		{
+			name:      "elected target reserved again with a new nonce: re-elected for it",
+			current:   protocol.Election{Generation: 2, Target: "c1", Nonce: "old"},
+			observed:  []Observed{reserved("c1", "new", 5), reserved("c2", "n2", 99)},
+			wantElect: &protocol.Election{Generation: 3, Target: "c1", Nonce: "new"},
+			wantAllow: "c1", wantNonce: "new",
+		},
+		{
+			name:     "elected target unreachable: keep the election",
+			current:  protocol.Election{Generation: 1, Target: "c1", Nonce: "n1"},
+			observed: []Observed{{Target: "c1", Err: errors.New("connection refused")}, reserved("c2", "n2", 99)},
+		},
+		{
+			name:      "elected candidate bound",
+			current:   protocol.Election{Generation: 1, Target: "c2", Nonce: "n2"},
+			observed:  []Observed{reserved("c1", "n1", 1), bound("c2", "n2")},
+			wantBound: "c2",
+		},
+		{
+			name:      "withdrawn election: next reservation elected with a higher generation",
+			current:   protocol.Election{Generation: 5},
+			observed:  []Observed{reserved("c3", "n3", 1)},
+			wantElect: &protocol.Election{Generation: 6, Target: "c3", Nonce: "n3"},
+			wantAllow: "c3", wantNonce: "n3",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := Decide(uid, tt.current, tt.observed)
+			if (d.Elect == nil) != (tt.wantElect == nil) || (d.Elect != nil && *d.Elect != *tt.wantElect) {
+				t.Errorf("Elect = %+v, want %+v", d.Elect, tt.wantElect)
+			}
+			gotAllow := ""
+			if d.Allow != nil {
+				gotAllow = d.Allow.Target
+				if d.Allow.Nonce != tt.wantNonce || d.Allow.SourceUID != uid {
+					t.Errorf("Allow = %+v, want nonce %s for %s", d.Allow, tt.wantNonce, uid)
+				}
+				gen := tt.current.Generation
+				if d.Elect != nil {
+					gen = d.Elect.Generation
+				}
+				if d.Allow.Generation != gen {
+					t.Errorf("allowance names generation %d, election is at %d", d.Allow.Generation, gen)
+				}
+			}
+			if gotAllow != tt.wantAllow {
+				t.Errorf("Allow target = %q, want %q", gotAllow, tt.wantAllow)
+			}
+			if d.Bound != tt.wantBound {
+				t.Errorf("Bound = %q, want %q", d.Bound, tt.wantBound)
+			}
+		})
+	}
+}
+
+// TestDecideNeverAllowsTwo replays every order in which two targets can
+// report and checks that applying the decisions never leaves two targets
+// allowed within one generation and never allows a target that is not elected.
+func TestDecideNeverAllowsTwo(t *testing.T) {
+	var election protocol.Election
+	allowedBy := map[string]string{} // target -> allowance
+	apply := func(obs []Observed) {
+		for i := range obs {
+			obs[i].Allowed = allowedBy[obs[i].Target]
+		}
+		d := Decide(uid, election, obs)
+		if d.Elect != nil {
+			election = *d.Elect
+		}
+		if d.Allow != nil {
+			if d.Allow.Target != election.Target || d.Allow.Generation != election.Generation {
+				t.Fatalf("allowance %+v for a target that does not hold election %+v", d.Allow, election)
+			}
+			allowedBy[d.Allow.Target] = d.Allow.Encode()
+		}
+	}
+	apply([]Observed{reserved("c1", "a", 1), {Target: "c2", Exists: true}})
+	apply([]Observed{reserved("c1", "a", 1), reserved("c2", "b", 100)})
+	if election.Target != "c1" {
+		t.Fatalf("first reserved candidate should keep the election, got %+v", election)
+	}
+	// c1's permit times out; c2 takes over.
+	apply([]Observed{unreserved("c1", "a"), reserved("c2", "b", 100)})
+	if election.Target != "c2" || election.Generation != 2 {
+		t.Fatalf("want c2 elected at generation 2, got %+v", election)
+	}
+	// c1 reserves again: its stale allowance names generation 1 and nonce a.
+	apply([]Observed{reserved("c1", "a2", 100), reserved("c2", "b", 100)})
+	if election.Target != "c2" {
+		t.Fatalf("election moved away from a reserved, allowed candidate: %+v", election)
+	}
+	stale, _ := protocol.ParseAllowance(allowedBy["c1"])
+	if stale.Nonce == "a2" {
+		t.Fatal("c1's new reservation was allowed while c2 holds the election")
+	}
+}
+
+func TestReasons(t *testing.T) {
+	obs := []Observed{
+		{Target: "c2", Exists: true, Unschedulable: "0/1 nodes are available: 1 Insufficient cpu."},
+		{Target: "c1", Err: errors.New("connection refused")},
+	}
+	want := "c1: connection refused; c2: 0/1 nodes are available: 1 Insufficient cpu."
+	if got := Reasons(obs); got != want {
+		t.Errorf("Reasons = %q, want %q", got, want)
+	}
+	if got := Reasons(append(obs, Observed{Target: "c3", Exists: true})); got != "" {
+		t.Errorf("a target that has not answered yet must hold back the event, got %q", got)
+	}
+	if got := Reasons(append(obs, reserved("c3", "n", 1))); got != "" {
+		t.Errorf("a reserved target means the pod can run, got %q", got)
+	}
+}

@@ -1,0 +1,98 @@
+// Package webhook owns the source-side admission of opted-in pods: it turns a
+// pod labelled for multi-cluster scheduling into a source pod (its original
+// spec saved once, no scheduler of the source will bind it, it tolerates the
+// virtual-node taint), and it registers itself with the API server using a
+// certificate it makes, so no cert-manager is needed.
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
+)
+
+// Path is where the pod mutator is served.
+const Path = "/mutate-pods"
+
+// Mutator is the admission handler for pod CREATE.
+type Mutator struct {
+	Decoder admission.Decoder
+}
+
+// Handle admits a pod, mutating it only when it opted in.
+func (m *Mutator) Handle(_ context.Context, req admission.Request) admission.Response {
+	pod := &corev1.Pod{}
+	if err := m.Decoder.Decode(req, pod); err != nil {
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding pod: %w", err))
+	}
+	if !OptedIn(pod) {
+		return admission.Allowed("not opted in to multi-cluster scheduling")
+	}
+	changed, err := MakeSource(pod)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	if !changed {
+		return admission.Allowed("already a source pod")
+	}
+	raw, err := json.Marshal(pod)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	return admission.PatchResponseFromRaw(req.Object.Raw, raw)
+}
+
+// OptedIn reports whether a pod asked for multi-cluster scheduling. The
+// namespace's opt-in is checked by the webhook's namespaceSelector. A
+// candidate is never a source pod, whatever its labels say.
+func OptedIn(pod *corev1.Pod) bool {
+	return pod.Labels[protocol.ElectLabel] == "true" && pod.Labels[protocol.CandidateLabel] == ""
+}
+
+// MakeSource turns an opted-in pod into a source pod. It is idempotent: on
+// reinvocation the saved spec is kept as it was first saved.
+func MakeSource(pod *corev1.Pod) (bool, error) {
+	changed := false
+	if _, saved := pod.Annotations[protocol.SourceSpecAnnotation]; !saved {
+		raw, err := json.Marshal(pod.Spec)
+		if err != nil {
+			return false, fmt.Errorf("saving the original spec: %w", err)
+		}
+		if pod.Annotations == nil {
+			pod.Annotations = map[string]string{}
+		}
+		pod.Annotations[protocol.SourceSpecAnnotation] = string(raw)
+		changed = true
+	}
+	if pod.Spec.SchedulerName != protocol.SourceSchedulerName {
+		// No scheduler serves this name: the agent binds the pod to a
+		// virtual node once a target has bound its candidate.
+		pod.Spec.SchedulerName = protocol.SourceSchedulerName
+		changed = true
+	}
+	if !toleratesVirtualNodes(pod.Spec.Tolerations) {
+		pod.Spec.Tolerations = append(pod.Spec.Tolerations, corev1.Toleration{
+			Key:      protocol.VirtualNodeTaintKey,
+			Operator: corev1.TolerationOpEqual,
+			Value:    protocol.VirtualNodeTaintValue,
+			Effect:   corev1.TaintEffectNoSchedule,
+		})
+		changed = true
+	}
+	return changed, nil
+}
+
+func toleratesVirtualNodes(ts []corev1.Toleration) bool {
+	for _, t := range ts {
+		if t.Key == protocol.VirtualNodeTaintKey && (t.Operator == corev1.TolerationOpExists || t.Value == protocol.VirtualNodeTaintValue) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,59 @@
+package webhook
+
+import (
+	"encoding/json"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
+)
+
+func TestMakeSourceIsIdempotent(t *testing.T) {
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{protocol.ElectLabel: "true"}},
+		Spec:       corev1.PodSpec{SchedulerName: "default-scheduler", Containers: []corev1.Container{{Name: "c", Image: "i"}}},
+	}
+	if !OptedIn(pod) {
+		t.Fatal("labelled pod not opted in")
+	}
+	changed, err := MakeSource(pod)
+	if err != nil || !changed {
+		t.Fatalf("first admission: changed=%v err=%v", changed, err)
+	}
+	var saved corev1.PodSpec
+	if err := json.Unmarshal([]byte(pod.Annotations[protocol.SourceSpecAnnotation]), &saved); err != nil {
+		t.Fatal(err)
+	}
+	if saved.SchedulerName != "default-scheduler" || len(saved.Tolerations) != 0 {
+		t.Errorf("saved spec is not the original: %+v", saved)
+	}
+	if pod.Spec.SchedulerName != protocol.SourceSchedulerName || len(pod.Spec.Tolerations) != 1 {
+		t.Errorf("source pod not prepared: %+v", pod.Spec)
+	}
+	before := pod.Annotations[protocol.SourceSpecAnnotation]
+	changed, err = MakeSource(pod)
+	if err != nil || changed {
+		t.Fatalf("reinvocation changed the pod (changed=%v err=%v)", changed, err)
+	}
+	if pod.Annotations[protocol.SourceSpecAnnotation] != before || len(pod.Spec.Tolerations) != 1 {
+		t.Error("reinvocation rewrote the saved spec or duplicated the toleration")
+	}
+}
+
+func TestOptedIn(t *testing.T) {
+	for _, tt := range []struct {
+		labels map[string]string
+		want   bool
+	}{
+		{nil, false},
+		{map[string]string{protocol.ElectLabel: "false"}, false},
+		{map[string]string{protocol.ElectLabel: "true"}, true},
+		{map[string]string{protocol.ElectLabel: "true", protocol.CandidateLabel: "true"}, false},
+	} {
+		if got := OptedIn(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Labels: tt.labels}}); got != tt.want {
+			t.Errorf("OptedIn(%v) = %v, want %v", tt.labels, got, tt.want)
+		}
+	}
+}

@@ -1,0 +1,108 @@
+package sandbox
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Agent is a flotilla-agent process run against a sandbox cluster.
+type Agent struct {
+	*Process
+	// Cluster is the agent's own cluster.
+	Cluster *Cluster
+	// ProbeAddr serves /healthz and /readyz; MetricsAddr serves /metrics.
+	ProbeAddr, MetricsAddr string
+}
+
+// StartAgent runs flotilla-agent in cluster c with the given targets (c
+// itself is passed as self), registers its webhook by URL on 127.0.0.1, and
+// waits until the webhook mutates opted-in pods. Extra flags are appended.
+func StartAgent(ctx context.Context, c *Cluster, targets []*Cluster, extra ...string) (*Agent, error) {
+	ports, err := FreePorts(3)
+	if err != nil {
+		return nil, err
+	}
+	a := &Agent{
+		Cluster:     c,
+		ProbeAddr:   "127.0.0.1:" + strconv.Itoa(ports[0]),
+		MetricsAddr: "127.0.0.1:" + strconv.Itoa(ports[1]),
+	}
+	args := []string{
+		"--kubeconfig=" + c.Kubeconfig,
+		"--cluster-name=" + c.Name,
+		"--health-probe-bind-address=" + a.ProbeAddr,
+		"--metrics-bind-address=" + a.MetricsAddr,
+		"--webhook-bind-host=127.0.0.1",
+		"--webhook-port=" + strconv.Itoa(ports[2]),
+		"--webhook-url=" + fmt.Sprintf("https://127.0.0.1:%d/mutate-pods", ports[2]),
+		"--webhook-cert-dir=" + filepath.Join(c.dir, "agent-webhook"),
+		"--leader-elect-lease-duration=4s",
+		"--leader-elect-renew-deadline=3s",
+		"--leader-elect-retry-period=500ms",
+	}
+	for _, t := range targets {
+		where := t.Kubeconfig
+		if t == c {
+			where = "self"
+		}
+		args = append(args, "--target="+t.Name+"="+where)
+	}
+	p, err := c.Run("agent", filepath.Join(c.binDir, "flotilla-agent"), append(args, extra...)...)
+	if err != nil {
+		return nil, err
+	}
+	a.Process = p
+	if err := a.WaitReady(ctx); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// WaitReady waits until the agent is healthy and its webhook turns an
+// opted-in pod into a source pod (checked with a dry-run create).
+func (a *Agent) WaitReady(ctx context.Context) error {
+	client := a.Cluster.Client()
+	httpClient := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{}}}
+	probe := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "webhook-probe-", Labels: map[string]string{"multicluster.flotilla.dev/elect": "true"}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "probe"}}},
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "flotilla-probe", Labels: map[string]string{"multicluster.flotilla.dev/enabled": "true"}}}
+	if _, err := client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !isAlreadyExists(err) {
+		return err
+	}
+	var last error
+	err := poll(ctx, 60*time.Second, func() (bool, error) {
+		if !a.Running() {
+			return false, fmt.Errorf("agent exited; see %s", a.LogPath())
+		}
+		resp, err := httpClient.Get("http://" + a.ProbeAddr + "/readyz")
+		if err != nil {
+			last = err
+			return false, nil
+		}
+		resp.Body.Close()
+		got, err := client.CoreV1().Pods(ns.Name).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			last = err
+			return false, nil
+		}
+		if got.Spec.SchedulerName != "flotilla-source" {
+			last = fmt.Errorf("webhook not registered yet (schedulerName %q)", got.Spec.SchedulerName)
+			return false, nil
+		}
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("agent in %s not ready (log %s): %v: %w", a.Cluster.Name, a.LogPath(), last, err)
+	}
+	return nil
+}
