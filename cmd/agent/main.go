@@ -10,18 +10,39 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
 )
 
 type options struct {
+	clusterName string
+	targets     targetFlags
+	workers     int
+
+	webhookPort       int
+	webhookHost       string
+	webhookCertDir    string
+	webhookURL        string
+	webhookSANs       string
+	webhookService    string
+	webhookServiceNS  string
+	webhookConfigName string
+
 	metricsAddr             string
 	probeAddr               string
 	leaderElect             bool
@@ -33,6 +54,18 @@ type options struct {
 }
 
 func (o *options) bind(fs *flag.FlagSet) {
+	o.targets = targetFlags{}
+	fs.StringVar(&o.clusterName, "cluster-name", "", "Name of this cluster as its targets know it; labels every candidate it sends. Required when --target is given.")
+	fs.Var(o.targets, "target", "A target cluster, name=<kubeconfig path> or name=self for this cluster; repeat for more.")
+	fs.IntVar(&o.workers, "workers", 16, "Source pods placed concurrently.")
+	fs.IntVar(&o.webhookPort, "webhook-port", 9443, "Port of the pod admission webhook.")
+	fs.StringVar(&o.webhookHost, "webhook-bind-host", "", "Address the webhook binds to; empty means all.")
+	fs.StringVar(&o.webhookCertDir, "webhook-cert-dir", filepath.Join(os.TempDir(), "flotilla-agent-webhook"), "Folder of the webhook's serving certificate; the agent makes one (and its CA) when none is there.")
+	fs.StringVar(&o.webhookSANs, "webhook-cert-hosts", "127.0.0.1,localhost", "Comma-separated host names and IPs of the webhook's serving certificate.")
+	fs.StringVar(&o.webhookURL, "webhook-url", "", "URL the API server calls the webhook at (an agent outside the cluster); when empty, --webhook-service-name is used.")
+	fs.StringVar(&o.webhookService, "webhook-service-name", "", "Service in front of the agent's webhook; with --webhook-url empty and this empty, the agent does not register its webhook.")
+	fs.StringVar(&o.webhookServiceNS, "webhook-service-namespace", "", "Namespace of --webhook-service-name; defaults to the agent's namespace.")
+	fs.StringVar(&o.webhookConfigName, "webhook-configuration-name", "flotilla-agent", "Name of the MutatingWebhookConfiguration the agent keeps up to date.")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; \"0\" disables it.")
 	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz endpoints bind to.")
 	fs.BoolVar(&o.leaderElect, "leader-elect", true, "Elect one active agent per cluster through a Lease, so that replicas can stand by.")
@@ -44,6 +77,9 @@ func (o *options) bind(fs *flag.FlagSet) {
 }
 
 func (o *options) validate() error {
+	if len(o.targets) > 0 && o.clusterName == "" {
+		return errors.New("--cluster-name is required when --target is given")
+	}
 	if o.leaderElect && o.leaderElectionID == "" {
 		return errors.New("--leader-election-id must not be empty when --leader-elect is set")
 	}
@@ -80,7 +116,16 @@ func run(opts options) error {
 		return fmt.Errorf("loading kubeconfig: %w", err)
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                        scheme,
+		Scheme: scheme,
+		// The agent caches only opted-in pods, not every pod of the cluster.
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{protocol.ElectLabel: "true"})},
+		}},
+		WebhookServer: webhook.NewServer(webhook.Options{
+			Host:    opts.webhookHost,
+			Port:    opts.webhookPort,
+			CertDir: opts.webhookCertDir,
+		}),
 		Metrics:                       metricsserver.Options{BindAddress: opts.metricsAddr},
 		HealthProbeBindAddress:        opts.probeAddr,
 		LeaderElection:                opts.leaderElect,
@@ -93,6 +138,12 @@ func run(opts options) error {
 	})
 	if err != nil {
 		return fmt.Errorf("creating manager: %w", err)
+	}
+	if err := setupWebhook(mgr, cfg, opts); err != nil {
+		return err
+	}
+	if err := setupPlacement(mgr, cfg, opts); err != nil {
+		return err
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return fmt.Errorf("adding health check: %w", err)

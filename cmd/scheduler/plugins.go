@@ -1,9 +1,13 @@
 package main
 
-import "k8s.io/kubernetes/cmd/kube-scheduler/app"
+import (
+	"k8s.io/kubernetes/cmd/kube-scheduler/app"
+
+	"github.com/flotilla-dev/flotilla/pkg/candidate/plugin"
+)
 
 // plugins lists the out-of-tree plugins registered with the scheduler. The
 // Flotilla candidate plugin registers here; profiles enable it by name.
 func plugins() []app.Option {
-	return nil
+	return []app.Option{app.WithPlugin(plugin.Name, plugin.New)}
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -20,6 +21,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
+
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
 )
 
 func main() {
@@ -62,6 +65,11 @@ func run(dir string, replicas int32) error {
 	if err != nil {
 		return err
 	}
+	for _, c := range clusters {
+		if err := ensureNamespace(ctx, c.client); err != nil {
+			return fmt.Errorf("cluster %s: %w", c.name, err)
+		}
+	}
 	home := clusters[0]
 	fmt.Printf("\nCreating Deployment demo/hello (%d replicas) in %s ...\n", replicas, home.name)
 	start := time.Now()
@@ -72,7 +80,7 @@ func run(dir string, replicas int32) error {
 	if err != nil {
 		return err
 	}
-	printPlacement(home, pods, start)
+	printPlacement(home, clusters, pods, start)
 	fmt.Println("\nkubeconfigs (export KUBECONFIG=<path> to look around):")
 	for _, c := range clusters {
 		fmt.Printf("  %-4s %s\n", c.name, c.kubeconfig)
@@ -81,22 +89,28 @@ func run(dir string, replicas int32) error {
 	return nil
 }
 
-func applyDemo(ctx context.Context, client kubernetes.Interface, replicas int32) error {
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "demo"}}
+// ensureNamespace creates the demo namespace, opted in to Flotilla. Every
+// cluster needs it: candidates live in the namespace of their source pod.
+func ensureNamespace(ctx context.Context, client kubernetes.Interface) error {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "demo", Labels: map[string]string{protocol.NamespaceEnabledLabel: "true"}}}
 	if _, err := client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating namespace demo: %w", err)
 	}
+	return nil
+}
+
+func applyDemo(ctx context.Context, client kubernetes.Interface, replicas int32) error {
 	err := client.AppsV1().Deployments("demo").Delete(ctx, "hello", metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationForeground)})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
 	if err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		pods, err := client.CoreV1().Pods("demo").List(ctx, metav1.ListOptions{LabelSelector: "app=hello"})
+		pods, err := client.CoreV1().Pods("demo").List(ctx, metav1.ListOptions{LabelSelector: "app=hello,!" + protocol.CandidateLabel})
 		return err == nil && len(pods.Items) == 0, nil
 	}); err != nil {
 		return fmt.Errorf("waiting for the previous demo to go away: %w", err)
 	}
-	labels := map[string]string{"app": "hello"}
+	labels := map[string]string{"app": "hello", protocol.ElectLabel: "true"}
 	deploy := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: "hello"},
 		Spec: appsv1.DeploymentSpec{
@@ -121,7 +135,7 @@ func applyDemo(ctx context.Context, client kubernetes.Interface, replicas int32)
 func waitRunning(ctx context.Context, client kubernetes.Interface, want int) ([]corev1.Pod, error) {
 	var pods []corev1.Pod
 	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		list, err := client.CoreV1().Pods("demo").List(ctx, metav1.ListOptions{LabelSelector: "app=hello"})
+		list, err := client.CoreV1().Pods("demo").List(ctx, metav1.ListOptions{LabelSelector: "app=hello,!" + protocol.CandidateLabel})
 		if err != nil {
 			return false, nil
 		}
@@ -140,15 +154,35 @@ func waitRunning(ctx context.Context, client kubernetes.Interface, want int) ([]
 	return pods, nil
 }
 
-func printPlacement(home cluster, pods []corev1.Pod, start time.Time) {
+func printPlacement(home cluster, clusters []cluster, pods []corev1.Pod, start time.Time) {
 	sort.Slice(pods, func(i, j int) bool { return pods[i].Name < pods[j].Name })
 	fmt.Printf("\nWhere each pod of demo/hello landed (created in %s):\n\n", home.name)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "POD\tNODE\tPHASE\tRUNNING AFTER")
+	fmt.Fprintln(tw, "POD\tVIRTUAL NODE\tCLUSTER\tNODE THERE\tPHASE\tPOD IP\tRUNNING AFTER")
+	perCluster := map[string]int{}
 	for _, p := range pods {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", p.Name, p.Spec.NodeName, p.Status.Phase, runningAfter(&p, start))
+		clusterName := strings.TrimPrefix(p.Spec.NodeName, "flotilla-")
+		perCluster[clusterName]++
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Name, p.Spec.NodeName, clusterName, delegateNode(clusters, clusterName, &p), p.Status.Phase, p.Status.PodIP, runningAfter(&p, start))
 	}
 	tw.Flush()
+	fmt.Printf("\nper cluster: %v; all %d Running %s after the Deployment was created\n", perCluster, len(pods), time.Since(start).Round(100*time.Millisecond))
+}
+
+// delegateNode finds the node that runs the source pod's delegate in its
+// cluster, through the candidate labels.
+func delegateNode(clusters []cluster, name string, src *corev1.Pod) string {
+	for _, c := range clusters {
+		if c.name != name {
+			continue
+		}
+		list, err := c.client.CoreV1().Pods(src.Namespace).List(context.Background(), metav1.ListOptions{LabelSelector: protocol.SourceUIDLabel + "=" + string(src.UID)})
+		if err != nil || len(list.Items) != 1 {
+			return "?"
+		}
+		return list.Items[0].Spec.NodeName
+	}
+	return "?"
 }
 
 func runningAfter(p *corev1.Pod, start time.Time) string {

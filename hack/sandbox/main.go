@@ -42,6 +42,7 @@ func main() {
 	clusters := fs.String("clusters", "c1,c2,c3", "Comma-separated names of the clusters to start.")
 	nodes := fs.Int("nodes", 3, "Fake nodes per cluster; node i of cluster c is in zone <c>-z<i%3>.")
 	timeout := fs.Duration("timeout", 5*time.Minute, "How long `up` waits for the clusters.")
+	agents := fs.Bool("agents", true, "Run a flotilla-agent in every cluster, targeting every cluster (itself included).")
 	_ = fs.Parse(os.Args[2:])
 	abs, err := filepath.Abs(*dir)
 	if err != nil {
@@ -49,9 +50,9 @@ func main() {
 	}
 	switch os.Args[1] {
 	case "up":
-		err = up(abs, *clusters, *nodes, *timeout)
+		err = up(abs, *clusters, *nodes, *agents, *timeout)
 	case "serve":
-		err = serve(abs, *clusters, *nodes)
+		err = serve(abs, *clusters, *nodes, *agents)
 	case "down":
 		err = down(abs)
 	case "status":
@@ -76,7 +77,7 @@ func fail(err error) {
 
 // up starts the supervisor detached from the terminal and waits for it to
 // report ready or failed.
-func up(dir, clusters string, nodes int, timeout time.Duration) error {
+func up(dir, clusters string, nodes int, agents bool, timeout time.Duration) error {
 	if pid, alive := supervisor(dir); alive {
 		fmt.Printf("sandbox already running in %s (supervisor pid %d)\n", dir, pid)
 		return printKubeconfigs(dir)
@@ -96,7 +97,7 @@ func up(dir, clusters string, nodes int, timeout time.Duration) error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(self, "serve", "--dir", dir, "--clusters", clusters, "--nodes", strconv.Itoa(nodes))
+	cmd := exec.Command(self, "serve", "--dir", dir, "--clusters", clusters, "--nodes", strconv.Itoa(nodes), "--agents="+strconv.FormatBool(agents))
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
@@ -129,7 +130,7 @@ func up(dir, clusters string, nodes int, timeout time.Duration) error {
 }
 
 // serve runs the clusters until SIGTERM or SIGINT.
-func serve(dir, clusters string, nodes int) error {
+func serve(dir, clusters string, nodes int, agents bool) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	opts := sandbox.Options{Dir: dir}
@@ -147,6 +148,15 @@ func serve(dir, clusters string, nodes int) error {
 	if err != nil {
 		_ = os.WriteFile(filepath.Join(dir, errorFile), []byte(err.Error()), 0o644)
 		return err
+	}
+	if agents {
+		for _, c := range s.Clusters {
+			if _, err := sandbox.StartAgent(ctx, c, s.Clusters); err != nil {
+				_ = os.WriteFile(filepath.Join(dir, errorFile), []byte(err.Error()), 0o644)
+				_ = s.Stop()
+				return err
+			}
+		}
 	}
 	if err := os.WriteFile(filepath.Join(dir, readyFile), nil, 0o644); err != nil {
 		_ = s.Stop()

@@ -287,6 +287,14 @@ leaderElection:
 profiles:
 - schedulerName: default-scheduler
 - schedulerName: flotilla
+  plugins:
+    multiPoint:
+      enabled:
+      - name: FlotillaCandidate
+  pluginConfig:
+  - name: FlotillaCandidate
+    args:
+      permitTimeoutSeconds: 30
 `
 
 // start brings the processes up in order, each healthy before the next.

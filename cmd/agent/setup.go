@@ -1,0 +1,116 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
+	"github.com/flotilla-dev/flotilla/pkg/reservation"
+	"github.com/flotilla-dev/flotilla/pkg/target"
+	"github.com/flotilla-dev/flotilla/pkg/vnode"
+	flotillawebhook "github.com/flotilla-dev/flotilla/pkg/webhook"
+)
+
+// setupWebhook serves the pod mutator on every replica and, when told how
+// the API server reaches it, registers it with a CA the agent makes.
+func setupWebhook(mgr manager.Manager, cfg *rest.Config, opts options) error {
+	caBundle, err := flotillawebhook.EnsureCertificates(opts.webhookCertDir, splitList(opts.webhookSANs))
+	if err != nil {
+		return fmt.Errorf("preparing webhook certificates: %w", err)
+	}
+	mgr.GetWebhookServer().Register(flotillawebhook.Path, &admission.Webhook{
+		Handler: &flotillawebhook.Mutator{Decoder: admission.NewDecoder(mgr.GetScheme())},
+	})
+	if opts.webhookURL == "" && opts.webhookService == "" {
+		return nil
+	}
+	reg := flotillawebhook.Registration{
+		Name:             opts.webhookConfigName,
+		URL:              opts.webhookURL,
+		ServiceName:      opts.webhookService,
+		ServiceNamespace: leaderElectionNamespace(opts.webhookServiceNS),
+		ServicePort:      443,
+		CABundle:         caBundle,
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	// Registering needs no leadership: every replica serves the same CA.
+	return mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		if err := reg.Apply(ctx, kube); err != nil {
+			return err
+		}
+		ctrl.Log.WithName("webhook").Info("Registered webhook", "configuration", reg.Name, "url", reg.URL, "service", reg.ServiceName)
+		<-ctx.Done()
+		return nil
+	}))
+}
+
+// setupPlacement connects the targets, runs a virtual node per target and the
+// placement controller. All of it runs on the leader only.
+func setupPlacement(mgr manager.Manager, cfg *rest.Config, opts options) error {
+	if len(opts.targets) == 0 {
+		ctrl.Log.WithName("agent").Info("No --target given: this agent places no pods")
+		return nil
+	}
+	targets, err := buildTargets(opts.targets, cfg, opts.clusterName)
+	if err != nil {
+		return err
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	for _, t := range targets.All() {
+		if err := mgr.Add(leaderRunnable(func(ctx context.Context) error {
+			t.Start(ctx)
+			<-ctx.Done()
+			t.Shutdown()
+			return nil
+		})); err != nil {
+			return err
+		}
+		if err := mgr.Add(leaderRunnable(func(ctx context.Context) error {
+			return vnode.Run(ctx, vnode.Config{
+				NodeName:  protocol.VirtualNodeName("", t.Name),
+				Target:    t.Name,
+				Client:    kube,
+				Delegates: target.Delegates{Target: t, SourceCluster: opts.clusterName},
+			})
+		})); err != nil {
+			return err
+		}
+	}
+	return (&reservation.Controller{
+		Client:        mgr.GetClient(),
+		Kube:          kube,
+		SourceCluster: opts.clusterName,
+		Targets:       targets,
+		Recorder:      mgr.GetEventRecorder("flotilla-agent"),
+		Workers:       opts.workers,
+	}).SetupWithManager(mgr)
+}
+
+// leaderRunnable runs f only while this replica is the leader.
+type leaderRunnable func(ctx context.Context) error
+
+func (f leaderRunnable) Start(ctx context.Context) error { return f(ctx) }
+func (f leaderRunnable) NeedLeaderElection() bool        { return true }
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}

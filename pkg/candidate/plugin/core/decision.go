@@ -1,0 +1,69 @@
+package core
+
+import (
+	"fmt"
+
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
+)
+
+// Verdict is what to do with a reservation waiting in Permit.
+type Verdict int
+
+const (
+	// Wait keeps the reservation until the source answers or Permit times out.
+	Wait Verdict = iota
+	// Allow lets the candidate bind to its reserved node.
+	Allow
+	// Reject ends the reservation; the candidate goes back to the queue.
+	Reject
+)
+
+func (v Verdict) String() string {
+	switch v {
+	case Allow:
+		return "Allow"
+	case Reject:
+		return "Reject"
+	default:
+		return "Wait"
+	}
+}
+
+// Decision is a Verdict and, for Reject, the reason in words.
+type Decision struct {
+	Verdict Verdict
+	Reason  string
+}
+
+// IsCandidate reports whether a pod's labels mark it as a Flotilla candidate.
+func IsCandidate(labels map[string]string) bool {
+	return labels[protocol.CandidateLabel] == "true"
+}
+
+// Decide applies the protocol's rule to the reservation named by nonce and
+// the candidate's current labels and annotations. A denial of this nonce
+// rejects. An allowance allows only if it parses, names this very nonce and
+// the source pod the candidate stands for; anything else (no allowance, a
+// malformed one, one for an earlier reservation or another source pod) waits,
+// because the annotations are a peer's writes and must never make the target
+// bind on its own.
+func Decide(nonce string, labels, annotations map[string]string) Decision {
+	if nonce == "" {
+		return Decision{Verdict: Wait}
+	}
+	if annotations[protocol.DeniedAnnotation] == nonce {
+		return Decision{Verdict: Reject, Reason: fmt.Sprintf("denied by source: reservation %s was refused", nonce)}
+	}
+	raw, ok := annotations[protocol.AllowedAnnotation]
+	if !ok {
+		return Decision{Verdict: Wait}
+	}
+	allowance, err := protocol.ParseAllowance(raw)
+	if err != nil {
+		return Decision{Verdict: Wait}
+	}
+	if allowance.Nonce != nonce || allowance.SourceUID != labels[protocol.SourceUIDLabel] {
+		return Decision{Verdict: Wait}
+	}
+	return Decision{Verdict: Allow}
+}

@@ -1,0 +1,276 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
+)
+
+// Scheduler is what the Manager needs of the scheduling framework; its
+// Handle provides it.
+type Scheduler interface {
+	// GetWaitingPod returns the pod waiting in Permit, or nil.
+	GetWaitingPod(uid types.UID) fwk.WaitingPod
+	// Activate moves pods back to the active queue, or requeues them after
+	// backoff when they are still in flight.
+	Activate(logger klog.Logger, pods map[string]*v1.Pod)
+}
+
+// Options configure a Manager.
+type Options struct {
+	// PluginName is the name under which waiting pods are allowed or rejected.
+	PluginName string
+	// SchedulerName is the profile whose candidates this Manager serves.
+	SchedulerName string
+	// PermitTimeout bounds a wait in Permit.
+	PermitTimeout time.Duration
+	// Workers per queue; default 2.
+	Workers int
+	// MaxSettleRetries bounds how often a decided pod is looked for among
+	// the waiting pods before giving up; default 20 (about 10 seconds).
+	MaxSettleRetries int
+}
+
+// Manager runs the protocol for one scheduling profile: it makes a
+// reservation at Reserve, decides at Permit, and settles waiting pods when
+// the source's allowance or denial arrives through the pod informer.
+type Manager struct {
+	opts      Options
+	scheduler Scheduler
+	pods      corelisters.PodLister
+	writer    *StateWriter
+	settle    workqueue.TypedRateLimitingInterface[PodRef]
+
+	mu       sync.Mutex
+	reserved map[types.UID]*Reservation
+}
+
+// NewManager returns a Manager; Run starts its workers.
+func NewManager(opts Options, scheduler Scheduler, pods corelisters.PodLister, writer *StateWriter) *Manager {
+	if opts.Workers <= 0 {
+		opts.Workers = 2
+	}
+	if opts.MaxSettleRetries <= 0 {
+		opts.MaxSettleRetries = 20
+	}
+	return &Manager{
+		opts:      opts,
+		scheduler: scheduler,
+		pods:      pods,
+		writer:    writer,
+		settle: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[PodRef](5*time.Millisecond, time.Second),
+			workqueue.TypedRateLimitingQueueConfig[PodRef]{Name: "flotilla_candidate_settle_" + opts.SchedulerName},
+		),
+		reserved: map[types.UID]*Reservation{},
+	}
+}
+
+// Run runs the state writer and the settling workers until ctx is done.
+func (m *Manager) Run(ctx context.Context) {
+	defer m.settle.ShutDown()
+	go m.writer.Run(ctx, m.opts.Workers)
+	for range m.opts.Workers {
+		go wait.UntilWithContext(ctx, func(ctx context.Context) {
+			for m.processNextSettle(ctx) {
+			}
+		}, time.Second)
+	}
+	<-ctx.Done()
+}
+
+// Reserve makes a new reservation of pod on node and reports it as
+// Reserved with score. It returns the reservation's nonce.
+func (m *Manager) Reserve(ctx context.Context, pod *v1.Pod, node string, score int64) (string, error) {
+	nonce, err := NewNonce()
+	if err != nil {
+		return "", fmt.Errorf("reserving pod %s on node %s: %w", klog.KObj(pod), node, err)
+	}
+	m.mu.Lock()
+	m.reserved[pod.UID] = &Reservation{Nonce: nonce, Node: node}
+	m.mu.Unlock()
+	m.writer.Set(refOf(pod), protocol.State{Phase: protocol.PhaseReserved, Nonce: nonce, Node: node, Score: score})
+	klog.FromContext(ctx).V(2).Info("Reserved candidate", "pod", klog.KObj(pod), "node", node, "nonce", nonce, "score", score)
+	return nonce, nil
+}
+
+// Permit decides on the reservation from the freshest copy of the pod in the
+// scheduler's cache, so an allowance that arrived before Permit is not
+// missed. On Wait, the informer settles the pod later.
+func (m *Manager) Permit(ctx context.Context, pod *v1.Pod) Decision {
+	current := pod
+	if cached, err := m.pods.Pods(pod.Namespace).Get(pod.Name); err == nil && cached.UID == pod.UID {
+		current = cached
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r, ok := m.reserved[pod.UID]
+	if !ok {
+		return Decision{Verdict: Reject, Reason: "no reservation was made for this scheduling cycle"}
+	}
+	d := Decide(r.Nonce, current.Labels, current.Annotations)
+	switch d.Verdict {
+	case Wait:
+		r.WaitingSince = time.Now()
+	default:
+		r.Settled = true
+		r.Reason = d.Reason
+	}
+	klog.FromContext(ctx).V(3).Info("Permit decided", "pod", klog.KObj(pod), "nonce", r.Nonce, "verdict", d.Verdict, "reason", d.Reason)
+	return d
+}
+
+// Unreserve forgets the reservation, reports it as Unreserved with the
+// reason, and sends the candidate back to the queue after its backoff, so it
+// makes a new reservation rather than waiting for an unrelated cluster event.
+func (m *Manager) Unreserve(ctx context.Context, pod *v1.Pod, node string) {
+	m.mu.Lock()
+	r, ok := m.reserved[pod.UID]
+	delete(m.reserved, pod.UID)
+	m.mu.Unlock()
+	if !ok {
+		return
+	}
+	reason := UnreserveReason(*r, m.opts.PermitTimeout, time.Now())
+	m.writer.Set(refOf(pod), protocol.State{Phase: protocol.PhaseUnreserved, Nonce: r.Nonce, Node: node, Reason: reason})
+	logger := klog.FromContext(ctx)
+	logger.V(2).Info("Unreserved candidate", "pod", klog.KObj(pod), "node", node, "nonce", r.Nonce, "reason", reason)
+	m.scheduler.Activate(logger, map[string]*v1.Pod{pod.Namespace + "/" + pod.Name: pod})
+}
+
+// Bound forgets the reservation and reports the candidate as Bound.
+func (m *Manager) Bound(ctx context.Context, pod *v1.Pod, node string) {
+	m.mu.Lock()
+	r, ok := m.reserved[pod.UID]
+	delete(m.reserved, pod.UID)
+	m.mu.Unlock()
+	var nonce string
+	if ok {
+		nonce = r.Nonce
+	}
+	m.writer.Set(refOf(pod), protocol.State{Phase: protocol.PhaseBound, Nonce: nonce, Node: node})
+	klog.FromContext(ctx).V(2).Info("Candidate bound", "pod", klog.KObj(pod), "node", node, "nonce", nonce)
+}
+
+// EventHandler is the handler to add to the scheduler's pod informer: it
+// queues this profile's candidates that hold a reservation whenever they
+// change or disappear.
+func (m *Manager) EventHandler() cache.ResourceEventHandler {
+	return cache.FilteringResourceEventHandler{
+		FilterFunc: func(obj any) bool {
+			pod := podOf(obj)
+			return pod != nil && pod.Spec.SchedulerName == m.opts.SchedulerName && IsCandidate(pod.Labels)
+		},
+		Handler: cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { m.enqueue(podOf(obj)) },
+			UpdateFunc: func(_, obj any) { m.enqueue(podOf(obj)) },
+			DeleteFunc: func(obj any) { m.enqueue(podOf(obj)) },
+		},
+	}
+}
+
+func (m *Manager) enqueue(pod *v1.Pod) {
+	if pod == nil {
+		return
+	}
+	m.mu.Lock()
+	_, ok := m.reserved[pod.UID]
+	m.mu.Unlock()
+	if ok {
+		m.settle.Add(refOf(pod))
+	}
+}
+
+func (m *Manager) processNextSettle(ctx context.Context) bool {
+	ref, shutdown := m.settle.Get()
+	if shutdown {
+		return false
+	}
+	defer m.settle.Done(ref)
+	logger := klog.FromContext(ctx).WithValues("pod", ref.String(), "podUID", ref.UID)
+
+	retry, err := m.settlePod(logger, ref)
+	switch {
+	case err != nil:
+		logger.Error(err, "Settling candidate failed; will retry")
+	case !retry:
+		m.settle.Forget(ref)
+		return true
+	}
+	if m.settle.NumRequeues(ref) >= m.opts.MaxSettleRetries {
+		logger.Info("Gave up settling candidate: it never showed up among the waiting pods; Permit will time out", "retries", m.settle.NumRequeues(ref))
+		m.settle.Forget(ref)
+		return true
+	}
+	m.settle.AddRateLimited(ref)
+	return true
+}
+
+// settlePod allows or rejects the pod waiting on its reservation once the
+// source has decided. It holds the table's lock while it does, so the
+// reservation it decided on is the one it settles. It asks for a retry when
+// the pod is not registered as waiting yet (Permit is still running).
+func (m *Manager) settlePod(logger klog.Logger, ref PodRef) (retry bool, err error) {
+	pod, err := m.pods.Pods(ref.Namespace).Get(ref.Name)
+	gone := apierrors.IsNotFound(err) || (err == nil && pod.UID != ref.UID)
+	if err != nil && !gone {
+		return true, fmt.Errorf("reading pod from the scheduler's cache: %w", err)
+	}
+
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r, ok := m.reserved[ref.UID]
+	if !ok || r.Settled {
+		return false, nil
+	}
+	d := Decision{Verdict: Reject, Reason: "candidate deleted"}
+	if !gone {
+		d = Decide(r.Nonce, pod.Labels, pod.Annotations)
+	}
+	if d.Verdict == Wait {
+		return false, nil
+	}
+	waiting := m.scheduler.GetWaitingPod(ref.UID)
+	if waiting == nil {
+		logger.V(4).Info("Candidate decided but not waiting yet", "nonce", r.Nonce, "verdict", d.Verdict)
+		return true, nil
+	}
+	r.Settled = true
+	r.Reason = d.Reason
+	if d.Verdict == Allow {
+		waiting.Allow(m.opts.PluginName)
+	} else {
+		waiting.Reject(m.opts.PluginName, d.Reason)
+	}
+	logger.V(2).Info("Settled waiting candidate", "nonce", r.Nonce, "verdict", d.Verdict, "reason", d.Reason)
+	return false, nil
+}
+
+func refOf(pod *v1.Pod) PodRef {
+	return PodRef{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}
+}
+
+func podOf(obj any) *v1.Pod {
+	switch t := obj.(type) {
+	case *v1.Pod:
+		return t
+	case cache.DeletedFinalStateUnknown:
+		pod, _ := t.Obj.(*v1.Pod)
+		return pod
+	default:
+		return nil
+	}
+}

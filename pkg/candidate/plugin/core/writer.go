@@ -1,0 +1,170 @@
+package core
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
+)
+
+// FieldManager names the scheduler's writes of the state annotation.
+const FieldManager = "flotilla-scheduler"
+
+// PodRef names one pod object; UID tells a candidate from a later one that
+// reuses its deterministic name.
+type PodRef struct {
+	Namespace string
+	Name      string
+	UID       types.UID
+}
+
+func (r PodRef) String() string { return r.Namespace + "/" + r.Name }
+
+// StatePatcher writes a candidate's state annotation.
+type StatePatcher interface {
+	// PatchState sets the state annotation of pod. It fails with a NotFound
+	// error when the pod is gone and a Conflict or Invalid error when the
+	// name now belongs to another pod.
+	PatchState(ctx context.Context, pod PodRef, state protocol.State) error
+}
+
+// ClientStatePatcher patches the state annotation through the API server.
+type ClientStatePatcher struct {
+	Client kubernetes.Interface
+}
+
+var _ StatePatcher = ClientStatePatcher{}
+
+// PatchState sends a JSON merge patch of metadata.annotations. The patch
+// carries the pod's UID, which the API server refuses to change, so a state
+// meant for a deleted candidate never lands on its successor.
+func (p ClientStatePatcher) PatchState(ctx context.Context, pod PodRef, state protocol.State) error {
+	value, err := json.Marshal(state)
+	if err != nil {
+		return fmt.Errorf("encoding state of pod %s: %w", pod, err)
+	}
+	patch, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{
+			"uid":         pod.UID,
+			"annotations": map[string]string{protocol.StateAnnotation: string(value)},
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("encoding state patch of pod %s: %w", pod, err)
+	}
+	_, err = p.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+	if err != nil {
+		return fmt.Errorf("patching state %s of pod %s: %w", state.Phase, pod, err)
+	}
+	return nil
+}
+
+// StateWriter writes candidates' states in the background. It keeps only the
+// latest desired state per pod, so a burst of transitions costs one write,
+// and it never writes two states of one pod at once or out of order: the
+// queue hands a pod to one worker at a time, and that worker always writes
+// the newest state it holds.
+type StateWriter struct {
+	patcher StatePatcher
+	queue   workqueue.TypedRateLimitingInterface[types.UID]
+
+	mu      sync.Mutex
+	pending map[types.UID]desiredState
+	version uint64
+}
+
+type desiredState struct {
+	pod     PodRef
+	state   protocol.State
+	version uint64
+}
+
+// NewStateWriter returns a writer over patcher. A nil rateLimiter means
+// exponential per-pod backoff from 50ms to 30s.
+func NewStateWriter(name string, patcher StatePatcher, rateLimiter workqueue.TypedRateLimiter[types.UID]) *StateWriter {
+	if rateLimiter == nil {
+		rateLimiter = workqueue.NewTypedItemExponentialFailureRateLimiter[types.UID](50*time.Millisecond, 30*time.Second)
+	}
+	return &StateWriter{
+		patcher: patcher,
+		queue:   workqueue.NewTypedRateLimitingQueueWithConfig(rateLimiter, workqueue.TypedRateLimitingQueueConfig[types.UID]{Name: name}),
+		pending: map[types.UID]desiredState{},
+	}
+}
+
+// Set records the state pod should carry; it returns at once.
+func (w *StateWriter) Set(pod PodRef, state protocol.State) {
+	w.mu.Lock()
+	w.version++
+	w.pending[pod.UID] = desiredState{pod: pod, state: state, version: w.version}
+	w.mu.Unlock()
+	w.queue.Add(pod.UID)
+}
+
+// Pending counts the pods whose latest state is not written yet.
+func (w *StateWriter) Pending() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.pending)
+}
+
+// Run writes with the given number of workers until ctx is done.
+func (w *StateWriter) Run(ctx context.Context, workers int) {
+	defer w.queue.ShutDown()
+	for range workers {
+		go wait.UntilWithContext(ctx, func(ctx context.Context) {
+			for w.processNext(ctx) {
+			}
+		}, time.Second)
+	}
+	<-ctx.Done()
+}
+
+func (w *StateWriter) processNext(ctx context.Context) bool {
+	uid, shutdown := w.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer w.queue.Done(uid)
+
+	w.mu.Lock()
+	want, ok := w.pending[uid]
+	w.mu.Unlock()
+	if !ok {
+		w.queue.Forget(uid)
+		return true
+	}
+
+	logger := klog.FromContext(ctx).WithValues("pod", want.pod.String(), "podUID", uid, "phase", want.state.Phase, "nonce", want.state.Nonce)
+	err := w.patcher.PatchState(ctx, want.pod, want.state)
+	switch {
+	case err == nil:
+		logger.V(4).Info("Wrote candidate state")
+	case apierrors.IsNotFound(err) || apierrors.IsConflict(err) || apierrors.IsInvalid(err):
+		// The candidate is gone or its name belongs to a new pod: the state
+		// has nobody left to inform.
+		logger.V(3).Info("Dropped candidate state", "err", err)
+	default:
+		logger.Error(err, "Writing candidate state failed; will retry", "retries", w.queue.NumRequeues(uid))
+		w.queue.AddRateLimited(uid)
+		return true
+	}
+	w.queue.Forget(uid)
+	w.mu.Lock()
+	if w.pending[uid].version == want.version {
+		delete(w.pending, uid)
+	}
+	w.mu.Unlock()
+	return true
+}

@@ -1,0 +1,112 @@
+// Package plugin is the scheduling-framework glue of Flotilla's target-side
+// candidate plugin: its name, its factory and one short method per extension
+// point. The protocol itself lives in package core.
+//
+// For a candidate pod (label multicluster.flotilla.dev/candidate=true) the
+// plugin makes a reservation with a fresh nonce at Reserve, holds the pod in
+// Permit until the source allows or denies that nonce, and reports Reserved,
+// Unreserved and Bound in the pod's state annotation. Every other pod passes
+// through untouched.
+package plugin
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+
+	"github.com/flotilla-dev/flotilla/pkg/candidate/plugin/core"
+)
+
+// Name is the plugin's name in a KubeSchedulerConfiguration.
+const Name = "FlotillaCandidate"
+
+// Plugin is the Flotilla candidate plugin of one scheduling profile.
+type Plugin struct {
+	handle        fwk.Handle
+	manager       *core.Manager
+	permitTimeout time.Duration
+}
+
+var (
+	_ fwk.ReservePlugin  = &Plugin{}
+	_ fwk.PermitPlugin   = &Plugin{}
+	_ fwk.PostBindPlugin = &Plugin{}
+)
+
+// New builds the plugin for one profile; its workers stop with ctx.
+func New(ctx context.Context, obj runtime.Object, handle fwk.Handle) (fwk.Plugin, error) {
+	var args core.Args
+	if err := frameworkruntime.DecodeInto(obj, &args); err != nil {
+		return nil, fmt.Errorf("decoding %s args: %w", Name, err)
+	}
+	timeout, err := args.PermitTimeout()
+	if err != nil {
+		return nil, fmt.Errorf("%s args: %w", Name, err)
+	}
+	pods := handle.SharedInformerFactory().Core().V1().Pods()
+	writer := core.NewStateWriter("flotilla_candidate_state_"+handle.ProfileName(), core.ClientStatePatcher{Client: handle.ClientSet()}, nil)
+	manager := core.NewManager(core.Options{
+		PluginName:    Name,
+		SchedulerName: handle.ProfileName(),
+		PermitTimeout: timeout,
+	}, handle, pods.Lister(), writer)
+	if _, err := pods.Informer().AddEventHandler(manager.EventHandler()); err != nil {
+		return nil, fmt.Errorf("watching candidate pods: %w", err)
+	}
+	go manager.Run(ctx)
+	klog.FromContext(ctx).Info("Flotilla candidate plugin ready", "profile", handle.ProfileName(), "permitTimeout", timeout)
+	return &Plugin{handle: handle, manager: manager, permitTimeout: timeout}, nil
+}
+
+// Name returns the plugin's name.
+func (p *Plugin) Name() string { return Name }
+
+// Reserve makes a new reservation of a candidate on nodeName.
+func (p *Plugin) Reserve(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
+	if !core.IsCandidate(pod.Labels) {
+		return nil
+	}
+	var score int64
+	if node, err := p.handle.SnapshotSharedLister().NodeInfos().Get(nodeName); err == nil {
+		score = core.ScoreOf(node, pod)
+	}
+	if _, err := p.manager.Reserve(ctx, pod, nodeName, score); err != nil {
+		return fwk.AsStatus(err)
+	}
+	return nil
+}
+
+// Unreserve ends a candidate's reservation.
+func (p *Plugin) Unreserve(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, nodeName string) {
+	if core.IsCandidate(pod.Labels) {
+		p.manager.Unreserve(ctx, pod, nodeName)
+	}
+}
+
+// Permit holds a candidate until the source allows or denies its reservation.
+func (p *Plugin) Permit(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, _ string) (*fwk.Status, time.Duration) {
+	if !core.IsCandidate(pod.Labels) {
+		return nil, 0
+	}
+	switch d := p.manager.Permit(ctx, pod); d.Verdict {
+	case core.Allow:
+		return nil, 0
+	case core.Reject:
+		return fwk.NewStatus(fwk.Unschedulable, d.Reason), 0
+	default:
+		return fwk.NewStatus(fwk.Wait, "waiting for the source to allow or deny the reservation"), p.permitTimeout
+	}
+}
+
+// PostBind reports a candidate as bound.
+func (p *Plugin) PostBind(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, nodeName string) {
+	if core.IsCandidate(pod.Labels) {
+		p.manager.Bound(ctx, pod, nodeName)
+	}
+}

@@ -1,0 +1,154 @@
+package vnode
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/klog/v2"
+
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
+)
+
+// Labels every virtual node carries.
+const (
+	// TargetLabel names the target a virtual node stands for.
+	TargetLabel = protocol.Prefix + "target"
+	// TypeLabel and TypeValue mark a virtual-kubelet node, as every
+	// virtual-kubelet provider does.
+	TypeLabel = "type"
+	TypeValue = "virtual-kubelet"
+	// RoleLabel and RoleValue are virtual-kubelet's customary role.
+	RoleLabel = "kubernetes.io/role"
+	RoleValue = "agent"
+)
+
+// kubeletVersion is what the virtual node reports as its kubelet version:
+// the Kubernetes release Flotilla is built against, marked as not a kubelet.
+const kubeletVersion = "v1.35.4-vk-flotilla"
+
+// DefaultCapacity is the capacity and allocatable of a virtual node until
+// targets publish summaries: large enough never to be what limits a source
+// pod, which is bound by the agent and not by a scheduler.
+func DefaultCapacity() corev1.ResourceList {
+	return corev1.ResourceList{
+		corev1.ResourceCPU:              resource.MustParse("100k"),
+		corev1.ResourceMemory:           resource.MustParse("1Pi"),
+		corev1.ResourceEphemeralStorage: resource.MustParse("1Pi"),
+		corev1.ResourcePods:             resource.MustParse("100k"),
+	}
+}
+
+// Taint is the taint of every virtual node: only source pods, which
+// tolerate it, go there.
+func Taint() corev1.Taint {
+	return corev1.Taint{
+		Key:    protocol.VirtualNodeTaintKey,
+		Value:  protocol.VirtualNodeTaintValue,
+		Effect: corev1.TaintEffectNoSchedule,
+	}
+}
+
+// newNode is the Node the virtual node registers. The fixed labels win over
+// cfg.Labels, so a target's labels cannot disguise the node.
+func newNode(cfg Config, now time.Time) *corev1.Node {
+	labels := make(map[string]string, len(cfg.Labels)+4)
+	maps.Copy(labels, cfg.Labels)
+	labels[TypeLabel] = TypeValue
+	labels[RoleLabel] = RoleValue
+	labels[TargetLabel] = cfg.Target
+	labels[corev1.LabelHostname] = cfg.NodeName
+
+	at := metav1.NewTime(now)
+	condition := func(t corev1.NodeConditionType, s corev1.ConditionStatus, reason, message string) corev1.NodeCondition {
+		return corev1.NodeCondition{Type: t, Status: s, Reason: reason, Message: message, LastHeartbeatTime: at, LastTransitionTime: at}
+	}
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: cfg.NodeName, Labels: labels},
+		Spec:       corev1.NodeSpec{Taints: []corev1.Taint{Taint()}},
+		Status: corev1.NodeStatus{
+			Phase:       corev1.NodeRunning,
+			Capacity:    cfg.Capacity.DeepCopy(),
+			Allocatable: cfg.Capacity.DeepCopy(),
+			Conditions: []corev1.NodeCondition{
+				condition(corev1.NodeReady, corev1.ConditionTrue, "VirtualNodeReady",
+					fmt.Sprintf("the Flotilla agent runs the virtual node of target %s", cfg.Target)),
+				condition(corev1.NodeMemoryPressure, corev1.ConditionFalse, "VirtualNode", "a virtual node has no memory pressure"),
+				condition(corev1.NodeDiskPressure, corev1.ConditionFalse, "VirtualNode", "a virtual node has no disk pressure"),
+				condition(corev1.NodePIDPressure, corev1.ConditionFalse, "VirtualNode", "a virtual node has no PID pressure"),
+				condition(corev1.NodeNetworkUnavailable, corev1.ConditionFalse, "VirtualNode", "a virtual node's network is its target's"),
+			},
+			Addresses: []corev1.NodeAddress{{Type: corev1.NodeHostName, Address: cfg.NodeName}},
+			NodeInfo: corev1.NodeSystemInfo{
+				OperatingSystem: "linux",
+				Architecture:    "amd64",
+				KubeletVersion:  kubeletVersion,
+			},
+		},
+	}
+}
+
+// mergeTaints returns existing with every taint of want in it (a taint of
+// want replaces one with the same key and effect) and whether that changed
+// anything. Other taints, an operator's for instance, stay.
+func mergeTaints(existing, want []corev1.Taint) ([]corev1.Taint, bool) {
+	out := append([]corev1.Taint(nil), existing...)
+	changed := false
+	for _, w := range want {
+		found := false
+		for i := range out {
+			if out[i].Key != w.Key || out[i].Effect != w.Effect {
+				continue
+			}
+			found = true
+			if out[i].Value != w.Value {
+				out[i].Value = w.Value
+				changed = true
+			}
+		}
+		if !found {
+			out = append(out, w)
+			changed = true
+		}
+	}
+	return out, changed
+}
+
+// adoptNode prepares an existing node for the node controller, which
+// creates a missing node but, when one exists, writes only its status and
+// metadata: it puts the virtual node's taint back in the spec. It refuses a
+// node of the same name that is not the virtual node of this target, rather
+// than take over a real node.
+func adoptNode(ctx context.Context, nodes typedcorev1.NodeInterface, want *corev1.Node) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		existing, err := nodes.Get(ctx, want.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("getting node %s: %w", want.Name, err)
+		}
+		if got := existing.Labels[TargetLabel]; got != want.Labels[TargetLabel] {
+			return fmt.Errorf("node %s exists but is not the virtual node of target %s (its %s label is %q)",
+				want.Name, want.Labels[TargetLabel], TargetLabel, got)
+		}
+		taints, changed := mergeTaints(existing.Spec.Taints, want.Spec.Taints)
+		if !changed {
+			return nil
+		}
+		existing.Spec.Taints = taints
+		if _, err := nodes.Update(ctx, existing, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("restoring the taint of node %s: %w", want.Name, err)
+		}
+		taint := Taint()
+		klog.FromContext(ctx).Info("Restored the virtual node's taint", "taint", taint.ToString())
+		return nil
+	})
+}

@@ -1,0 +1,338 @@
+package vnode
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Reasons the virtual node writes on source pods.
+const (
+	// ReasonDelegateLost is the pod reason, and the Warning event reason,
+	// when the delegate of a bound source pod that is not being deleted no
+	// longer exists in the target.
+	ReasonDelegateLost = "DelegateLost"
+	// ReasonContainerStatusUnknown is a kubelet's reason for a container
+	// whose end it could not observe; the virtual node uses it for the
+	// containers of a delegate that vanished before they were seen to stop.
+	ReasonContainerStatusUnknown = "ContainerStatusUnknown"
+	// ReasonReadinessGatesNotReady is a kubelet's reason for a Ready=False
+	// condition caused by the pod's readiness gates.
+	ReasonReadinessGatesNotReady = "ReadinessGatesNotReady"
+	// reasonPodCompleted is a kubelet's reason for Ready=False once a pod has
+	// stopped.
+	reasonPodCompleted = "PodCompleted"
+	// exitCodeUnknown is what a kubelet reports for a container whose end it
+	// could not observe (128+SIGKILL).
+	exitCodeUnknown = 137
+)
+
+// kubeletConditions are the pod conditions a kubelet owns; the delegate's
+// kubelet reports them, and stale copies on the source pod are dropped.
+var kubeletConditions = map[corev1.PodConditionType]bool{
+	corev1.PodInitialized:            true,
+	corev1.PodReady:                  true,
+	corev1.ContainersReady:           true,
+	corev1.PodReadyToStartContainers: true,
+}
+
+// desiredStatus is the status the source pod should have, given its
+// delegate in the target (nil when none exists). target names the target in
+// messages; now stamps the transitions the virtual node makes itself.
+func desiredStatus(source, delegate *corev1.Pod, target string, now time.Time) corev1.PodStatus {
+	switch {
+	case delegate != nil:
+		return mirrorStatus(source, delegate)
+	case source.DeletionTimestamp != nil:
+		msg := fmt.Sprintf("The container's end was not observed before its delegate in target %s was deleted", target)
+		return terminatedStatus(source, "", "", msg, false, now)
+	default:
+		msg := fmt.Sprintf("The delegate of this pod in target %s no longer exists", target)
+		return terminatedStatus(source, ReasonDelegateLost, msg,
+			fmt.Sprintf("The container could not be located: its delegate in target %s no longer exists", target), true, now)
+	}
+}
+
+// mirrorStatus copies the delegate's status onto the source's. What the
+// delegate reports about itself (phase, containers, IPs, kubelet conditions)
+// wins; what only means something for the source pod is kept. Values a
+// kube-apiserver would refuse (bad IPs, statuses of containers the source pod
+// does not have, conditions without type) are dropped, so a malformed
+// delegate cannot block every later status update of its source pod.
+func mirrorStatus(source, delegate *corev1.Pod) corev1.PodStatus {
+	out := source.Status.DeepCopy()
+	d := &delegate.Status
+
+	out.Phase = phaseOf(d.Phase)
+	out.Reason = d.Reason
+	out.Message = d.Message
+	out.HostIP, out.HostIPs = hostIPs(d)
+	out.PodIP, out.PodIPs = podIPs(d)
+	if d.StartTime != nil {
+		out.StartTime = d.StartTime.DeepCopy()
+	}
+	out.InitContainerStatuses = containerStatuses(d.InitContainerStatuses, source.Spec.InitContainers)
+	out.ContainerStatuses = containerStatuses(d.ContainerStatuses, source.Spec.Containers)
+	out.Conditions = mergeConditions(source.Status.Conditions, d.Conditions)
+	applyReadinessGates(source, out)
+	return *out
+}
+
+// terminatedStatus is the source's current status with every container that
+// was not seen to stop marked terminated with ContainerStatusUnknown, the
+// pod in a terminal phase and not ready. failed forces phase Failed;
+// otherwise the pod Succeeded when every container exited 0.
+func terminatedStatus(source *corev1.Pod, reason, message, containerMessage string, failed bool, now time.Time) corev1.PodStatus {
+	out := source.Status.DeepCopy()
+	at := metav1.NewTime(now)
+	out.InitContainerStatuses = terminateContainers(source.Spec.InitContainers, out.InitContainerStatuses, containerMessage, at, true)
+	out.ContainerStatuses = terminateContainers(source.Spec.Containers, out.ContainerStatuses, containerMessage, at, false)
+
+	out.Phase = corev1.PodSucceeded
+	if failed || len(out.ContainerStatuses) == 0 {
+		out.Phase = corev1.PodFailed
+	}
+	for _, cs := range out.ContainerStatuses {
+		if cs.State.Terminated == nil || cs.State.Terminated.ExitCode != 0 {
+			out.Phase = corev1.PodFailed
+		}
+	}
+	if reason != "" {
+		out.Reason, out.Message = reason, message
+	}
+	for _, t := range []corev1.PodConditionType{corev1.ContainersReady, corev1.PodReady} {
+		setCondition(out, corev1.PodCondition{Type: t, Status: corev1.ConditionFalse, Reason: reasonPodCompleted}, at)
+	}
+	return *out
+}
+
+// terminateContainers returns the statuses of containers with every
+// container that has not stopped marked terminated. Init containers that
+// never started stay as they are, as a kubelet leaves them.
+func terminateContainers(spec []corev1.Container, statuses []corev1.ContainerStatus, message string, at metav1.Time, init bool) []corev1.ContainerStatus {
+	byName := make(map[string]int, len(statuses))
+	for i, cs := range statuses {
+		byName[cs.Name] = i
+	}
+	out := make([]corev1.ContainerStatus, 0, len(spec))
+	for _, c := range spec {
+		cs := corev1.ContainerStatus{Name: c.Name, Image: c.Image}
+		i, reported := byName[c.Name]
+		if reported {
+			cs = statuses[i]
+		}
+		if init && !reported {
+			continue
+		}
+		if cs.State.Terminated != nil || (init && cs.State.Running == nil) {
+			out = append(out, cs)
+			continue
+		}
+		term := &corev1.ContainerStateTerminated{
+			ExitCode:    exitCodeUnknown,
+			Reason:      ReasonContainerStatusUnknown,
+			Message:     message,
+			FinishedAt:  at,
+			ContainerID: cs.ContainerID,
+		}
+		if cs.State.Running != nil {
+			term.StartedAt = cs.State.Running.StartedAt
+		}
+		cs.State = corev1.ContainerState{Terminated: term}
+		cs.Ready = false
+		started := false
+		cs.Started = &started
+		out = append(out, cs)
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+func phaseOf(p corev1.PodPhase) corev1.PodPhase {
+	switch p {
+	case corev1.PodPending, corev1.PodRunning, corev1.PodSucceeded, corev1.PodFailed, corev1.PodUnknown:
+		return p
+	case "":
+		return corev1.PodPending
+	default:
+		return corev1.PodUnknown
+	}
+}
+
+// containerStatuses keeps one status per container of the source pod, in the
+// delegate's order.
+func containerStatuses(statuses []corev1.ContainerStatus, spec []corev1.Container) []corev1.ContainerStatus {
+	names := make(map[string]bool, len(spec))
+	for _, c := range spec {
+		names[c.Name] = true
+	}
+	var out []corev1.ContainerStatus
+	for _, cs := range statuses {
+		if !names[cs.Name] {
+			continue
+		}
+		names[cs.Name] = false
+		out = append(out, *cs.DeepCopy())
+	}
+	return out
+}
+
+// mergeConditions keeps the source's conditions that the delegate does not
+// report and that are not a kubelet's (PodScheduled: the source pod's own
+// binding; readiness gates and DisruptionTarget set in the source), then adds
+// the delegate's. The delegate's observedGeneration counts the delegate's
+// generations, not the source's, so it is dropped.
+func mergeConditions(source, delegate []corev1.PodCondition) []corev1.PodCondition {
+	fromDelegate := make([]corev1.PodCondition, 0, len(delegate))
+	reported := map[corev1.PodConditionType]bool{}
+	for _, c := range delegate {
+		if c.Type == "" || c.Type == corev1.PodScheduled || reported[c.Type] {
+			continue
+		}
+		reported[c.Type] = true
+		c = *c.DeepCopy()
+		c.ObservedGeneration = 0
+		fromDelegate = append(fromDelegate, c)
+	}
+	var out []corev1.PodCondition
+	for _, c := range source {
+		if reported[c.Type] || kubeletConditions[c.Type] {
+			continue
+		}
+		out = append(out, *c.DeepCopy())
+	}
+	out = append(out, fromDelegate...)
+	return out
+}
+
+// applyReadinessGates makes the pod not Ready while one of the source pod's
+// readiness gates is not True, as a kubelet does. The delegate's kubelet
+// cannot know the gates: they are set in the source cluster.
+func applyReadinessGates(source *corev1.Pod, status *corev1.PodStatus) {
+	if len(source.Spec.ReadinessGates) == 0 {
+		return
+	}
+	ready := conditionIndex(status.Conditions, corev1.PodReady)
+	if ready < 0 || status.Conditions[ready].Status != corev1.ConditionTrue {
+		return
+	}
+	var missing []string
+	for _, g := range source.Spec.ReadinessGates {
+		i := conditionIndex(status.Conditions, g.ConditionType)
+		if i < 0 || status.Conditions[i].Status != corev1.ConditionTrue {
+			missing = append(missing, string(g.ConditionType))
+		}
+	}
+	if len(missing) == 0 {
+		return
+	}
+	c := &status.Conditions[ready]
+	c.Status = corev1.ConditionFalse
+	c.Reason = ReasonReadinessGatesNotReady
+	c.Message = fmt.Sprintf("the status of pod readiness gate(s) %s is not \"True\"", strings.Join(missing, ", "))
+	// Keep the source's transition time while Ready=False stands, so the
+	// same inputs always give the same status.
+	if i := conditionIndex(source.Status.Conditions, corev1.PodReady); i >= 0 && source.Status.Conditions[i].Status == corev1.ConditionFalse {
+		c.LastTransitionTime = source.Status.Conditions[i].LastTransitionTime
+	}
+}
+
+// setCondition sets a condition, stamping at as its transition time when
+// its status changes.
+func setCondition(status *corev1.PodStatus, c corev1.PodCondition, at metav1.Time) {
+	i := conditionIndex(status.Conditions, c.Type)
+	if i < 0 {
+		c.LastTransitionTime = at
+		status.Conditions = append(status.Conditions, c)
+		return
+	}
+	old := status.Conditions[i]
+	c.LastTransitionTime = old.LastTransitionTime
+	c.LastProbeTime = old.LastProbeTime
+	if old.Status != c.Status {
+		c.LastTransitionTime = at
+	}
+	status.Conditions[i] = c
+}
+
+func conditionIndex(conditions []corev1.PodCondition, t corev1.PodConditionType) int {
+	for i, c := range conditions {
+		if c.Type == t {
+			return i
+		}
+	}
+	return -1
+}
+
+// podIPs returns the delegate's valid pod IPs, at most one per family, and
+// the primary one.
+func podIPs(d *corev1.PodStatus) (string, []corev1.PodIP) {
+	raw := make([]string, 0, len(d.PodIPs)+1)
+	for _, ip := range d.PodIPs {
+		raw = append(raw, ip.IP)
+	}
+	if len(raw) == 0 {
+		raw = append(raw, d.PodIP)
+	}
+	ips := validIPs(raw)
+	if len(ips) == 0 {
+		return "", nil
+	}
+	out := make([]corev1.PodIP, len(ips))
+	for i, ip := range ips {
+		out[i] = corev1.PodIP{IP: ip}
+	}
+	return ips[0], out
+}
+
+// hostIPs is podIPs for the delegate's node addresses.
+func hostIPs(d *corev1.PodStatus) (string, []corev1.HostIP) {
+	raw := make([]string, 0, len(d.HostIPs)+1)
+	for _, ip := range d.HostIPs {
+		raw = append(raw, ip.IP)
+	}
+	if len(raw) == 0 {
+		raw = append(raw, d.HostIP)
+	}
+	ips := validIPs(raw)
+	if len(ips) == 0 {
+		return "", nil
+	}
+	out := make([]corev1.HostIP, len(ips))
+	for i, ip := range ips {
+		out[i] = corev1.HostIP{IP: ip}
+	}
+	return ips[0], out
+}
+
+// validIPs keeps the first valid IPv4 and the first valid IPv6 address, in
+// their order: what a kube-apiserver accepts for a dual-stack pod.
+func validIPs(raw []string) []string {
+	var out []string
+	var v4, v6 bool
+	for _, s := range raw {
+		a, err := netip.ParseAddr(s)
+		if err != nil || a.Zone() != "" || a.Is4In6() {
+			continue
+		}
+		if a.Is4() {
+			if v4 {
+				continue
+			}
+			v4 = true
+		} else {
+			if v6 {
+				continue
+			}
+			v6 = true
+		}
+		out = append(out, s)
+	}
+	return out
+}

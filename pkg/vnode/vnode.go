@@ -1,0 +1,255 @@
+package vnode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	vklog "github.com/virtual-kubelet/virtual-kubelet/log"
+	"github.com/virtual-kubelet/virtual-kubelet/node"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+)
+
+// Delegates is what a virtual node needs of its target; the agent implements
+// it over the target's informer.
+//
+// Get must answer from a synced cache: a source pod whose delegate Get does
+// not find fails for good (see the package doc). An implementation that has
+// a HasSynced() bool method is waited for before any pod is looked at.
+type Delegates interface {
+	// Get returns the delegate (the bound candidate in the target) of a
+	// source pod, or (nil, nil) when none exists.
+	Get(source *corev1.Pod) (*corev1.Pod, error)
+	// Delete deletes the delegate of a source pod; nil if already gone. The
+	// source pod carries its deletion grace period, if it has one.
+	Delete(ctx context.Context, source *corev1.Pod) error
+	// OnChange registers f, called with the delegate whenever one changes
+	// (or is deleted). f does not block.
+	OnChange(f func(delegate *corev1.Pod))
+}
+
+// Config describes one virtual node.
+type Config struct {
+	// NodeName is the node's name, e.g. protocol.VirtualNodeName("", target).
+	NodeName string
+	// Target is the target's name, for labels, messages and events.
+	Target string
+	// Labels are extra node labels (region, zone, ...). They cannot replace
+	// the labels every virtual node has (TypeLabel, RoleLabel, TargetLabel,
+	// kubernetes.io/hostname).
+	Labels map[string]string
+	// Client is the source cluster's.
+	Client kubernetes.Interface
+	// Delegates finds and deletes delegates in the target.
+	Delegates Delegates
+
+	// LeaseDuration is the node Lease's duration; default 40s, as a kubelet.
+	LeaseDuration time.Duration
+	// LeaseRenewInterval is how often the Lease is renewed; default a
+	// quarter of LeaseDuration.
+	LeaseRenewInterval time.Duration
+	// StatusUpdateInterval is how often the Node's status is written even
+	// when it does not change; default 1m.
+	StatusUpdateInterval time.Duration
+	// Capacity is the node's capacity and allocatable; default
+	// DefaultCapacity().
+	Capacity corev1.ResourceList
+	// Workers is the number of pod sync workers, and of status workers;
+	// default 4.
+	Workers int
+	// EventRecorder records events on source pods; default one that writes
+	// to Client as component "flotilla-vnode".
+	EventRecorder record.EventRecorder
+}
+
+// Defaults of Config.
+const (
+	DefaultLeaseDuration        = 40 * time.Second
+	DefaultStatusUpdateInterval = time.Minute
+	DefaultWorkers              = 4
+)
+
+func (cfg Config) withDefaults() (Config, error) {
+	var errs []error
+	if cfg.NodeName == "" {
+		errs = append(errs, errors.New("no node name"))
+	}
+	if cfg.Target == "" {
+		errs = append(errs, errors.New("no target"))
+	}
+	if cfg.Client == nil {
+		errs = append(errs, errors.New("no client"))
+	}
+	if cfg.Delegates == nil {
+		errs = append(errs, errors.New("no delegates"))
+	}
+	if cfg.LeaseDuration == 0 {
+		cfg.LeaseDuration = DefaultLeaseDuration
+	}
+	if cfg.LeaseRenewInterval == 0 {
+		cfg.LeaseRenewInterval = cfg.LeaseDuration / 4
+	}
+	if cfg.LeaseDuration < time.Second || cfg.LeaseRenewInterval <= 0 || cfg.LeaseRenewInterval >= cfg.LeaseDuration {
+		errs = append(errs, fmt.Errorf("lease duration %s and renew interval %s: want a duration of 1s or more and a shorter interval",
+			cfg.LeaseDuration, cfg.LeaseRenewInterval))
+	}
+	if cfg.StatusUpdateInterval == 0 {
+		cfg.StatusUpdateInterval = DefaultStatusUpdateInterval
+	}
+	if cfg.Capacity == nil {
+		cfg.Capacity = DefaultCapacity()
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = DefaultWorkers
+	}
+	if err := errors.Join(errs...); err != nil {
+		return cfg, fmt.Errorf("virtual node %q: %w", cfg.NodeName, err)
+	}
+	return cfg, nil
+}
+
+// Run registers the node, keeps it Ready with Lease heartbeats, runs the pod
+// controller, and returns when ctx is done (removing nothing: the node stays
+// so pods keep their binding across agent restarts). It returns an error,
+// before ctx is done, when the node cannot be registered or a controller
+// stops; the caller retries.
+func Run(ctx context.Context, cfg Config) error {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return err
+	}
+	logger := klog.FromContext(ctx).WithValues("node", cfg.NodeName, "target", cfg.Target)
+	ctx = klog.NewContext(ctx, logger)
+	ctx = vklog.WithLogger(ctx, vkLogger{l: logger.WithName("virtual-kubelet")})
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	if s, ok := cfg.Delegates.(interface{ HasSynced() bool }); ok {
+		if !cache.WaitForCacheSync(ctx.Done(), s.HasSynced) {
+			return nil // ctx is done
+		}
+	}
+
+	recorder := cfg.EventRecorder
+	if recorder == nil {
+		broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+		broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cfg.Client.CoreV1().Events("")})
+		defer broadcaster.Shutdown()
+		recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "flotilla-vnode", Host: cfg.NodeName})
+	}
+
+	nodes := cfg.Client.CoreV1().Nodes()
+	want := newNode(cfg, time.Now())
+	if err := adoptNode(ctx, nodes, want); err != nil {
+		return fmt.Errorf("virtual node %s: %w", cfg.NodeName, err)
+	}
+	nc, err := node.NewNodeController(node.NaiveNodeProvider{}, want, nodes,
+		node.WithNodeEnableLeaseV1WithRenewInterval(cfg.Client.CoordinationV1().Leases(corev1.NamespaceNodeLease),
+			int32(math.Ceil(cfg.LeaseDuration.Seconds())), cfg.LeaseRenewInterval),
+		node.WithNodeStatusUpdateInterval(cfg.StatusUpdateInterval),
+		node.WithNodeStatusUpdateErrorHandler(recreateNode(nodes, cfg)),
+	)
+	if err != nil {
+		return fmt.Errorf("virtual node %s: creating the node controller: %w", cfg.NodeName, err)
+	}
+
+	// Only the pods bound to this node. ConfigMaps, Secrets and Services are
+	// required by the pod controller for the downward API, which the
+	// delegate's kubelet resolves instead: their informers are never started.
+	podFactory := informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName).String()
+		}))
+	unused := informers.NewSharedInformerFactory(cfg.Client, 0)
+	podInformer := podFactory.Core().V1().Pods()
+	p := newProvider(cfg, podInformer.Lister(), recorder)
+	if _, err := podInformer.Informer().AddEventHandler(p.sourceHandler()); err != nil {
+		return fmt.Errorf("virtual node %s: watching its pods: %w", cfg.NodeName, err)
+	}
+	cfg.Delegates.OnChange(p.delegateChanged)
+
+	pc, err := node.NewPodController(node.PodControllerConfig{
+		PodClient:                 cfg.Client.CoreV1(),
+		PodInformer:               podInformer,
+		EventRecorder:             recorder,
+		Provider:                  p,
+		ConfigMapInformer:         unused.Core().V1().ConfigMaps(),
+		SecretInformer:            unused.Core().V1().Secrets(),
+		ServiceInformer:           unused.Core().V1().Services(),
+		SkipDownwardAPIResolution: true,
+	})
+	if err != nil {
+		return fmt.Errorf("virtual node %s: creating the pod controller: %w", cfg.NodeName, err)
+	}
+
+	podFactory.Start(ctx.Done())
+	defer podFactory.Shutdown()
+	go nc.Run(ctx)              //nolint:errcheck // reported by nc.Err
+	go pc.Run(ctx, cfg.Workers) //nolint:errcheck // reported by pc.Err
+	defer func() {
+		cancel()
+		<-nc.Done()
+		<-pc.Done()
+	}()
+
+	select {
+	case <-pc.Ready():
+	case <-pc.Done():
+		return stopped(ctx, cfg.NodeName, "pod controller", pc.Err())
+	case <-nc.Done():
+		return stopped(ctx, cfg.NodeName, "node controller", nc.Err())
+	case <-ctx.Done():
+		return nil
+	}
+	go p.run(ctx, cfg.Workers)
+	logger.Info("Virtual node running")
+
+	select {
+	case <-pc.Done():
+		return stopped(ctx, cfg.NodeName, "pod controller", pc.Err())
+	case <-nc.Done():
+		return stopped(ctx, cfg.NodeName, "node controller", nc.Err())
+	case <-ctx.Done():
+		return nil
+	}
+}
+
+// recreateNode registers the node again when someone deleted it while the
+// agent runs. (The source's pod garbage collector deletes the pods bound to
+// a deleted node, and with them their delegates.)
+func recreateNode(nodes typedcorev1.NodeInterface, cfg Config) node.ErrorHandler {
+	return func(ctx context.Context, err error) error {
+		if !apierrors.IsNotFound(err) {
+			return err
+		}
+		klog.FromContext(ctx).Info("Virtual node was deleted, registering it again")
+		if _, err := nodes.Create(ctx, newNode(cfg, time.Now()), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("registering node %s again: %w", cfg.NodeName, err)
+		}
+		return nil
+	}
+}
+
+// stopped is Run's result when a controller has stopped: nil when ctx is
+// done, Run's clean end, and an error otherwise.
+func stopped(ctx context.Context, nodeName, controller string, err error) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	if err == nil {
+		err = errors.New("stopped without an error")
+	}
+	return fmt.Errorf("virtual node %s: %s: %w", nodeName, controller, err)
+}

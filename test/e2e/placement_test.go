@@ -1,0 +1,250 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
+	"github.com/flotilla-dev/flotilla/test/sandbox"
+)
+
+const placementNS = "shop"
+
+// placementSandbox is c1 (source, and its own target), c2 with room for five
+// one-CPU pods, and c3; c1's agent targets all three.
+func placementSandbox(t *testing.T) (*sandbox.Sandbox, *sandbox.Agent) {
+	t.Helper()
+	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
+		{Name: "c1", Nodes: []sandbox.NodeSpec{{CPU: "8"}, {CPU: "8"}}},
+		{Name: "c2", Nodes: []sandbox.NodeSpec{{CPU: "5"}}},
+		{Name: "c3", Nodes: []sandbox.NodeSpec{{CPU: "16"}, {CPU: "16"}}},
+	}})
+	ctx := t.Context()
+	for _, c := range s.Clusters {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: placementNS, Labels: map[string]string{protocol.NamespaceEnabledLabel: "true"}}}
+		if _, err := c.Client().CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	agent, err := sandbox.StartAgent(ctx, s.Cluster("c1"), s.Clusters)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, agent
+}
+
+// TestPlacement drives the whole protocol on three real clusters.
+func TestPlacement(t *testing.T) {
+	s, _ := placementSandbox(t)
+	ctx := t.Context()
+	c1 := s.Cluster("c1").Client()
+
+	t.Run("30 replicas land once each, within capacity", func(t *testing.T) {
+		if _, err := c1.AppsV1().Deployments(placementNS).Create(ctx, optedInDeployment("web", 30, "1"), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		sources := waitSourcePods(t, c1, "app=web", 30, func(p *corev1.Pod) bool {
+			return p.Status.Phase == corev1.PodRunning && strings.HasPrefix(p.Spec.NodeName, "flotilla-")
+		})
+		// Settled: every source pod has exactly one candidate left, bound on
+		// the cluster its virtual node names.
+		waitFor(t, 60*time.Second, "one bound candidate per source pod and no other", func() (bool, string) {
+			return checkOneDelegateEach(ctx, s, sources)
+		})
+		perCluster := map[string]int{}
+		for _, p := range sources {
+			perCluster[strings.TrimPrefix(p.Spec.NodeName, "flotilla-")]++
+		}
+		if perCluster["c2"] > 5 {
+			t.Errorf("c2 has room for 5 pods but runs %d", perCluster["c2"])
+		}
+		t.Logf("placement: %v", perCluster)
+		for _, c := range s.Clusters {
+			checkNoOvercommit(t, c.Client())
+		}
+	})
+
+	t.Run("a pod that fits nowhere waits with reasons, then runs when a node appears", func(t *testing.T) {
+		pod := optedInPod("huge", "24")
+		if _, err := c1.CoreV1().Pods(placementNS).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 60*time.Second, "a NoTargetAvailable event naming every target", func() (bool, string) {
+			evs, err := c1.CoreV1().Events(placementNS).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=huge,reason=NoTargetAvailable"})
+			if err != nil || len(evs.Items) == 0 {
+				return false, fmt.Sprintf("no event yet (%v)", err)
+			}
+			msg := evs.Items[len(evs.Items)-1].Message
+			for _, c := range []string{"c1:", "c2:", "c3:"} {
+				if !strings.Contains(msg, c) {
+					return false, "event lacks " + c + ": " + msg
+				}
+			}
+			return strings.Contains(msg, "Insufficient cpu"), msg
+		})
+		got, err := c1.CoreV1().Pods(placementNS).Get(ctx, "huge", metav1.GetOptions{})
+		if err != nil || got.Spec.NodeName != "" {
+			t.Fatalf("the pod must stay Pending, got node %q (%v)", got.Spec.NodeName, err)
+		}
+		if err := s.Cluster("c3").AddNode(ctx, sandbox.NodeSpec{Name: "c3-big", CPU: "64"}); err != nil {
+			t.Fatal(err)
+		}
+		waitSourcePods(t, c1, "app=huge", 1, func(p *corev1.Pod) bool {
+			return p.Spec.NodeName == "flotilla-c3" && p.Status.Phase == corev1.PodRunning
+		})
+	})
+
+	t.Run("a pod that did not opt in is untouched", func(t *testing.T) {
+		pod := optedInPod("plain", "100m")
+		delete(pod.Labels, protocol.ElectLabel)
+		if _, err := c1.CoreV1().Pods(placementNS).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		got := waitSourcePods(t, c1, "app=plain", 1, func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })[0]
+		if got.Spec.SchedulerName != corev1.DefaultSchedulerName || strings.HasPrefix(got.Spec.NodeName, "flotilla-") || got.Annotations[protocol.SourceSpecAnnotation] != "" {
+			t.Errorf("pod not opted in was changed: scheduler %q node %q", got.Spec.SchedulerName, got.Spec.NodeName)
+		}
+	})
+
+	t.Run("deleting the deployment leaves no candidate or delegate", func(t *testing.T) {
+		if err := c1.AppsV1().Deployments(placementNS).Delete(ctx, "web", metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 30*time.Second, "no candidate of app=web in any target", func() (bool, string) {
+			left := 0
+			for _, c := range s.Clusters {
+				pods, err := c.Client().CoreV1().Pods(placementNS).List(ctx, metav1.ListOptions{LabelSelector: protocol.CandidateLabel + "=true,app=web"})
+				if err != nil {
+					return false, err.Error()
+				}
+				left += len(pods.Items)
+			}
+			return left == 0, fmt.Sprintf("%d candidates left", left)
+		})
+	})
+}
+
+func optedInDeployment(name string, replicas int32, cpu string) *appsv1.Deployment {
+	pod := optedInPod(name, cpu)
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(replicas),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
+			Template: corev1.PodTemplateSpec{ObjectMeta: pod.ObjectMeta, Spec: pod.Spec},
+		},
+	}
+}
+
+func optedInPod(name, cpu string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": name, protocol.ElectLabel: "true"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Name:      "app",
+			Image:     "registry.example/app:1",
+			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)}},
+		}}},
+	}
+}
+
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	var last string
+	err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		ok, msg := cond()
+		last = msg
+		return ok, nil
+	})
+	if err != nil {
+		t.Fatalf("waiting for %s: %s: %v", what, last, err)
+	}
+}
+
+func waitSourcePods(t *testing.T, client kubernetes.Interface, selector string, want int, ok func(*corev1.Pod) bool) []corev1.Pod {
+	t.Helper()
+	var pods []corev1.Pod
+	waitFor(t, 120*time.Second, fmt.Sprintf("%d pods %s", want, selector), func() (bool, string) {
+		list, err := client.CoreV1().Pods(placementNS).List(t.Context(), metav1.ListOptions{LabelSelector: selector + ",!" + protocol.CandidateLabel})
+		if err != nil {
+			return false, err.Error()
+		}
+		good := 0
+		for i := range list.Items {
+			if ok(&list.Items[i]) {
+				good++
+			}
+		}
+		pods = list.Items
+		return good == want && len(list.Items) == want, fmt.Sprintf("%d of %d match", good, len(list.Items))
+	})
+	return pods
+}
+
+// checkOneDelegateEach verifies invariant 1 on settled state: one candidate
+// per source pod across all targets, bound, in the cluster the source pod's
+// virtual node names.
+func checkOneDelegateEach(ctx context.Context, s *sandbox.Sandbox, sources []corev1.Pod) (bool, string) {
+	byUID := map[string][]string{}
+	for _, c := range s.Clusters {
+		pods, err := c.Client().CoreV1().Pods(placementNS).List(ctx, metav1.ListOptions{LabelSelector: protocol.CandidateLabel + "=true"})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp != nil {
+				continue
+			}
+			if p.Spec.NodeName == "" {
+				return false, fmt.Sprintf("unbound candidate %s left in %s", p.Name, c.Name)
+			}
+			byUID[p.Labels[protocol.SourceUIDLabel]] = append(byUID[p.Labels[protocol.SourceUIDLabel]], c.Name)
+		}
+	}
+	for _, src := range sources {
+		got := byUID[string(src.UID)]
+		if len(got) != 1 {
+			return false, fmt.Sprintf("source %s has bound candidates in %v", src.Name, got)
+		}
+		if "flotilla-"+got[0] != src.Spec.NodeName {
+			return false, fmt.Sprintf("source %s is on %s but its delegate runs in %s", src.Name, src.Spec.NodeName, got[0])
+		}
+	}
+	return true, ""
+}
+
+func checkNoOvercommit(t *testing.T, client kubernetes.Interface) {
+	t.Helper()
+	nodes, err := client.CoreV1().Nodes().List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods, err := client.CoreV1().Pods("").List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	used := map[string]int64{}
+	for _, p := range pods.Items {
+		for _, c := range p.Spec.Containers {
+			used[p.Spec.NodeName] += c.Resources.Requests.Cpu().MilliValue()
+		}
+	}
+	for _, n := range nodes.Items {
+		if strings.HasPrefix(n.Name, "flotilla-") {
+			continue
+		}
+		if alloc := n.Status.Allocatable.Cpu().MilliValue(); used[n.Name] > alloc {
+			t.Errorf("node %s overcommitted: %dm requested of %dm", n.Name, used[n.Name], alloc)
+		}
+	}
+}

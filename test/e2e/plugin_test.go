@@ -1,0 +1,299 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
+
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
+	"github.com/flotilla-dev/flotilla/test/sandbox"
+)
+
+// TestPlugin drives the candidate protocol against the FlotillaCandidate
+// plugin of a real scheduler, playing the source by hand.
+func TestPlugin(t *testing.T) {
+	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{{Name: "t1", Nodes: []sandbox.NodeSpec{{}}}}})
+	client := s.Cluster("t1").Client()
+
+	t.Run("an allowed reservation binds to its node", func(t *testing.T) {
+		c := createCandidate(t, client, "allowed", "source-uid-a")
+		reserved := c.waitFor(t, "Reserved", func(st protocol.State) bool { return st.Phase == protocol.PhaseReserved })
+		if reserved.Nonce == "" || reserved.Node == "" {
+			t.Fatalf("Reserved state lacks nonce or node: %+v", reserved)
+		}
+		c.staysUnbound(t, 2*time.Second)
+
+		c.annotate(t, map[string]string{protocol.AllowedAnnotation: c.allowance(reserved.Nonce)})
+		bound := c.waitFor(t, "Bound", func(st protocol.State) bool { return st.Phase == protocol.PhaseBound })
+		if bound.Nonce != reserved.Nonce || bound.Node != reserved.Node {
+			t.Errorf("Bound state %+v does not match reservation %+v", bound, reserved)
+		}
+		if node := c.get(t).Spec.NodeName; node != reserved.Node {
+			t.Errorf("candidate bound to %q, reserved %q", node, reserved.Node)
+		}
+	})
+
+	t.Run("only the source's allowance of the current reservation binds", func(t *testing.T) {
+		c := createCandidate(t, client, "denied", "source-uid-b")
+		first := c.waitFor(t, "Reserved", func(st protocol.State) bool { return st.Phase == protocol.PhaseReserved })
+
+		c.annotate(t, map[string]string{protocol.AllowedAnnotation: c.allowance("0123456789abcdef")})
+		c.staysUnbound(t, 3*time.Second)
+		c.annotate(t, map[string]string{protocol.AllowedAnnotation: protocol.Allowance{SourceUID: "someone-else", Generation: 1, Nonce: first.Nonce}.Encode()})
+		c.staysUnbound(t, 3*time.Second)
+
+		// The source denies this reservation; the allowance written with the
+		// denial names the same nonce and is stale from now on.
+		c.annotate(t, map[string]string{
+			protocol.DeniedAnnotation:  first.Nonce,
+			protocol.AllowedAnnotation: c.allowance(first.Nonce),
+		})
+		unreserved := c.waitFor(t, "Unreserved", func(st protocol.State) bool {
+			return st.Phase == protocol.PhaseUnreserved && st.Nonce == first.Nonce
+		})
+		if !strings.Contains(unreserved.Reason, "denied") {
+			t.Errorf("Unreserved reason %q does not mention the denial", unreserved.Reason)
+		}
+		second := c.waitFor(t, "Reserved with a new nonce", func(st protocol.State) bool {
+			return st.Phase == protocol.PhaseReserved && st.Nonce != first.Nonce
+		})
+		c.staysUnbound(t, 3*time.Second)
+		if st := c.latest(); st.Nonce != second.Nonce || st.Phase != protocol.PhaseReserved {
+			t.Fatalf("the stale allowance disturbed reservation %s: state is now %+v", second.Nonce, st)
+		}
+
+		c.annotate(t, map[string]string{protocol.AllowedAnnotation: c.allowance(second.Nonce)})
+		bound := c.waitFor(t, "Bound", func(st protocol.State) bool { return st.Phase == protocol.PhaseBound })
+		if bound.Nonce != second.Nonce || c.get(t).Spec.NodeName != second.Node {
+			t.Errorf("bound as %+v on %q, want reservation %+v", bound, c.get(t).Spec.NodeName, second)
+		}
+	})
+
+	t.Run("an ordinary pod of the flotilla profile binds on its own", func(t *testing.T) {
+		pod := podSpec("ordinary")
+		pod.Spec.SchedulerName = protocol.SchedulerName
+		created, err := client.CoreV1().Pods(pod.Namespace).Create(t.Context(), pod, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got *corev1.Pod
+		err = wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			got, err = client.CoreV1().Pods(created.Namespace).Get(ctx, created.Name, metav1.GetOptions{})
+			return err == nil && got.Spec.NodeName != "", err
+		})
+		if err != nil {
+			t.Fatalf("ordinary pod not bound: %v", err)
+		}
+		if v, ok := got.Annotations[protocol.StateAnnotation]; ok {
+			t.Errorf("ordinary pod carries a candidate state %q", v)
+		}
+	})
+}
+
+// TestPluginPermitTimeout checks that a reservation nobody answers ends when
+// Permit times out and that the candidate then reserves again.
+func TestPluginPermitTimeout(t *testing.T) {
+	config := strings.Replace(sandbox.DefaultSchedulerConfig, "permitTimeoutSeconds: 30", "permitTimeoutSeconds: 3", 1)
+	if config == sandbox.DefaultSchedulerConfig {
+		t.Fatal("DefaultSchedulerConfig no longer sets permitTimeoutSeconds: 30")
+	}
+	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{{Name: "t1", Nodes: []sandbox.NodeSpec{{}}, SchedulerConfig: config}}})
+	c := createCandidate(t, s.Cluster("t1").Client(), "unanswered", "source-uid-c")
+
+	first := c.waitFor(t, "Reserved", func(st protocol.State) bool { return st.Phase == protocol.PhaseReserved })
+	unreserved := c.waitFor(t, "Unreserved after the timeout", func(st protocol.State) bool {
+		return st.Phase == protocol.PhaseUnreserved && st.Nonce == first.Nonce
+	})
+	if !strings.Contains(unreserved.Reason, "timed out") {
+		t.Errorf("Unreserved reason %q does not mention the timeout", unreserved.Reason)
+	}
+	c.waitFor(t, "Reserved again with a new nonce", func(st protocol.State) bool {
+		return st.Phase == protocol.PhaseReserved && st.Nonce != first.Nonce
+	})
+	if node := c.get(t).Spec.NodeName; node != "" {
+		t.Errorf("unanswered candidate bound to %s", node)
+	}
+}
+
+// candidate is a candidate pod and every state the scheduler reported on it,
+// in order, as seen through a watch.
+type candidate struct {
+	client    kubernetes.Interface
+	namespace string
+	name      string
+	sourceUID string
+
+	mu     sync.Mutex
+	states []protocol.State
+	// next is the index of the first state no waitFor has matched yet.
+	next int
+}
+
+func createCandidate(t *testing.T, client kubernetes.Interface, name, sourceUID string) *candidate {
+	t.Helper()
+	pod := podSpec(name)
+	pod.Spec.SchedulerName = protocol.SchedulerName
+	pod.Labels[protocol.CandidateLabel] = "true"
+	pod.Labels[protocol.SourceUIDLabel] = sourceUID
+	created, err := client.CoreV1().Pods(pod.Namespace).Create(t.Context(), pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("creating candidate %s: %v", name, err)
+	}
+	c := &candidate{client: client, namespace: created.Namespace, name: created.Name, sourceUID: sourceUID}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	lw := &cache.ListWatch{WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+		opts.FieldSelector = "metadata.name=" + created.Name
+		return client.CoreV1().Pods(created.Namespace).Watch(ctx, opts)
+	}}
+	w, err := watchtools.NewRetryWatcherWithContext(ctx, created.ResourceVersion, lw)
+	if err != nil {
+		cancel()
+		t.Fatalf("watching candidate %s: %v", name, err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ev := range w.ResultChan() {
+			if pod, ok := ev.Object.(*corev1.Pod); ok {
+				c.observe(t, pod)
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		w.Stop()
+		cancel()
+		<-done
+		t.Logf("states of candidate %s: %+v", name, c.all())
+	})
+	return c
+}
+
+func (c *candidate) observe(t *testing.T, pod *corev1.Pod) {
+	raw, ok := pod.Annotations[protocol.StateAnnotation]
+	if !ok {
+		return
+	}
+	var st protocol.State
+	if err := json.Unmarshal([]byte(raw), &st); err != nil {
+		t.Errorf("candidate %s carries a malformed state %q: %v", c.name, raw, err)
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n := len(c.states); n == 0 || c.states[n-1] != st {
+		c.states = append(c.states, st)
+	}
+}
+
+func (c *candidate) all() []protocol.State {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]protocol.State(nil), c.states...)
+}
+
+func (c *candidate) latest() protocol.State {
+	all := c.all()
+	if len(all) == 0 {
+		return protocol.State{}
+	}
+	return all[len(all)-1]
+}
+
+// waitFor returns the first state after the last one it returned that
+// matches, so a later wait never matches an earlier transition.
+func (c *candidate) waitFor(t *testing.T, what string, match func(protocol.State) bool) protocol.State {
+	t.Helper()
+	var found protocol.State
+	err := wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, 90*time.Second, true, func(context.Context) (bool, error) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for i := c.next; i < len(c.states); i++ {
+			if match(c.states[i]) {
+				found = c.states[i]
+				c.next = i + 1
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("candidate %s never reported %s; states seen: %+v", c.name, what, c.all())
+	}
+	return found
+}
+
+// staysUnbound checks, for d, that the candidate is not bound.
+func (c *candidate) staysUnbound(t *testing.T, d time.Duration) {
+	t.Helper()
+	errBound := errors.New("bound")
+	err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, d, true, func(ctx context.Context) (bool, error) {
+		pod, err := c.client.CoreV1().Pods(c.namespace).Get(ctx, c.name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		if pod.Spec.NodeName != "" {
+			return false, fmt.Errorf("%w to %s", errBound, pod.Spec.NodeName)
+		}
+		return false, nil
+	})
+	if !wait.Interrupted(err) {
+		t.Fatalf("candidate %s should have stayed unbound for %s: %v; states: %+v", c.name, d, err, c.all())
+	}
+}
+
+func (c *candidate) allowance(nonce string) string {
+	return protocol.Allowance{SourceUID: c.sourceUID, Generation: 1, Nonce: nonce}.Encode()
+}
+
+// annotate writes annotations as the source would, with a merge patch.
+func (c *candidate) annotate(t *testing.T, annotations map[string]string) {
+	t.Helper()
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.client.CoreV1().Pods(c.namespace).Patch(t.Context(), c.name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatalf("annotating candidate %s: %v", c.name, err)
+	}
+}
+
+func (c *candidate) get(t *testing.T) *corev1.Pod {
+	t.Helper()
+	pod, err := c.client.CoreV1().Pods(c.namespace).Get(t.Context(), c.name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pod
+}
+
+func podSpec(name string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: map[string]string{"app": name}},
+		Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{
+				Name:  "c",
+				Image: "registry.example/app:1",
+				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+					corev1.ResourceCPU:    resource.MustParse("1"),
+					corev1.ResourceMemory: resource.MustParse("1Gi"),
+				}},
+			}},
+		},
+	}
+}
