@@ -49,6 +49,9 @@ func Build(source *corev1.Pod, sourceCluster, target string, self bool) (*corev1
 	spec.AutomountServiceAccountToken = ptr.To(false)
 	spec.Volumes, spec.Containers, spec.InitContainers = withoutTokenVolume(spec.Volumes, spec.Containers, spec.InitContainers)
 	spec.Tolerations = withoutVirtualNodeToleration(spec.Tolerations)
+	// Readiness gates are set by controllers of the source cluster; in the
+	// target nobody would ever set them. The source pod keeps them.
+	spec.ReadinessGates = nil
 
 	labels := map[string]string{}
 	for k, v := range source.Labels {

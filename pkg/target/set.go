@@ -2,6 +2,7 @@ package target
 
 import (
 	"context"
+	"fmt"
 	"sort"
 
 	corev1 "k8s.io/api/core/v1"
@@ -62,10 +63,14 @@ func (d Delegates) name(source *corev1.Pod) string {
 	return protocol.CandidateName(d.SourceCluster, source.Namespace, source.Name, string(source.UID))
 }
 
+// HasSynced reports whether the target's cache has been listed; the virtual
+// node waits for it, since "no delegate" from an empty cache would be a lie.
+func (d Delegates) HasSynced() bool { return d.Target.HasSynced() }
+
 // Get returns the delegate of a source pod, or nil when there is none.
 func (d Delegates) Get(source *corev1.Pod) (*corev1.Pod, error) {
-	if err := d.Target.Err(); err != nil && !d.Target.HasSynced() {
-		return nil, err
+	if !d.Target.HasSynced() {
+		return nil, fmt.Errorf("target %s: candidates not listed yet: %v", d.Target.Name, d.Target.Err())
 	}
 	pod, ok := d.Target.Candidate(source.Namespace, d.name(source))
 	if !ok {

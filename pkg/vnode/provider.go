@@ -39,6 +39,7 @@ type provider struct {
 	client    kubernetes.Interface
 	recorder  record.EventRecorder
 	now       func() time.Time
+	logger    klog.Logger
 	queue     workqueue.TypedRateLimitingInterface[string]
 
 	mu     sync.Mutex
@@ -51,8 +52,9 @@ var (
 	_ node.PodNotifier         = (*provider)(nil)
 )
 
-func newProvider(cfg Config, pods corev1listers.PodLister, recorder record.EventRecorder) *provider {
+func newProvider(cfg Config, pods corev1listers.PodLister, recorder record.EventRecorder, logger klog.Logger) *provider {
 	return &provider{
+		logger:    logger,
 		node:      cfg.NodeName,
 		target:    cfg.Target,
 		delegates: cfg.Delegates,
@@ -206,7 +208,7 @@ func (p *provider) delegateChanged(delegate *corev1.Pod) {
 	}
 	ns, name := delegate.Annotations[protocol.SourceNamespaceAnnotation], delegate.Annotations[protocol.SourceNameAnnotation]
 	if ns == "" || name == "" {
-		klog.V(5).InfoS("Ignoring a delegate without source annotations", "node", p.node, "delegate", klog.KObj(delegate))
+		p.logger.V(5).Info("Ignoring a delegate without source annotations", "delegate", klog.KObj(delegate))
 		return
 	}
 	p.queue.Add(podKey(ns, name))

@@ -174,7 +174,8 @@ func Run(ctx context.Context, cfg Config) error {
 		}))
 	unused := informers.NewSharedInformerFactory(cfg.Client, 0)
 	podInformer := podFactory.Core().V1().Pods()
-	p := newProvider(cfg, podInformer.Lister(), recorder)
+	p := newProvider(cfg, podInformer.Lister(), recorder, logger)
+	defer p.queue.ShutDown()
 	if _, err := podInformer.Informer().AddEventHandler(p.sourceHandler()); err != nil {
 		return fmt.Errorf("virtual node %s: watching its pods: %w", cfg.NodeName, err)
 	}
@@ -204,16 +205,28 @@ func Run(ctx context.Context, cfg Config) error {
 		<-pc.Done()
 	}()
 
-	select {
-	case <-pc.Ready():
-	case <-pc.Done():
-		return stopped(ctx, cfg.NodeName, "pod controller", pc.Err())
-	case <-nc.Done():
-		return stopped(ctx, cfg.NodeName, "node controller", nc.Err())
-	case <-ctx.Done():
-		return nil
+	for _, ready := range []<-chan struct{}{pc.Ready(), nc.Ready()} {
+		select {
+		case <-ready:
+		case <-pc.Done():
+			return stopped(ctx, cfg.NodeName, "pod controller", pc.Err())
+		case <-nc.Done():
+			return stopped(ctx, cfg.NodeName, "node controller", nc.Err())
+		case <-ctx.Done():
+			return nil
+		}
 	}
-	go p.run(ctx, cfg.Workers)
+	// Status updates wait for the pod controller: it drops those of pods it
+	// does not know yet.
+	statusDone := make(chan struct{})
+	go func() {
+		defer close(statusDone)
+		p.run(ctx, cfg.Workers)
+	}()
+	defer func() {
+		cancel()
+		<-statusDone
+	}()
 	logger.Info("Virtual node running")
 
 	select {

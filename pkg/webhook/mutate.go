@@ -85,7 +85,39 @@ func MakeSource(pod *corev1.Pod) (bool, error) {
 		})
 		changed = true
 	}
+	// A virtual node goes NotReady or unreachable when the agent is away,
+	// which says nothing about the pod running in its target: the pod must
+	// not be evicted for it. The taint manager applies the shortest matching
+	// toleration, so the 300s defaults added by admission must go.
+	for _, key := range []string{corev1.TaintNodeNotReady, corev1.TaintNodeUnreachable} {
+		if !toleratesForever(pod.Spec.Tolerations, key) {
+			var kept []corev1.Toleration
+			for _, t := range pod.Spec.Tolerations {
+				if t.Key != key || t.Effect != corev1.TaintEffectNoExecute {
+					kept = append(kept, t)
+				}
+			}
+			pod.Spec.Tolerations = append(kept, corev1.Toleration{Key: key, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute})
+			changed = true
+		}
+	}
 	return changed, nil
+}
+
+// toleratesForever reports whether the only NoExecute tolerations of key
+// tolerate it without a time limit.
+func toleratesForever(ts []corev1.Toleration, key string) bool {
+	found := false
+	for _, t := range ts {
+		if t.Key != key || t.Effect != corev1.TaintEffectNoExecute {
+			continue
+		}
+		if t.TolerationSeconds != nil {
+			return false
+		}
+		found = true
+	}
+	return found
 }
 
 func toleratesVirtualNodes(ts []corev1.Toleration) bool {

@@ -27,7 +27,7 @@ import (
 // TestPlugin drives the candidate protocol against the FlotillaCandidate
 // plugin of a real scheduler, playing the source by hand.
 func TestPlugin(t *testing.T) {
-	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{{Name: "t1", Nodes: []sandbox.NodeSpec{{}}}}})
+	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{{Name: "t1", Nodes: []sandbox.NodeSpec{{}}, SchedulerArgs: []string{"--v=4"}}}})
 	client := s.Cluster("t1").Client()
 
 	t.Run("an allowed reservation binds to its node", func(t *testing.T) {
@@ -242,8 +242,9 @@ func (c *candidate) waitFor(t *testing.T, what string, match func(protocol.State
 func (c *candidate) staysUnbound(t *testing.T, d time.Duration) {
 	t.Helper()
 	errBound := errors.New("bound")
-	err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, d, true, func(ctx context.Context) (bool, error) {
-		pod, err := c.client.CoreV1().Pods(c.namespace).Get(ctx, c.name, metav1.GetOptions{})
+	err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, d, true, func(context.Context) (bool, error) {
+		// The poll's own context ends with d; the read must not fail on it.
+		pod, err := c.client.CoreV1().Pods(c.namespace).Get(t.Context(), c.name, metav1.GetOptions{})
 		if err != nil {
 			return false, err
 		}

@@ -91,12 +91,35 @@ func TestVnode(t *testing.T) {
 	}
 
 	t.Run("an agent restart adopts the node and keeps the binding", func(t *testing.T) {
+		before, err := src.CoreV1().Nodes().Get(t.Context(), vnodeName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
 		stop()
+		// An operator removed the taint while no agent ran: adopting the
+		// node puts it back.
+		before.Spec.Taints = nil
+		if _, err := src.CoreV1().Nodes().Update(t.Context(), before, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 		stop = vnodeStart(parent, cfg)
 		vnodeWaitLeaseRenewed(t, src)
+		vnodeWait(t, "the adopted node Ready and tainted again", func(ctx context.Context) (bool, string) {
+			n, err := src.CoreV1().Nodes().Get(ctx, vnodeName, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			if n.UID != before.UID {
+				t.Fatalf("node recreated (UID %s, was %s) instead of adopted", n.UID, before.UID)
+			}
+			return vnodeReady(n) && vnodeTainted(n), fmt.Sprintf("taints %v", n.Spec.Taints)
+		})
 		p, err := src.CoreV1().Pods("default").Get(t.Context(), source.Name, metav1.GetOptions{})
-		if err != nil || p.Spec.NodeName != vnodeName || p.Status.Phase != corev1.PodRunning {
-			t.Fatalf("source pod after restart: %v, node %q, phase %q", err, p.Spec.NodeName, p.Status.Phase)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Spec.NodeName != vnodeName || p.Status.Phase != corev1.PodRunning || p.Status.PodIP != delegate.Status.PodIP {
+			t.Fatalf("source pod after restart: node %q, phase %q, podIP %q", p.Spec.NodeName, p.Status.Phase, p.Status.PodIP)
 		}
 	})
 
