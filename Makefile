@@ -5,7 +5,7 @@ GO ?= go
 SANDBOX_DIR ?= $(CURDIR)/.sandbox/demo
 TEST_TIMEOUT ?= 60m
 
-.PHONY: all tools build test test-unit test-e2e demo demo-down generate vet clean
+.PHONY: all tools build test test-unit test-e2e demo demo-down bench vet clean
 
 all: build
 
@@ -31,6 +31,12 @@ test-unit:
 # Sandbox tests start real control planes: one package at a time.
 test-e2e:
 	$(GO) test -count=1 -p 1 -timeout $(TEST_TIMEOUT) ./test/...
+
+BENCH_FLAGS ?= -targets 3 -nodes 4 -pods 200
+
+## bench: one burst of pods through Flotilla and through plain kube-scheduler, side by side (see docs/benchmarks.md)
+bench: tools build
+	$(GO) run ./test/bench $(BENCH_FLAGS)
 
 ## demo: start three sandbox clusters, show Flotilla at work, leave them running
 demo: tools build

@@ -24,10 +24,14 @@ import (
 	"github.com/flotilla-dev/flotilla/test/sandbox"
 )
 
+// pluginLogLevel makes the scheduler log every reservation, decision and
+// state write of the plugin, for the logs a failed test leaves behind.
+var pluginLogLevel = []string{"--v=3"}
+
 // TestPlugin drives the candidate protocol against the FlotillaCandidate
 // plugin of a real scheduler, playing the source by hand.
 func TestPlugin(t *testing.T) {
-	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{{Name: "t1", Nodes: []sandbox.NodeSpec{{}}, SchedulerArgs: []string{"--v=4"}}}})
+	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{{Name: "t1", Nodes: []sandbox.NodeSpec{{}}, SchedulerArgs: pluginLogLevel}}})
 	client := s.Cluster("t1").Client()
 
 	t.Run("an allowed reservation binds to its node", func(t *testing.T) {
@@ -112,7 +116,7 @@ func TestPluginPermitTimeout(t *testing.T) {
 	if config == sandbox.DefaultSchedulerConfig {
 		t.Fatal("DefaultSchedulerConfig no longer sets permitTimeoutSeconds: 30")
 	}
-	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{{Name: "t1", Nodes: []sandbox.NodeSpec{{}}, SchedulerConfig: config}}})
+	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{{Name: "t1", Nodes: []sandbox.NodeSpec{{}}, SchedulerConfig: config, SchedulerArgs: pluginLogLevel}}})
 	c := createCandidate(t, s.Cluster("t1").Client(), "unanswered", "source-uid-c")
 
 	first := c.waitFor(t, "Reserved", func(st protocol.State) bool { return st.Phase == protocol.PhaseReserved })

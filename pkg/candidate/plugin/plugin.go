@@ -34,9 +34,10 @@ type Plugin struct {
 }
 
 var (
-	_ fwk.ReservePlugin  = &Plugin{}
-	_ fwk.PermitPlugin   = &Plugin{}
-	_ fwk.PostBindPlugin = &Plugin{}
+	_ fwk.ReservePlugin     = &Plugin{}
+	_ fwk.PermitPlugin      = &Plugin{}
+	_ fwk.PostBindPlugin    = &Plugin{}
+	_ fwk.EnqueueExtensions = &Plugin{}
 )
 
 // New builds the plugin for one profile; its workers stop with ctx.
@@ -109,4 +110,18 @@ func (p *Plugin) PostBind(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, no
 	if core.IsCandidate(pod.Labels) {
 		p.manager.Bound(ctx, pod, nodeName)
 	}
+}
+
+// EventsToRegister requeues a candidate whose reservation this plugin ended
+// once its Unreserved report has landed, and on no other event.
+func (p *Plugin) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, error) {
+	return []fwk.ClusterEventWithHint{{
+		Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Update},
+		QueueingHintFn: func(_ klog.Logger, pod *v1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
+			if core.ReservationEnded(pod, oldObj, newObj) {
+				return fwk.Queue, nil
+			}
+			return fwk.QueueSkip, nil
+		},
+	}}, nil
 }

@@ -24,9 +24,6 @@ import (
 type Scheduler interface {
 	// GetWaitingPod returns the pod waiting in Permit, or nil.
 	GetWaitingPod(uid types.UID) fwk.WaitingPod
-	// Activate moves pods back to the active queue, or requeues them after
-	// backoff when they are still in flight.
-	Activate(logger klog.Logger, pods map[string]*v1.Pod)
 }
 
 // Options configure a Manager.
@@ -133,9 +130,9 @@ func (m *Manager) Permit(ctx context.Context, pod *v1.Pod) Decision {
 	return d
 }
 
-// Unreserve forgets the reservation, reports it as Unreserved with the
-// reason, and sends the candidate back to the queue after its backoff, so it
-// makes a new reservation rather than waiting for an unrelated cluster event.
+// Unreserve forgets the reservation and reports it as Unreserved with the
+// reason. That report landing on the pod is what requeues the candidate (see
+// ReservationEnded).
 func (m *Manager) Unreserve(ctx context.Context, pod *v1.Pod, node string) {
 	m.mu.Lock()
 	r, ok := m.reserved[pod.UID]
@@ -146,9 +143,7 @@ func (m *Manager) Unreserve(ctx context.Context, pod *v1.Pod, node string) {
 	}
 	reason := UnreserveReason(*r, m.opts.PermitTimeout, time.Now())
 	m.writer.Set(refOf(pod), protocol.State{Phase: protocol.PhaseUnreserved, Nonce: r.Nonce, Node: node, Reason: reason})
-	logger := klog.FromContext(ctx)
-	logger.V(2).Info("Unreserved candidate", "pod", klog.KObj(pod), "node", node, "nonce", r.Nonce, "reason", reason)
-	m.scheduler.Activate(logger, map[string]*v1.Pod{pod.Namespace + "/" + pod.Name: pod})
+	klog.FromContext(ctx).V(2).Info("Unreserved candidate", "pod", klog.KObj(pod), "node", node, "nonce", r.Nonce, "reason", reason)
 }
 
 // Bound forgets the reservation and reports the candidate as Bound.

@@ -1,0 +1,133 @@
+// Command bench measures how fast Flotilla places a burst of pods, what it
+// costs the clusters, and how that compares with plain kube-scheduler placing
+// the same pods in one cluster with the same nodes, in the same run.
+//
+//	go run ./test/bench -targets 3 -nodes 4 -pods 200 [-rate 50] [-out bench-results]
+//
+// It starts a sandbox: a source cluster "src", K target clusters t1..tK with
+// M kwok nodes each, and a baseline cluster "base" holding all K×M nodes.
+// Results are printed as Markdown and written as JSON.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/flotilla-dev/flotilla/test/sandbox"
+)
+
+type config struct {
+	Targets int     `json:"targets"`
+	Nodes   int     `json:"nodesPerTarget"`
+	Pods    int     `json:"pods"`
+	Rate    float64 `json:"rate"`
+	CPU     string  `json:"cpuPerPod"`
+	Timeout time.Duration
+}
+
+func main() {
+	var cfg config
+	out := flag.String("out", "bench-results", "Folder for the JSON results.")
+	flag.IntVar(&cfg.Targets, "targets", 3, "Target clusters (K).")
+	flag.IntVar(&cfg.Nodes, "nodes", 4, "kwok nodes per target (M).")
+	flag.IntVar(&cfg.Pods, "pods", 200, "Pods to create (P).")
+	flag.Float64Var(&cfg.Rate, "rate", 0, "Pods created per second; 0 creates them all at once (a burst).")
+	flag.StringVar(&cfg.CPU, "cpu", "100m", "CPU request of each pod.")
+	flag.DurationVar(&cfg.Timeout, "timeout", 10*time.Minute, "Give up on a run after this long.")
+	keep := flag.Bool("keep", false, "Keep the sandbox folder (logs) after the run.")
+	flag.Parse()
+	if cfg.Targets < 1 || cfg.Nodes < 1 || cfg.Pods < 1 {
+		fmt.Fprintln(os.Stderr, "bench: -targets, -nodes and -pods must be at least 1")
+		os.Exit(2)
+	}
+	report, err := run(cfg, *keep)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+	fmt.Println(report.Markdown())
+	if err := os.MkdirAll(*out, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+	name := filepath.Join(*out, fmt.Sprintf("k%d-m%d-p%d-r%g.json", cfg.Targets, cfg.Nodes, cfg.Pods, cfg.Rate))
+	raw, _ := json.MarshalIndent(report, "", "  ")
+	if err := os.WriteFile(name, raw, 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+	fmt.Println("results written to", name)
+}
+
+func run(cfg config, keep bool) (*Report, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeout+10*time.Minute)
+	defer cancel()
+	opts := sandbox.Options{Clusters: []sandbox.ClusterSpec{{Name: "src", Nodes: []sandbox.NodeSpec{{}}}}}
+	var base sandbox.ClusterSpec
+	base.Name = "base"
+	for k := 1; k <= cfg.Targets; k++ {
+		spec := sandbox.ClusterSpec{Name: fmt.Sprintf("t%d", k)}
+		for m := range cfg.Nodes {
+			n := sandbox.NodeSpec{Name: fmt.Sprintf("t%d-n%d", k, m), Labels: map[string]string{"topology.kubernetes.io/region": spec.Name}}
+			spec.Nodes = append(spec.Nodes, n)
+			base.Nodes = append(base.Nodes, n)
+		}
+		opts.Clusters = append(opts.Clusters, spec)
+	}
+	opts.Clusters = append(opts.Clusters, base)
+	dir, err := os.MkdirTemp("", "flotilla-bench-")
+	if err != nil {
+		return nil, err
+	}
+	opts.Dir = dir
+	fmt.Fprintf(os.Stderr, "bench: starting %d clusters in %s\n", len(opts.Clusters), dir)
+	s, err := sandbox.Start(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		_ = s.Stop()
+		if !keep {
+			_ = os.RemoveAll(dir)
+		} else {
+			fmt.Fprintln(os.Stderr, "bench: sandbox kept in", dir)
+		}
+	}()
+	src := s.Cluster("src")
+	var targets []*sandbox.Cluster
+	for k := 1; k <= cfg.Targets; k++ {
+		targets = append(targets, s.Cluster(fmt.Sprintf("t%d", k)))
+	}
+	for _, c := range s.Clusters {
+		if err := createNamespace(ctx, c); err != nil {
+			return nil, err
+		}
+	}
+	agent, err := sandbox.StartAgent(ctx, src, targets)
+	if err != nil {
+		return nil, err
+	}
+	report := &Report{Config: cfg, Date: time.Now().UTC().Format(time.RFC3339)}
+
+	fmt.Fprintln(os.Stderr, "bench: baseline run (plain kube-scheduler, one cluster)")
+	baseCluster := s.Cluster("base")
+	report.Baseline, err = measure(ctx, cfg, baseCluster, nil, false, []process{{"scheduler", baseCluster.PIDs()[sandbox.Scheduler]}})
+	if err != nil {
+		return nil, fmt.Errorf("baseline: %w", err)
+	}
+	fmt.Fprintln(os.Stderr, "bench: flotilla run")
+	procs := []process{{"agent", agent.PID()}}
+	for _, t := range targets {
+		procs = append(procs, process{t.Name + " scheduler", t.PIDs()[sandbox.Scheduler]})
+	}
+	report.Flotilla, err = measure(ctx, cfg, src, targets, true, procs)
+	if err != nil {
+		return nil, fmt.Errorf("flotilla: %w", err)
+	}
+	return report, nil
+}

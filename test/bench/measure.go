@@ -1,0 +1,280 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
+	"github.com/flotilla-dev/flotilla/test/sandbox"
+)
+
+const namespace = "bench"
+
+type process struct {
+	name string
+	pid  int
+}
+
+// Run is what one run measured.
+type Run struct {
+	Pods                 int                 `json:"pods"`
+	Seconds              float64             `json:"seconds"`
+	PodsPerSecondBound   float64             `json:"podsPerSecondBound"`
+	PodsPerSecondRunning float64             `json:"podsPerSecondRunning"`
+	BoundMillis          Percentiles         `json:"boundMillis"`
+	RunningMillis        Percentiles         `json:"runningMillis"`
+	Requests             map[string]Requests `json:"requestsPerPod"`
+	Processes            []ProcessCost       `json:"processes"`
+}
+
+// Percentiles of a latency, in milliseconds.
+type Percentiles struct {
+	P50 float64 `json:"p50"`
+	P90 float64 `json:"p90"`
+	P99 float64 `json:"p99"`
+}
+
+// Requests are API requests per pod served by one cluster's API server.
+type Requests struct {
+	All    float64 `json:"all"`
+	Writes float64 `json:"writes"`
+}
+
+// ProcessCost is the CPU one process used during the run and its peak RSS.
+type ProcessCost struct {
+	Name       string  `json:"name"`
+	CPUSeconds float64 `json:"cpuSeconds"`
+	PeakRSSMiB float64 `json:"peakRSSMiB"`
+}
+
+func createNamespace(ctx context.Context, c *sandbox.Cluster) error {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace, Labels: map[string]string{protocol.NamespaceEnabledLabel: "true"}}}
+	_, err := c.Client().CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("cluster %s: creating namespace: %w", c.Name, err)
+	}
+	return nil
+}
+
+// measure creates cfg.Pods pods in home and times them from the create call
+// to bound and to Running, as seen by an informer in home.
+func measure(ctx context.Context, cfg config, home *sandbox.Cluster, targets []*sandbox.Cluster, optIn bool, procs []process) (*Run, error) {
+	clusters := append([]*sandbox.Cluster{home}, targets...)
+	before := map[string]Requests{}
+	for _, c := range clusters {
+		r, err := scrapeRequests(ctx, c)
+		if err != nil {
+			return nil, err
+		}
+		before[c.Name] = r
+	}
+	cpuBefore := map[string]float64{}
+	for _, p := range procs {
+		cpuBefore[p.name], _ = readProc(p.pid)
+	}
+
+	var mu sync.Mutex
+	created, bound, running := map[string]time.Time{}, map[string]time.Time{}, map[string]time.Time{}
+	client := home.Client()
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = "bench=true" }))
+	see := func(obj any) {
+		pod, ok := obj.(*corev1.Pod)
+		if !ok {
+			return
+		}
+		now := time.Now()
+		mu.Lock()
+		defer mu.Unlock()
+		if _, seen := bound[pod.Name]; !seen && pod.Spec.NodeName != "" {
+			bound[pod.Name] = now
+		}
+		if _, seen := running[pod.Name]; !seen && pod.Status.Phase == corev1.PodRunning {
+			running[pod.Name] = now
+		}
+	}
+	_, _ = factory.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: see, UpdateFunc: func(_, o any) { see(o) }})
+	stop := make(chan struct{})
+	defer close(stop)
+	factory.Start(stop)
+	factory.WaitForCacheSync(stop)
+
+	labels := map[string]string{"bench": "true"}
+	if optIn {
+		labels[protocol.ElectLabel] = "true"
+	}
+	start := time.Now()
+	names := make(chan string)
+	errs := make(chan error, cfg.Pods)
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for name := range names {
+				pod := benchPod(name, labels, cfg.CPU)
+				mu.Lock()
+				created[name] = time.Now()
+				mu.Unlock()
+				if _, err := client.CoreV1().Pods(namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+					errs <- err
+				}
+			}
+		})
+	}
+	var tick *time.Ticker
+	if cfg.Rate > 0 {
+		tick = time.NewTicker(time.Duration(float64(time.Second) / cfg.Rate))
+		defer tick.Stop()
+	}
+	for i := range cfg.Pods {
+		if tick != nil {
+			<-tick.C
+		}
+		names <- fmt.Sprintf("%s-%d", home.Name, i)
+	}
+	close(names)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		return nil, fmt.Errorf("creating pods: %w", err)
+	}
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, cfg.Timeout, true, func(context.Context) (bool, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(running) == cfg.Pods && len(bound) == cfg.Pods, nil
+	})
+	mu.Lock()
+	nBound, nRunning := len(bound), len(running)
+	mu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("only %d bound and %d Running of %d pods after %s", nBound, nRunning, cfg.Pods, cfg.Timeout)
+	}
+	r := &Run{Pods: cfg.Pods, Requests: map[string]Requests{}}
+	mu.Lock()
+	lastBound, lastRunning := latest(bound), latest(running)
+	r.BoundMillis = percentiles(created, bound)
+	r.RunningMillis = percentiles(created, running)
+	mu.Unlock()
+	r.Seconds = lastRunning.Sub(start).Seconds()
+	r.PodsPerSecondBound = float64(cfg.Pods) / lastBound.Sub(start).Seconds()
+	r.PodsPerSecondRunning = float64(cfg.Pods) / lastRunning.Sub(start).Seconds()
+	for _, c := range clusters {
+		after, err := scrapeRequests(ctx, c)
+		if err != nil {
+			return nil, err
+		}
+		r.Requests[c.Name] = Requests{
+			All:    (after.All - before[c.Name].All) / float64(cfg.Pods),
+			Writes: (after.Writes - before[c.Name].Writes) / float64(cfg.Pods),
+		}
+	}
+	for _, p := range procs {
+		cpu, rss := readProc(p.pid)
+		r.Processes = append(r.Processes, ProcessCost{Name: p.name, CPUSeconds: cpu - cpuBefore[p.name], PeakRSSMiB: rss})
+	}
+	return r, nil
+}
+
+func benchPod(name string, labels map[string]string, cpu string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Name:      "app",
+			Image:     "registry.example/bench:1",
+			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)}},
+		}}},
+	}
+}
+
+func latest(m map[string]time.Time) time.Time {
+	var t time.Time
+	for _, v := range m {
+		if v.After(t) {
+			t = v
+		}
+	}
+	return t
+}
+
+func percentiles(from, to map[string]time.Time) Percentiles {
+	var ms []float64
+	for name, end := range to {
+		if begin, ok := from[name]; ok {
+			ms = append(ms, float64(end.Sub(begin).Microseconds())/1000)
+		}
+	}
+	if len(ms) == 0 {
+		return Percentiles{}
+	}
+	sort.Float64s(ms)
+	at := func(q float64) float64 { return ms[min(len(ms)-1, int(q*float64(len(ms))))] }
+	return Percentiles{P50: at(0.50), P90: at(0.90), P99: at(0.99)}
+}
+
+// scrapeRequests sums apiserver_request_total, all verbs and writes only.
+func scrapeRequests(ctx context.Context, c *sandbox.Cluster) (Requests, error) {
+	raw, err := c.Client().CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return Requests{}, fmt.Errorf("cluster %s: reading /metrics: %w", c.Name, err)
+	}
+	var r Requests
+	sc := bufio.NewScanner(bytes.NewReader(raw))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "apiserver_request_total{") {
+			continue
+		}
+		end := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[end+1:], 64)
+		if err != nil {
+			continue
+		}
+		r.All += v
+		for _, verb := range []string{`verb="POST"`, `verb="PUT"`, `verb="PATCH"`, `verb="DELETE"`, `verb="APPLY"`, `verb="DELETECOLLECTION"`} {
+			if strings.Contains(line, verb) {
+				r.Writes += v
+			}
+		}
+	}
+	return r, sc.Err()
+}
+
+// readProc returns a process's CPU seconds so far and its peak RSS in MiB.
+func readProc(pid int) (float64, float64) {
+	if pid == 0 {
+		return 0, 0
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, 0
+	}
+	// Fields after the command name, which may contain spaces.
+	fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+2:]))
+	const clockTicks = 100 // USER_HZ on Linux
+	utime, _ := strconv.ParseFloat(fields[11], 64)
+	stime, _ := strconv.ParseFloat(fields[12], 64)
+	status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	var rssKiB float64
+	for _, line := range strings.Split(string(status), "\n") {
+		if strings.HasPrefix(line, "VmHWM:") {
+			rssKiB, _ = strconv.ParseFloat(strings.Fields(line)[1], 64)
+		}
+	}
+	return (utime + stime) / clockTicks, rssKiB / 1024
+}

@@ -1,0 +1,71 @@
+package main
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Report is one benchmark run: Flotilla and the baseline, same machine, same
+// moment.
+type Report struct {
+	Config   config `json:"config"`
+	Date     string `json:"date"`
+	Flotilla *Run   `json:"flotilla"`
+	Baseline *Run   `json:"baseline"`
+}
+
+// Markdown renders the report; every Flotilla figure is also given as a
+// ratio to the baseline, the only comparison that holds on a shared machine.
+func (r *Report) Markdown() string {
+	var b strings.Builder
+	f, base := r.Flotilla, r.Baseline
+	fmt.Fprintf(&b, "### K=%d targets × M=%d nodes, P=%d pods, rate %s, %s\n\n", r.Config.Targets, r.Config.Nodes, r.Config.Pods, rateText(r.Config.Rate), r.Date)
+	fmt.Fprintln(&b, "| figure | flotilla | baseline (kube-scheduler, one cluster) | ratio |")
+	fmt.Fprintln(&b, "|---|---|---|---|")
+	row := func(name string, fv, bv float64, unit string) {
+		ratio := "-"
+		if bv != 0 {
+			ratio = fmt.Sprintf("%.2f×", fv/bv)
+		}
+		fmt.Fprintf(&b, "| %s | %.1f %s | %.1f %s | %s |\n", name, fv, unit, bv, unit, ratio)
+	}
+	row("pods/s to bound", f.PodsPerSecondBound, base.PodsPerSecondBound, "")
+	row("pods/s to Running", f.PodsPerSecondRunning, base.PodsPerSecondRunning, "")
+	row("p50 create→bound", f.BoundMillis.P50, base.BoundMillis.P50, "ms")
+	row("p90 create→bound", f.BoundMillis.P90, base.BoundMillis.P90, "ms")
+	row("p99 create→bound", f.BoundMillis.P99, base.BoundMillis.P99, "ms")
+	row("p99 create→Running", f.RunningMillis.P99, base.RunningMillis.P99, "ms")
+	baseReq := base.Requests["base"]
+	row("source API requests/pod", f.Requests["src"].All, baseReq.All, "")
+	row("source API writes/pod", f.Requests["src"].Writes, baseReq.Writes, "")
+	var targetAll, targetWrites float64
+	var names []string
+	for name, req := range f.Requests {
+		if name != "src" {
+			targetAll += req.All
+			targetWrites += req.Writes
+			names = append(names, name)
+		}
+	}
+	row("all targets' API requests/pod", targetAll, 0, "")
+	row("all targets' API writes/pod", targetWrites, 0, "")
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(&b, "| %s API requests/pod (writes) | %.1f (%.1f) | | |\n", n, f.Requests[n].All, f.Requests[n].Writes)
+	}
+	for _, p := range f.Processes {
+		fmt.Fprintf(&b, "| %s: CPU s, peak RSS | %.1f s, %.0f MiB | | |\n", p.Name, p.CPUSeconds, p.PeakRSSMiB)
+	}
+	for _, p := range base.Processes {
+		fmt.Fprintf(&b, "| baseline %s: CPU s, peak RSS | | %.1f s, %.0f MiB | |\n", p.Name, p.CPUSeconds, p.PeakRSSMiB)
+	}
+	return b.String()
+}
+
+func rateText(rate float64) string {
+	if rate <= 0 {
+		return "burst"
+	}
+	return fmt.Sprintf("%g pods/s", rate)
+}
