@@ -21,7 +21,7 @@ func TestAgentLeaderElection(t *testing.T) {
 	c := s.Cluster("c1")
 
 	start := func(id string) (*sandbox.Process, string) {
-		ports, err := sandbox.FreePorts(2)
+		ports, err := sandbox.FreePorts(3)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -30,6 +30,10 @@ func TestAgentLeaderElection(t *testing.T) {
 			"--kubeconfig="+c.Kubeconfig,
 			"--health-probe-bind-address="+probe,
 			fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", ports[1]),
+			// Two replicas on one host: each needs its own webhook port.
+			fmt.Sprintf("--webhook-port=%d", ports[2]),
+			"--webhook-bind-host=127.0.0.1",
+			"--webhook-cert-dir="+t.TempDir(),
 			"--leader-elect-lease-duration=4s",
 			"--leader-elect-renew-deadline=3s",
 			"--leader-elect-retry-period=500ms",

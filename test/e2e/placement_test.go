@@ -46,7 +46,7 @@ func placementSandbox(t *testing.T) (*sandbox.Sandbox, *sandbox.Agent) {
 
 // TestPlacement drives the whole protocol on three real clusters.
 func TestPlacement(t *testing.T) {
-	s, _ := placementSandbox(t)
+	s, agent := placementSandbox(t)
 	ctx := t.Context()
 	c1 := s.Cluster("c1").Client()
 
@@ -115,6 +115,58 @@ func TestPlacement(t *testing.T) {
 		if got.Spec.SchedulerName != corev1.DefaultSchedulerName || strings.HasPrefix(got.Spec.NodeName, "flotilla-") || got.Annotations[protocol.SourceSpecAnnotation] != "" {
 			t.Errorf("pod not opted in was changed: scheduler %q node %q", got.Spec.SchedulerName, got.Spec.NodeName)
 		}
+	})
+
+	t.Run("an unreachable target does not stall the others", func(t *testing.T) {
+		c2 := s.Cluster("c2")
+		if err := c2.StopAPIServer(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c1.AppsV1().Deployments(placementNS).Create(ctx, optedInDeployment("resilient", 6, "100m"), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		sources := waitSourcePods(t, c1, "app=resilient", 6, func(p *corev1.Pod) bool {
+			return p.Status.Phase == corev1.PodRunning && (p.Spec.NodeName == "flotilla-c1" || p.Spec.NodeName == "flotilla-c3")
+		})
+		if err := c2.StartAPIServer(ctx); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 60*time.Second, "one delegate per pod once c2 is back", func() (bool, string) {
+			return checkOneDelegateEach(ctx, s, sources)
+		})
+	})
+
+	t.Run("an agent killed mid-burst resumes without a second delegate", func(t *testing.T) {
+		if _, err := c1.AppsV1().Deployments(placementNS).Create(ctx, optedInDeployment("restart", 12, "100m"), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 60*time.Second, "a first election", func() (bool, string) {
+			pods, err := c1.CoreV1().Pods(placementNS).List(ctx, metav1.ListOptions{LabelSelector: "app=restart,!" + protocol.CandidateLabel})
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, p := range pods.Items {
+				if p.Annotations[protocol.ElectionAnnotation] != "" {
+					return true, ""
+				}
+			}
+			return false, fmt.Sprintf("%d pods, none elected", len(pods.Items))
+		})
+		if err := agent.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		if err := agent.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if err := agent.WaitReady(ctx); err != nil {
+			t.Fatal(err)
+		}
+		sources := waitSourcePods(t, c1, "app=restart", 12, func(p *corev1.Pod) bool {
+			return p.Status.Phase == corev1.PodRunning && strings.HasPrefix(p.Spec.NodeName, "flotilla-")
+		})
+		waitFor(t, 60*time.Second, "one delegate per pod after the restart", func() (bool, string) {
+			return checkOneDelegateEach(ctx, s, sources)
+		})
 	})
 
 	t.Run("deleting the deployment leaves no candidate or delegate", func(t *testing.T) {

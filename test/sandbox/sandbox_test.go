@@ -83,12 +83,21 @@ func TestSandbox(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitPods(t, client, "app=via-flotilla", 1, func(p *corev1.Pod) bool { return p.Spec.NodeName != "" })
-		events, err := client.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=via-flotilla,reason=Scheduled"})
+		// Events are written asynchronously after the binding.
+		var reporters []string
+		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			events, err := client.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=via-flotilla,reason=Scheduled"})
+			if err != nil {
+				return false, nil
+			}
+			reporters = reporters[:0]
+			for _, e := range events.Items {
+				reporters = append(reporters, e.ReportingController)
+			}
+			return len(reporters) == 1 && reporters[0] == "flotilla", nil
+		})
 		if err != nil {
-			t.Fatal(err)
-		}
-		if len(events.Items) == 0 || events.Items[0].ReportingController != "flotilla" {
-			t.Errorf("want a Scheduled event reported by the flotilla profile, got %+v", events.Items)
+			t.Errorf("want one Scheduled event reported by the flotilla profile, got reporters %v", reporters)
 		}
 	})
 
