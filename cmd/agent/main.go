@@ -33,6 +33,7 @@ type options struct {
 	clusterName string
 	targets     targetFlags
 	workers     int
+	maxCands    int
 
 	webhookPort       int
 	webhookHost       string
@@ -42,6 +43,9 @@ type options struct {
 	webhookService    string
 	webhookServiceNS  string
 	webhookConfigName string
+
+	kubeAPIQPS   float64
+	kubeAPIBurst int
 
 	metricsAddr             string
 	probeAddr               string
@@ -58,6 +62,9 @@ func (o *options) bind(fs *flag.FlagSet) {
 	fs.StringVar(&o.clusterName, "cluster-name", "", "Name of this cluster as its targets know it; labels every candidate it sends. Required when --target is given.")
 	fs.Var(o.targets, "target", "A target cluster, name=<kubeconfig path> or name=self for this cluster; repeat for more.")
 	fs.IntVar(&o.workers, "workers", 16, "Source pods placed concurrently.")
+	fs.IntVar(&o.maxCands, "max-candidates", 0, "Targets that get a candidate of a pod at first (0: all). Pods spread over targets by hashing; the set widens by this many while every target in it cannot run the pod.")
+	fs.Float64Var(&o.kubeAPIQPS, "kube-api-qps", 200, "Sustained queries per second of the agent to each API server (its own and each target's).")
+	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", 400, "Burst of queries of the agent to each API server.")
 	fs.IntVar(&o.webhookPort, "webhook-port", 9443, "Port of the pod admission webhook.")
 	fs.StringVar(&o.webhookHost, "webhook-bind-host", "", "Address the webhook binds to; empty means all.")
 	fs.StringVar(&o.webhookCertDir, "webhook-cert-dir", filepath.Join(os.TempDir(), "flotilla-agent-webhook"), "Folder of the webhook's serving certificate; the agent makes one (and its CA) when none is there.")
@@ -115,6 +122,7 @@ func run(opts options) error {
 	if err != nil {
 		return fmt.Errorf("loading kubeconfig: %w", err)
 	}
+	cfg.QPS, cfg.Burst = float32(opts.kubeAPIQPS), opts.kubeAPIBurst
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme: scheme,
 		// The agent caches only opted-in pods, not every pod of the cluster.

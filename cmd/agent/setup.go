@@ -96,6 +96,7 @@ func setupPlacement(mgr manager.Manager, cfg *rest.Config, opts options) error {
 		Targets:       targets,
 		Recorder:      mgr.GetEventRecorder("flotilla-agent"),
 		Workers:       opts.workers,
+		MaxCandidates: opts.maxCands,
 	}).SetupWithManager(mgr)
 }
 

@@ -46,6 +46,7 @@ func buildTargets(flags targetFlags, self *rest.Config, sourceCluster string) (*
 			if cfg, err = clientcmd.BuildConfigFromFlags("", where); err != nil {
 				return nil, fmt.Errorf("target %s: loading kubeconfig %s: %w", name, where, err)
 			}
+			cfg.QPS, cfg.Burst = self.QPS, self.Burst
 		}
 		t, err := target.New(name, isSelf, cfg, sourceCluster)
 		if err != nil {

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -45,6 +46,9 @@ type Controller struct {
 	Recorder      events.EventRecorder
 	// Workers is the number of source pods reconciled at once.
 	Workers int
+	// MaxCandidates is how many targets get a candidate at first (0: all);
+	// see candidate.Eligible for how the set widens.
+	MaxCandidates int
 }
 
 // SetupWithManager registers the controller and routes every candidate
@@ -68,7 +72,12 @@ func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 		Named("placement").
 		For(&corev1.Pod{}, builder.WithPredicates(predicate.NewPredicateFuncs(isSourcePod))).
 		WatchesRawSource(source.Channel(changes, &handler.TypedEnqueueRequestForObject[*corev1.Pod]{})).
-		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
+		WithOptions(controller.Options{
+			MaxConcurrentReconciles: workers,
+			// Per-pod exponential backoff only: the default also caps all
+			// retries together at 10/s, which a burst of pods would hit.
+			RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](5*time.Millisecond, 30*time.Second),
+		}).
 		Complete(c)
 }
 
@@ -109,7 +118,8 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		c.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, "BadElection", "Elect", "Election record is malformed; remove the %s annotation to start over: %v", protocol.ElectionAnnotation, err)
 		return reconcile.Result{}, nil
 	}
-	placements := candidate.FanOut(ctx, pod, c.SourceCluster, targets)
+	eligible := candidate.Eligible(pod, c.SourceCluster, targets, c.MaxCandidates)
+	placements := candidate.FanOut(ctx, pod, c.SourceCluster, eligible)
 	observed := make([]Observed, 0, len(placements))
 	unhealthy := false
 	for _, p := range placements {
@@ -126,10 +136,19 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	if d.Elect != nil {
 		if err := c.writeElection(ctx, pod, *d.Elect); err != nil {
+			if apierrors.IsConflict(err) {
+				// The decision was made on a stale copy of the pod (often our
+				// own previous write not yet in the cache). The newer version
+				// triggers another reconcile; nothing was allowed.
+				log.V(4).Info("Election lost a race with a newer pod version", "election", d.Elect.Encode())
+				return reconcile.Result{}, nil
+			}
 			return reconcile.Result{}, err
 		}
 		if d.Elect.Elected() {
-			c.Recorder.Eventf(pod, nil, corev1.EventTypeNormal, "Elected", "Elect", "Elected the candidate in target %s (node %s, election %d)", d.Elect.Target, nodeOf(observed, d.Elect.Target), d.Elect.Generation)
+			// No Event: one write per pod less in the source; the Scheduled
+			// event names the winner.
+			log.V(2).Info("Elected", "target", d.Elect.Target, "node", nodeOf(observed, d.Elect.Target), "election", d.Elect.Generation)
 		} else {
 			c.Recorder.Eventf(pod, nil, corev1.EventTypeNormal, "ElectionWithdrawn", "Elect", "The elected candidate in target %s was unreserved; election %d is open again", election.Target, d.Elect.Generation)
 		}
@@ -178,11 +197,7 @@ func observe(p candidate.Placement) Observed {
 		// Bound without any report: visible, never elected.
 		o.State.Phase = protocol.PhaseBound
 	}
-	for _, cond := range cand.Status.Conditions {
-		if cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionFalse && cond.Reason == corev1.PodReasonUnschedulable {
-			o.Unschedulable = cond.Message
-		}
-	}
+	o.Unschedulable = candidate.Unschedulable(cand)
 	return o
 }
 

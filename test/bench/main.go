@@ -15,7 +15,9 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/flotilla-dev/flotilla/test/sandbox"
@@ -27,6 +29,8 @@ type config struct {
 	Pods    int     `json:"pods"`
 	Rate    float64 `json:"rate"`
 	CPU     string  `json:"cpuPerPod"`
+	// MaxCandidates is the agent's --max-candidates (0: every target).
+	MaxCandidates int `json:"maxCandidates"`
 	Timeout time.Duration
 }
 
@@ -38,14 +42,16 @@ func main() {
 	flag.IntVar(&cfg.Pods, "pods", 200, "Pods to create (P).")
 	flag.Float64Var(&cfg.Rate, "rate", 0, "Pods created per second; 0 creates them all at once (a burst).")
 	flag.StringVar(&cfg.CPU, "cpu", "100m", "CPU request of each pod.")
+	flag.IntVar(&cfg.MaxCandidates, "max-candidates", 0, "The agent's --max-candidates: targets that get a candidate of each pod at first (0: all).")
 	flag.DurationVar(&cfg.Timeout, "timeout", 10*time.Minute, "Give up on a run after this long.")
 	keep := flag.Bool("keep", false, "Keep the sandbox folder (logs) after the run.")
+	hold := flag.Bool("hold", false, "Keep the clusters up after the run until interrupted, to look around.")
 	flag.Parse()
 	if cfg.Targets < 1 || cfg.Nodes < 1 || cfg.Pods < 1 {
 		fmt.Fprintln(os.Stderr, "bench: -targets, -nodes and -pods must be at least 1")
 		os.Exit(2)
 	}
-	report, err := run(cfg, *keep)
+	report, err := run(cfg, *keep, *hold)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
@@ -55,7 +61,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
-	name := filepath.Join(*out, fmt.Sprintf("k%d-m%d-p%d-r%g.json", cfg.Targets, cfg.Nodes, cfg.Pods, cfg.Rate))
+	name := filepath.Join(*out, fmt.Sprintf("k%d-m%d-p%d-r%g-c%d.json", cfg.Targets, cfg.Nodes, cfg.Pods, cfg.Rate, cfg.MaxCandidates))
 	raw, _ := json.MarshalIndent(report, "", "  ")
 	if err := os.WriteFile(name, raw, 0o644); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -64,7 +70,7 @@ func main() {
 	fmt.Println("results written to", name)
 }
 
-func run(cfg config, keep bool) (*Report, error) {
+func run(cfg config, keep, hold bool) (*Report, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeout+10*time.Minute)
 	defer cancel()
 	opts := sandbox.Options{Clusters: []sandbox.ClusterSpec{{Name: "src", Nodes: []sandbox.NodeSpec{{}}}}}
@@ -108,7 +114,7 @@ func run(cfg config, keep bool) (*Report, error) {
 			return nil, err
 		}
 	}
-	agent, err := sandbox.StartAgent(ctx, src, targets)
+	agent, err := sandbox.StartAgent(ctx, src, targets, fmt.Sprintf("--max-candidates=%d", cfg.MaxCandidates))
 	if err != nil {
 		return nil, err
 	}
@@ -128,6 +134,13 @@ func run(cfg config, keep bool) (*Report, error) {
 	report.Flotilla, err = measure(ctx, cfg, src, targets, true, procs)
 	if err != nil {
 		return nil, fmt.Errorf("flotilla: %w", err)
+	}
+	if hold {
+		fmt.Println(report.Markdown())
+		fmt.Fprintf(os.Stderr, "bench: clusters up in %s; interrupt to stop\n", dir)
+		sig, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		<-sig.Done()
 	}
 	return report, nil
 }

@@ -20,7 +20,11 @@ type Report struct {
 func (r *Report) Markdown() string {
 	var b strings.Builder
 	f, base := r.Flotilla, r.Baseline
-	fmt.Fprintf(&b, "### K=%d targets × M=%d nodes, P=%d pods, rate %s, %s\n\n", r.Config.Targets, r.Config.Nodes, r.Config.Pods, rateText(r.Config.Rate), r.Date)
+	cands := "all targets"
+	if r.Config.MaxCandidates > 0 && r.Config.MaxCandidates < r.Config.Targets {
+		cands = fmt.Sprintf("%d target(s)", r.Config.MaxCandidates)
+	}
+	fmt.Fprintf(&b, "### K=%d targets × M=%d nodes, P=%d pods, rate %s, candidates to %s, %s\n\n", r.Config.Targets, r.Config.Nodes, r.Config.Pods, rateText(r.Config.Rate), cands, r.Date)
 	fmt.Fprintln(&b, "| figure | flotilla | baseline (kube-scheduler, one cluster) | ratio |")
 	fmt.Fprintln(&b, "|---|---|---|---|")
 	row := func(name string, fv, bv float64, unit string) {

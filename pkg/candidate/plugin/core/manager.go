@@ -34,7 +34,8 @@ type Options struct {
 	SchedulerName string
 	// PermitTimeout bounds a wait in Permit.
 	PermitTimeout time.Duration
-	// Workers per queue; default 2.
+	// Workers per queue; default 16: state writes are API calls, and a
+	// burst of candidates must not wait behind each other.
 	Workers int
 	// MaxSettleRetries bounds how often a decided pod is looked for among
 	// the waiting pods before giving up; default 20 (about 10 seconds).
@@ -58,7 +59,7 @@ type Manager struct {
 // NewManager returns a Manager; Run starts its workers.
 func NewManager(opts Options, scheduler Scheduler, pods corelisters.PodLister, writer *StateWriter) *Manager {
 	if opts.Workers <= 0 {
-		opts.Workers = 2
+		opts.Workers = 16
 	}
 	if opts.MaxSettleRetries <= 0 {
 		opts.MaxSettleRetries = 20

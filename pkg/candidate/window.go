@@ -1,0 +1,86 @@
+package candidate
+
+import (
+	"hash/fnv"
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/flotilla-dev/flotilla/pkg/target"
+)
+
+// Eligible returns the targets that get a candidate of the source pod. With
+// max <= 0 that is every target. Otherwise the targets are ordered by
+// rendezvous hashing of the pod's UID (so that pods spread evenly and each
+// pod's order never changes), the first max get a candidate, and the window
+// widens by max for as long as every target in it has failed the pod: its
+// candidate is unschedulable there, or the target is unreachable. The window
+// is computed from what the targets report, so it survives agent restarts
+// without any state of its own.
+func Eligible(source *corev1.Pod, sourceCluster string, targets []*target.Target, max int) []*target.Target {
+	if max <= 0 || max >= len(targets) {
+		return targets
+	}
+	order := rendezvous(string(source.UID), targets)
+	name := CandidateNameOf(source, sourceCluster)
+	window := max
+	for window < len(order) {
+		allFailed := true
+		for _, t := range order[:window] {
+			if !failed(t, source.Namespace, name) {
+				allFailed = false
+				break
+			}
+		}
+		if !allFailed {
+			break
+		}
+		window += max
+	}
+	return order[:min(window, len(order))]
+}
+
+func failed(t *target.Target, namespace, name string) bool {
+	if t.Err() != nil {
+		return true
+	}
+	c, ok := t.Candidate(namespace, name)
+	return ok && Unschedulable(c) != ""
+}
+
+// Unschedulable is the target scheduler's reason for finding no node for a
+// candidate, or "" when it has not said so.
+func Unschedulable(c *corev1.Pod) string {
+	for _, cond := range c.Status.Conditions {
+		if cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionFalse && cond.Reason == corev1.PodReasonUnschedulable {
+			return cond.Message
+		}
+	}
+	return ""
+}
+
+func rendezvous(key string, targets []*target.Target) []*target.Target {
+	type scored struct {
+		t     *target.Target
+		score uint64
+	}
+	s := make([]scored, len(targets))
+	for i, t := range targets {
+		h := fnv.New64a()
+		h.Write([]byte(key))
+		h.Write([]byte{0})
+		h.Write([]byte(t.Name))
+		s[i] = scored{t, h.Sum64()}
+	}
+	sort.Slice(s, func(i, j int) bool {
+		if s[i].score != s[j].score {
+			return s[i].score > s[j].score
+		}
+		return s[i].t.Name < s[j].t.Name
+	})
+	out := make([]*target.Target, len(s))
+	for i := range s {
+		out[i] = s[i].t
+	}
+	return out
+}

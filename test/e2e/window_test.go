@@ -1,0 +1,105 @@
+package e2e
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+
+	flotillacandidate "github.com/flotilla-dev/flotilla/pkg/candidate"
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
+	"github.com/flotilla-dev/flotilla/pkg/target"
+	"github.com/flotilla-dev/flotilla/test/sandbox"
+)
+
+// TestFanOutWindow runs the agent with --max-candidates=1: each pod gets one
+// candidate, pods spread over the targets, and a pod that its first target
+// cannot run widens to the next until one can.
+func TestFanOutWindow(t *testing.T) {
+	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
+		{Name: "src", Nodes: []sandbox.NodeSpec{{CPU: "1"}}},
+		{Name: "small1", Nodes: []sandbox.NodeSpec{{CPU: "4"}}},
+		{Name: "small2", Nodes: []sandbox.NodeSpec{{CPU: "4"}}},
+		{Name: "big", Nodes: []sandbox.NodeSpec{{CPU: "64"}}},
+	}})
+	ctx := t.Context()
+	for _, c := range s.Clusters {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: placementNS, Labels: map[string]string{protocol.NamespaceEnabledLabel: "true"}}}
+		if _, err := c.Client().CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	targets := []*sandbox.Cluster{s.Cluster("small1"), s.Cluster("small2"), s.Cluster("big")}
+	if _, err := sandbox.StartAgent(ctx, s.Cluster("src"), targets, "--max-candidates=1"); err != nil {
+		t.Fatal(err)
+	}
+	src := s.Cluster("src").Client()
+
+	t.Run("one candidate per pod, spread", func(t *testing.T) {
+		if _, err := src.AppsV1().Deployments(placementNS).Create(ctx, optedInDeployment("spread", 12, "100m"), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		pods := waitSourcePods(t, src, "app=spread", 12, func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+		waitFor(t, 60*time.Second, "one delegate per pod", func() (bool, string) { return checkOneDelegateEach(ctx, s, pods) })
+		used := map[string]bool{}
+		for _, p := range pods {
+			used[p.Spec.NodeName] = true
+		}
+		if len(used) < 2 {
+			t.Errorf("12 pods all went to %v: the window does not spread", used)
+		}
+	})
+
+	t.Run("a pod its first target cannot run widens to one that can", func(t *testing.T) {
+		// Find a pod whose first choice is a small target, so that landing on
+		// big proves the window widened.
+		var first string
+		for i := range 10 {
+			name := fmt.Sprintf("wide-%d", i)
+			pod := optedInPod(name, "16")
+			created, err := src.CoreV1().Pods(placementNS).Create(ctx, pod, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			first = firstChoice(t, created, targets)
+			if first != "big" {
+				waitSourcePods(t, src, "app="+name, 1, func(p *corev1.Pod) bool {
+					return p.Spec.NodeName == "flotilla-big" && p.Status.Phase == corev1.PodRunning
+				})
+				firstClient := s.Cluster(first).Client()
+				cands, err := firstClient.CoreV1().Pods(placementNS).List(ctx, metav1.ListOptions{LabelSelector: protocol.SourceUIDLabel + "=" + string(created.UID)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				// Its first candidate was tried there and then cleaned up.
+				for _, c := range cands.Items {
+					if c.DeletionTimestamp == nil && c.Spec.NodeName != "" {
+						t.Errorf("candidate bound in %s, which cannot fit it", first)
+					}
+				}
+				return
+			}
+		}
+		t.Fatalf("ten pods in a row had %q as first choice; the hash does not spread", first)
+	})
+}
+
+// firstChoice computes, with the agent's own function, which target a pod's
+// first candidate goes to.
+func firstChoice(t *testing.T, pod *corev1.Pod, clusters []*sandbox.Cluster) string {
+	t.Helper()
+	var ts []*target.Target
+	for _, c := range clusters {
+		tg, err := target.New(c.Name, false, &rest.Config{Host: c.Host}, "src")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts = append(ts, tg)
+	}
+	got := flotillacandidate.Eligible(pod, "src", ts, 1)
+	return strings.TrimSpace(got[0].Name)
+}
