@@ -5,7 +5,7 @@ GO ?= go
 SANDBOX_DIR ?= $(CURDIR)/.sandbox/demo
 TEST_TIMEOUT ?= 60m
 
-.PHONY: all tools build test test-unit test-e2e demo demo-down bench vet clean
+.PHONY: all tools build test test-unit test-e2e demo demo-down bench bench-sweep vet clean
 
 all: build
 
@@ -37,6 +37,10 @@ BENCH_FLAGS ?= -targets 3 -nodes 4 -pods 200
 ## bench: one burst of pods through Flotilla and through plain kube-scheduler, side by side (see docs/benchmarks.md)
 bench: tools build
 	$(GO) run ./test/bench $(BENCH_FLAGS)
+
+## bench-sweep: K = 1, 3, 6, 10 targets × P = 100, 1000 pods, tables in bench-results/, charts in docs/img/
+bench-sweep: tools build
+	hack/bench-sweep.sh bench-results
 
 ## demo: start three sandbox clusters, show Flotilla at work, leave them running
 demo: tools build

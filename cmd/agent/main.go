@@ -49,6 +49,7 @@ type options struct {
 
 	metricsAddr             string
 	probeAddr               string
+	pprofAddr               string
 	leaderElect             bool
 	leaderElectionNamespace string
 	leaderElectionID        string
@@ -75,6 +76,7 @@ func (o *options) bind(fs *flag.FlagSet) {
 	fs.StringVar(&o.webhookConfigName, "webhook-configuration-name", "flotilla-agent", "Name of the MutatingWebhookConfiguration the agent keeps up to date.")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; \"0\" disables it.")
 	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz endpoints bind to.")
+	fs.StringVar(&o.pprofAddr, "pprof-bind-address", "", "Address of Go's /debug/pprof profiles; empty disables them.")
 	fs.BoolVar(&o.leaderElect, "leader-elect", true, "Elect one active agent per cluster through a Lease, so that replicas can stand by.")
 	fs.StringVar(&o.leaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader-election Lease; defaults to the namespace the agent runs in, or kube-system outside a cluster.")
 	fs.StringVar(&o.leaderElectionID, "leader-election-id", "flotilla-agent", "Name of the leader-election Lease.")
@@ -136,6 +138,7 @@ func run(opts options) error {
 		}),
 		Metrics:                       metricsserver.Options{BindAddress: opts.metricsAddr},
 		HealthProbeBindAddress:        opts.probeAddr,
+		PprofBindAddress:              opts.pprofAddr,
 		LeaderElection:                opts.leaderElect,
 		LeaderElectionID:              opts.leaderElectionID,
 		LeaderElectionNamespace:       leaderElectionNamespace(opts.leaderElectionNamespace),
