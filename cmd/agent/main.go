@@ -30,10 +30,11 @@ import (
 )
 
 type options struct {
-	clusterName string
-	targets     targetFlags
-	workers     int
-	maxCands    int
+	clusterName  string
+	targets      targetFlags
+	workers      int
+	vnodeWorkers int
+	maxCands     int
 
 	webhookPort       int
 	webhookHost       string
@@ -62,7 +63,8 @@ func (o *options) bind(fs *flag.FlagSet) {
 	o.targets = targetFlags{}
 	fs.StringVar(&o.clusterName, "cluster-name", "", "Name of this cluster as its targets know it; labels every candidate it sends. Required when --target is given.")
 	fs.Var(o.targets, "target", "A target cluster, name=<kubeconfig path> or name=self for this cluster; repeat for more.")
-	fs.IntVar(&o.workers, "workers", 16, "Source pods placed concurrently.")
+	fs.IntVar(&o.workers, "workers", 64, "Source pods placed concurrently. Most of a placement is waiting on API calls, so this is worth more than the cores.")
+	fs.IntVar(&o.vnodeWorkers, "vnode-workers", 16, "Per virtual node: source pods whose status is mirrored concurrently.")
 	fs.IntVar(&o.maxCands, "max-candidates", 0, "Targets that get a candidate of a pod at first (0: all). Pods spread over targets by hashing; the set widens by this many while every target in it cannot run the pod.")
 	fs.Float64Var(&o.kubeAPIQPS, "kube-api-qps", 200, "Sustained queries per second of the agent to each API server (its own and each target's).")
 	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", 400, "Burst of queries of the agent to each API server.")

@@ -84,6 +84,7 @@ func setupPlacement(mgr manager.Manager, cfg *rest.Config, opts options) error {
 				Target:    t.Name,
 				Client:    kube,
 				Delegates: target.Delegates{Target: t, SourceCluster: opts.clusterName},
+				Workers:   opts.vnodeWorkers,
 			})
 		})); err != nil {
 			return err

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -34,6 +35,10 @@ import (
 // its targets is unreachable.
 const retryUnhealthy = 5 * time.Second
 
+// staleWindow bounds how long a written election is expected to show up in
+// the cache before the cache is believed again.
+const staleWindow = 30 * time.Second
+
 // Controller places source pods: it fans candidates out, runs the election,
 // binds the source pod to the winner's virtual node and cleans up the rest.
 // It keeps no state of its own between reconciles: everything it needs is on
@@ -49,6 +54,35 @@ type Controller struct {
 	// MaxCandidates is how many targets get a candidate at first (0: all);
 	// see candidate.Eligible for how the set widens.
 	MaxCandidates int
+
+	// bound holds the UIDs of source pods this process bound and whose
+	// binding the cache may not show yet, so a stale reconcile does not
+	// bind again (the API server would refuse it, at the cost of a write).
+	bound sync.Map
+	// elections holds the election this process last wrote on a source pod
+	// (by UID) until the cache shows it: a reconcile on an older copy would
+	// only lose the optimistic-concurrency race, at the cost of a write.
+	elections sync.Map
+}
+
+type writtenElection struct {
+	value string
+	at    time.Time
+}
+
+// staleElection reports whether the cached pod predates an election this
+// process wrote less than staleWindow ago.
+func (c *Controller) staleElection(pod *corev1.Pod) bool {
+	v, ok := c.elections.Load(pod.UID)
+	if !ok {
+		return false
+	}
+	w := v.(writtenElection)
+	if pod.Annotations[protocol.ElectionAnnotation] == w.value || time.Since(w.at) > staleWindow {
+		c.elections.Delete(pod.UID)
+		return false
+	}
+	return true
 }
 
 // SetupWithManager registers the controller and routes every candidate
@@ -104,6 +138,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return c.cleanUp(ctx, pod.Namespace, pod.Name, "", "", targets)
 	}
 	if pod.Spec.NodeName != "" {
+		c.bound.Delete(pod.UID)
 		// Bound: keep the delegate in the elected target, remove the rest
 		// (including candidates of an earlier pod with the same name).
 		elected := ""
@@ -113,6 +148,10 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return c.cleanUp(ctx, pod.Namespace, pod.Name, pod.UID, elected, targets)
 	}
 
+	if c.staleElection(pod) {
+		// The update event of our own write will bring the pod back.
+		return reconcile.Result{}, nil
+	}
 	election, err := protocol.ParseElection(pod.Annotations[protocol.ElectionAnnotation])
 	if err != nil {
 		c.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, "BadElection", "Elect", "Election record is malformed; remove the %s annotation to start over: %v", protocol.ElectionAnnotation, err)
@@ -193,8 +232,9 @@ func observe(p candidate.Placement) Observed {
 			o.State = s
 		}
 	}
-	if cand.Spec.NodeName != "" && o.State.Phase == "" {
-		// Bound without any report: visible, never elected.
+	if cand.Spec.NodeName != "" {
+		// The binding itself is the truth; the plugin's Bound report may
+		// still be on its way (or missing, for a rogue binding).
 		o.State.Phase = protocol.PhaseBound
 	}
 	o.Unschedulable = candidate.Unschedulable(cand)
@@ -212,9 +252,11 @@ func (c *Controller) writeElection(ctx context.Context, pod *corev1.Pod, e proto
 	if err != nil {
 		return err
 	}
-	if err := c.Client.Patch(ctx, pod, client.RawPatch(types.MergePatchType, patch)); err != nil {
+	// Patch updates a copy: pod stays the cached object the decision saw.
+	if err := c.Client.Patch(ctx, pod.DeepCopy(), client.RawPatch(types.MergePatchType, patch)); err != nil {
 		return fmt.Errorf("recording election %s on %s/%s: %w", e.Encode(), pod.Namespace, pod.Name, err)
 	}
+	c.elections.Store(pod.UID, writtenElection{value: e.Encode(), at: time.Now()})
 	return nil
 }
 
@@ -222,6 +264,9 @@ func (c *Controller) writeElection(ctx context.Context, pod *corev1.Pod, e proto
 // deletes the other candidates.
 func (c *Controller) bind(ctx context.Context, pod *corev1.Pod, targetName string, targets []*target.Target) (reconcile.Result, error) {
 	node := protocol.VirtualNodeName("", targetName)
+	if _, done := c.bound.Load(pod.UID); done {
+		return c.cleanUp(ctx, pod.Namespace, pod.Name, pod.UID, targetName, targets)
+	}
 	binding := &corev1.Binding{
 		ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID},
 		Target:     corev1.ObjectReference{Kind: "Node", Name: node},
@@ -229,6 +274,7 @@ func (c *Controller) bind(ctx context.Context, pod *corev1.Pod, targetName strin
 	if err := c.Kube.CoreV1().Pods(pod.Namespace).Bind(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsConflict(err) {
 		return reconcile.Result{}, fmt.Errorf("binding %s/%s to %s: %w", pod.Namespace, pod.Name, node, err)
 	}
+	c.bound.Store(pod.UID, struct{}{})
 	c.Recorder.Eventf(pod, nil, corev1.EventTypeNormal, "Scheduled", "Bind", "Running in target %s, bound to virtual node %s", targetName, node)
 	return c.cleanUp(ctx, pod.Namespace, pod.Name, pod.UID, targetName, targets)
 }

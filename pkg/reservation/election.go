@@ -54,17 +54,29 @@ type Allowance struct {
 // it asks for nothing new.
 func Decide(sourceUID string, current protocol.Election, observed []Observed) Decision {
 	var d Decision
+	// A candidate bound on an allowance for its own reservation won: the
+	// source only allows after recording the election durably, and never
+	// moves an election while the elected reservation may still bind. This
+	// holds even when the election record we read is older than the
+	// allowance (a stale cache).
 	for _, o := range observed {
-		if o.Exists && o.State.Phase == protocol.PhaseBound && o.Target != current.Target {
-			d.Violations = append(d.Violations, o.Target)
+		if !o.Exists || o.State.Phase != protocol.PhaseBound {
+			continue
 		}
+		if allowedOwnReservation(sourceUID, o) {
+			if d.Bound == "" {
+				d.Bound = o.Target
+			}
+			continue
+		}
+		d.Violations = append(d.Violations, o.Target)
+	}
+	if d.Bound != "" {
+		return d
 	}
 	if current.Elected() {
 		elected, ok := find(observed, current.Target)
 		switch {
-		case ok && elected.Exists && elected.State.Phase == protocol.PhaseBound:
-			d.Bound = current.Target
-			return d
 		case ok && elected.Exists && elected.State.Phase == protocol.PhaseReserved && elected.State.Nonce != current.Nonce:
 			// The elected target reserved again (its Permit timed out and the
 			// pod went back to its queue): re-elect the same target for the
@@ -94,6 +106,13 @@ func Decide(sourceUID string, current protocol.Election, observed []Observed) De
 		return d
 	}
 	return elect(d, sourceUID, current.Generation+1, next.Target, next.State.Nonce)
+}
+
+// allowedOwnReservation reports whether a candidate carries an allowance of
+// this source pod for the reservation it reports.
+func allowedOwnReservation(sourceUID string, o Observed) bool {
+	a, err := protocol.ParseAllowance(o.Allowed)
+	return err == nil && a.SourceUID == sourceUID && a.Nonce == o.State.Nonce
 }
 
 func elect(d Decision, uid string, generation int64, target, nonce string) Decision {

@@ -17,8 +17,9 @@ func unreserved(target, nonce string) Observed {
 	return Observed{Target: target, Exists: true, State: protocol.State{Phase: protocol.PhaseUnreserved, Nonce: nonce, Reason: "permit timed out"}}
 }
 
-func bound(target, nonce string) Observed {
-	return Observed{Target: target, Exists: true, State: protocol.State{Phase: protocol.PhaseBound, Nonce: nonce}}
+func bound(target, nonce string, generation int64) Observed {
+	return Observed{Target: target, Exists: true, State: protocol.State{Phase: protocol.PhaseBound, Nonce: nonce},
+		Allowed: protocol.Allowance{SourceUID: uid, Generation: generation, Nonce: nonce}.Encode()}
 }
 
 func TestDecide(t *testing.T) {
@@ -91,7 +92,13 @@ func TestDecide(t *testing.T) {
 		{
 			name:      "elected candidate bound",
 			current:   protocol.Election{Generation: 1, Target: "c2", Nonce: "n2"},
-			observed:  []Observed{reserved("c1", "n1", 1), bound("c2", "n2")},
+			observed:  []Observed{reserved("c1", "n1", 1), bound("c2", "n2", 1)},
+			wantBound: "c2",
+		},
+		{
+			name:      "stale election record, candidate bound on its allowance: bound there, nothing elected",
+			current:   protocol.Election{},
+			observed:  []Observed{reserved("c1", "n1", 99), bound("c2", "n2", 1)},
 			wantBound: "c2",
 		},
 		{
@@ -171,6 +178,19 @@ func TestDecideNeverAllowsTwo(t *testing.T) {
 	stale, _ := protocol.ParseAllowance(allowedBy["c1"])
 	if stale.Nonce == "a2" {
 		t.Fatal("c1's new reservation was allowed while c2 holds the election")
+	}
+}
+
+func TestDecideReportsBindingsWithoutAllowance(t *testing.T) {
+	rogue := Observed{Target: "c3", Exists: true, State: protocol.State{Phase: protocol.PhaseBound, Nonce: "x"}}
+	stale := bound("c1", "old", 1)
+	stale.State.Nonce = "new" // allowance for an earlier reservation
+	d := Decide(uid, protocol.Election{Generation: 1, Target: "c2", Nonce: "n2"}, []Observed{rogue, stale, reserved("c2", "n2", 1)})
+	if len(d.Violations) != 2 {
+		t.Errorf("want both bindings without a matching allowance reported, got %v", d.Violations)
+	}
+	if d.Bound != "" {
+		t.Errorf("a binding without allowance must not be adopted, got Bound=%s", d.Bound)
 	}
 }
 

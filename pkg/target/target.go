@@ -44,6 +44,9 @@ type Target struct {
 
 	mu      sync.Mutex
 	lastErr error
+
+	// writes remembers creates, deletes and annotations not yet in the cache.
+	writes *recent
 }
 
 // New prepares a target; Start begins watching it.
@@ -64,7 +67,7 @@ func New(name string, self bool, cfg *rest.Config, sourceCluster string) (*Targe
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }))
 	informer := factory.Core().V1().Pods().Informer()
-	t := &Target{Name: name, Self: self, client: client, factory: factory, informer: informer}
+	t := &Target{Name: name, Self: self, client: client, factory: factory, informer: informer, writes: newRecent()}
 	if err := informer.AddIndexers(cache.Indexers{bySourceIndex: indexBySource}); err != nil {
 		return nil, err
 	}
@@ -177,20 +180,30 @@ func (t *Target) Candidates() []*corev1.Pod {
 
 // Create creates a candidate; an existing one is not an error.
 func (t *Target) Create(ctx context.Context, candidate *corev1.Pod) error {
+	key := "create/" + candidate.Namespace + "/" + candidate.Name + "/" + candidate.Labels[protocol.SourceUIDLabel]
+	if t.writes.has(key) {
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
 	_, err := t.client.CoreV1().Pods(candidate.Namespace).Create(ctx, candidate, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
+		t.writes.add(key)
 		return t.observe(nil)
 	}
 	if err != nil {
 		return t.observe(fmt.Errorf("target %s: creating candidate %s/%s: %w", t.Name, candidate.Namespace, candidate.Name, err))
 	}
+	t.writes.add(key)
 	return t.observe(nil)
 }
 
 // Delete deletes a candidate if it still has the given UID (empty: any).
 func (t *Target) Delete(ctx context.Context, namespace, name string, uid types.UID) error {
+	key := "delete/" + namespace + "/" + name + "/" + string(uid)
+	if t.writes.has(key) {
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
 	opts := metav1.DeleteOptions{}
@@ -199,26 +212,33 @@ func (t *Target) Delete(ctx context.Context, namespace, name string, uid types.U
 	}
 	err := t.client.CoreV1().Pods(namespace).Delete(ctx, name, opts)
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		t.writes.add(key)
 		return t.observe(nil)
 	}
 	if err != nil {
 		return t.observe(fmt.Errorf("target %s: deleting candidate %s/%s: %w", t.Name, namespace, name, err))
 	}
+	t.writes.add(key)
 	klog.V(4).InfoS("Deleted candidate", "target", t.Name, "pod", klog.KRef(namespace, name))
 	return t.observe(nil)
 }
 
 // Annotate merges annotations into a candidate (a nil value removes a key).
 func (t *Target) Annotate(ctx context.Context, namespace, name string, annotations map[string]*string) error {
-	ctx, cancel := context.WithTimeout(ctx, callTimeout)
-	defer cancel()
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
 	if err != nil {
 		return err
 	}
+	key := "annotate/" + namespace + "/" + name + "/" + string(patch)
+	if t.writes.has(key) {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
 	_, err = t.client.CoreV1().Pods(namespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
 	if err != nil {
 		return t.observe(fmt.Errorf("target %s: annotating candidate %s/%s: %w", t.Name, namespace, name, err))
 	}
+	t.writes.add(key)
 	return t.observe(nil)
 }

@@ -67,7 +67,7 @@ type Config struct {
 	// DefaultCapacity().
 	Capacity corev1.ResourceList
 	// Workers is the number of pod sync workers, and of status workers;
-	// default 4.
+	// default 16.
 	Workers int
 	// EventRecorder records events on source pods; default one that writes
 	// to Client as component "flotilla-vnode".
@@ -78,7 +78,7 @@ type Config struct {
 const (
 	DefaultLeaseDuration        = 40 * time.Second
 	DefaultStatusUpdateInterval = time.Minute
-	DefaultWorkers              = 4
+	DefaultWorkers              = 16
 )
 
 func (cfg Config) withDefaults() (Config, error) {

@@ -122,7 +122,7 @@ func run(cfg config, keep, hold bool) (*Report, error) {
 
 	fmt.Fprintln(os.Stderr, "bench: baseline run (plain kube-scheduler, one cluster)")
 	baseCluster := s.Cluster("base")
-	report.Baseline, err = measure(ctx, cfg, baseCluster, nil, false, []process{{"scheduler", baseCluster.PIDs()[sandbox.Scheduler]}})
+	report.Baseline, err = measure(ctx, cfg, s.Clusters, baseCluster, nil, false, []process{{"scheduler", baseCluster.PIDs()[sandbox.Scheduler]}})
 	if err != nil {
 		return nil, fmt.Errorf("baseline: %w", err)
 	}
@@ -131,7 +131,7 @@ func run(cfg config, keep, hold bool) (*Report, error) {
 	for _, t := range targets {
 		procs = append(procs, process{t.Name + " scheduler", t.PIDs()[sandbox.Scheduler]})
 	}
-	report.Flotilla, err = measure(ctx, cfg, src, targets, true, procs)
+	report.Flotilla, err = measure(ctx, cfg, s.Clusters, src, targets, true, procs)
 	if err != nil {
 		return nil, fmt.Errorf("flotilla: %w", err)
 	}

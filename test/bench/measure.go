@@ -41,6 +41,12 @@ type Run struct {
 	RunningMillis        Percentiles         `json:"runningMillis"`
 	Requests             map[string]Requests `json:"requestsPerPod"`
 	Processes            []ProcessCost       `json:"processes"`
+	// MachineCPUSeconds is the CPU every process of the sandbox used during
+	// the run; divided by Seconds it says how busy the machine's cores were.
+	MachineCPUSeconds float64 `json:"machineCPUSeconds"`
+	// CPUByComponent splits MachineCPUSeconds by kind of process, summed
+	// over the clusters (etcd, kube-apiserver, ..., agent).
+	CPUByComponent map[string]float64 `json:"cpuByComponent"`
 }
 
 // Percentiles of a latency, in milliseconds.
@@ -74,7 +80,7 @@ func createNamespace(ctx context.Context, c *sandbox.Cluster) error {
 
 // measure creates cfg.Pods pods in home and times them from the create call
 // to bound and to Running, as seen by an informer in home.
-func measure(ctx context.Context, cfg config, home *sandbox.Cluster, targets []*sandbox.Cluster, optIn bool, procs []process) (*Run, error) {
+func measure(ctx context.Context, cfg config, all []*sandbox.Cluster, home *sandbox.Cluster, targets []*sandbox.Cluster, optIn bool, procs []process) (*Run, error) {
 	clusters := append([]*sandbox.Cluster{home}, targets...)
 	before := map[string]Requests{}
 	for _, c := range clusters {
@@ -88,6 +94,7 @@ func measure(ctx context.Context, cfg config, home *sandbox.Cluster, targets []*
 	for _, p := range procs {
 		cpuBefore[p.name], _ = readProc(p.pid)
 	}
+	machineBefore, componentsBefore := machineCPU(all)
 
 	var mu sync.Mutex
 	created, bound, running := map[string]time.Time{}, map[string]time.Time{}, map[string]time.Time{}
@@ -187,7 +194,27 @@ func measure(ctx context.Context, cfg config, home *sandbox.Cluster, targets []*
 		cpu, rss := readProc(p.pid)
 		r.Processes = append(r.Processes, ProcessCost{Name: p.name, CPUSeconds: cpu - cpuBefore[p.name], PeakRSSMiB: rss})
 	}
+	machineAfter, componentsAfter := machineCPU(all)
+	r.MachineCPUSeconds = machineAfter - machineBefore
+	r.CPUByComponent = map[string]float64{}
+	for comp, cpu := range componentsAfter {
+		r.CPUByComponent[comp] = cpu - componentsBefore[comp]
+	}
 	return r, nil
+}
+
+// machineCPU sums the CPU seconds of every process of the sandbox, in all
+// and by kind of process.
+func machineCPU(clusters []*sandbox.Cluster) (float64, map[string]float64) {
+	total, byComponent := 0.0, map[string]float64{}
+	for _, c := range clusters {
+		for comp, pid := range c.PIDs() {
+			cpu, _ := readProc(pid)
+			total += cpu
+			byComponent[string(comp)] += cpu
+		}
+	}
+	return total, byComponent
 }
 
 func benchPod(name string, labels map[string]string, cpu string) *corev1.Pod {

@@ -58,6 +58,16 @@ func (r *Report) Markdown() string {
 	for _, n := range names {
 		fmt.Fprintf(&b, "| %s API requests/pod (writes) | %.1f (%.1f) | | |\n", n, f.Requests[n].All, f.Requests[n].Writes)
 	}
+	row("CPU of all sandbox processes", f.MachineCPUSeconds, base.MachineCPUSeconds, "s")
+	row("cores busy during the run (of 2)", f.MachineCPUSeconds/f.Seconds, base.MachineCPUSeconds/base.Seconds, "")
+	var comps []string
+	for comp := range f.CPUByComponent {
+		comps = append(comps, comp)
+	}
+	sort.Strings(comps)
+	for _, comp := range comps {
+		row("CPU of every "+comp, f.CPUByComponent[comp], base.CPUByComponent[comp], "s")
+	}
 	for _, p := range f.Processes {
 		fmt.Fprintf(&b, "| %s: CPU s, peak RSS | %.1f s, %.0f MiB | | |\n", p.Name, p.CPUSeconds, p.PeakRSSMiB)
 	}
