@@ -23,4 +23,4 @@ for cands in $CANDS; do
     done
   done
 done
-go run ./test/bench/plot -in "$OUT" -out docs/img
+go run ./test/bench/plot -in "$OUT" -out docs/img > "$OUT/table.md"

@@ -273,40 +273,35 @@ func conditionIndex(conditions []corev1.PodCondition, t corev1.PodConditionType)
 // podIPs returns the delegate's valid pod IPs, at most one per family, and
 // the primary one.
 func podIPs(d *corev1.PodStatus) (string, []corev1.PodIP) {
-	raw := make([]string, 0, len(d.PodIPs)+1)
+	raw := make([]string, 0, len(d.PodIPs))
 	for _, ip := range d.PodIPs {
 		raw = append(raw, ip.IP)
 	}
-	if len(raw) == 0 {
-		raw = append(raw, d.PodIP)
-	}
-	ips := validIPs(raw)
-	if len(ips) == 0 {
-		return "", nil
-	}
-	out := make([]corev1.PodIP, len(ips))
-	for i, ip := range ips {
-		out[i] = corev1.PodIP{IP: ip}
-	}
-	return ips[0], out
+	return addresses(raw, d.PodIP, func(ip string) corev1.PodIP { return corev1.PodIP{IP: ip} })
 }
 
 // hostIPs is podIPs for the delegate's node addresses.
 func hostIPs(d *corev1.PodStatus) (string, []corev1.HostIP) {
-	raw := make([]string, 0, len(d.HostIPs)+1)
+	raw := make([]string, 0, len(d.HostIPs))
 	for _, ip := range d.HostIPs {
 		raw = append(raw, ip.IP)
 	}
-	if len(raw) == 0 {
-		raw = append(raw, d.HostIP)
+	return addresses(raw, d.HostIP, func(ip string) corev1.HostIP { return corev1.HostIP{IP: ip} })
+}
+
+// addresses keeps the valid addresses of a list (or of the single legacy
+// field when the list is empty) and returns the primary one and the list.
+func addresses[T any](list []string, single string, wrap func(string) T) (string, []T) {
+	if len(list) == 0 {
+		list = []string{single}
 	}
-	ips := validIPs(raw)
+	ips := validIPs(list)
 	if len(ips) == 0 {
 		return "", nil
 	}
-	out := make([]corev1.HostIP, len(ips))
+	out := make([]T, len(ips))
 	for i, ip := range ips {
-		out[i] = corev1.HostIP{IP: ip}
+		out[i] = wrap(ip)
 	}
 	return ips[0], out
 }

@@ -79,7 +79,9 @@ func run(cfg config, keep, hold bool) (*Report, error) {
 	for k := 1; k <= cfg.Targets; k++ {
 		spec := sandbox.ClusterSpec{Name: fmt.Sprintf("t%d", k)}
 		for m := range cfg.Nodes {
-			n := sandbox.NodeSpec{Name: fmt.Sprintf("t%d-n%d", k, m), Labels: map[string]string{"topology.kubernetes.io/region": spec.Name}}
+			// Room for every pod on every cluster's nodes, so that neither run
+			// is limited by capacity: 1000 pods and 64 CPUs a node.
+			n := sandbox.NodeSpec{Name: fmt.Sprintf("t%d-n%d", k, m), CPU: "64", Pods: 1000, Labels: map[string]string{"topology.kubernetes.io/region": spec.Name}}
 			spec.Nodes = append(spec.Nodes, n)
 			base.Nodes = append(base.Nodes, n)
 		}

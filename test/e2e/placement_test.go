@@ -169,6 +169,37 @@ func TestPlacement(t *testing.T) {
 		})
 	})
 
+	t.Run("target schedulers killed mid-burst leave one delegate per pod", func(t *testing.T) {
+		if _, err := c1.AppsV1().Deployments(placementNS).Create(ctx, optedInDeployment("sched-restart", 12, "100m"), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 60*time.Second, "a first election", func() (bool, string) {
+			pods, err := c1.CoreV1().Pods(placementNS).List(ctx, metav1.ListOptions{LabelSelector: "app=sched-restart,!" + protocol.CandidateLabel})
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, p := range pods.Items {
+				if p.Annotations[protocol.ElectionAnnotation] != "" {
+					return true, ""
+				}
+			}
+			return false, fmt.Sprintf("%d pods, none elected", len(pods.Items))
+		})
+		// Every reservation held in memory is lost; waiting pods go back to
+		// the queue and reserve again with new nonces.
+		for _, name := range []string{"c1", "c3"} {
+			if err := s.Cluster(name).Restart(ctx, sandbox.Scheduler); err != nil {
+				t.Fatal(err)
+			}
+		}
+		sources := waitSourcePods(t, c1, "app=sched-restart", 12, func(p *corev1.Pod) bool {
+			return p.Status.Phase == corev1.PodRunning && strings.HasPrefix(p.Spec.NodeName, "flotilla-")
+		})
+		waitFor(t, 60*time.Second, "one delegate per pod after the scheduler restarts", func() (bool, string) {
+			return checkOneDelegateEach(ctx, s, sources)
+		})
+	})
+
 	t.Run("deleting the deployment leaves no candidate or delegate", func(t *testing.T) {
 		if err := c1.AppsV1().Deployments(placementNS).Delete(ctx, "web", metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)}); err != nil {
 			t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -32,6 +33,8 @@ type result struct {
 }
 
 type run struct {
+	Seconds            float64 `json:"seconds"`
+	MachineCPUSeconds  float64 `json:"machineCPUSeconds"`
 	PodsPerSecondBound float64 `json:"podsPerSecondBound"`
 	BoundMillis        struct {
 		P50 float64 `json:"p50"`
@@ -43,8 +46,28 @@ type run struct {
 	} `json:"requestsPerPod"`
 	Processes []struct {
 		Name       string  `json:"name"`
+		CPUSeconds float64 `json:"cpuSeconds"`
 		PeakRSSMiB float64 `json:"peakRSSMiB"`
 	} `json:"processes"`
+}
+
+func (r *run) process(name string) (cpu, rss float64) {
+	for _, p := range r.Processes {
+		if p.Name == name {
+			return p.CPUSeconds, p.PeakRSSMiB
+		}
+	}
+	return 0, 0
+}
+
+func (r *run) writes(source bool) float64 {
+	total := 0.0
+	for name, q := range r.Requests {
+		if (name == "src") == source {
+			total += q.Writes
+		}
+	}
+	return total
 }
 
 type figure struct {
@@ -93,7 +116,39 @@ func main() {
 			os.Exit(1)
 		}
 	}
-	fmt.Printf("plotted %d results into %s\n", len(results), *out)
+	fmt.Fprintf(os.Stderr, "plotted %d results into %s\n", len(results), *out)
+	fmt.Print(table(results))
+}
+
+// table renders every result as one Markdown row, sorted by fan-out, P, K.
+func table(results []result) string {
+	sort.Slice(results, func(i, j int) bool {
+		a, b := results[i].Config, results[j].Config
+		if a.MaxCandidates != b.MaxCandidates {
+			return a.MaxCandidates > b.MaxCandidates
+		}
+		if a.Pods != b.Pods {
+			return a.Pods < b.Pods
+		}
+		return a.Targets < b.Targets
+	})
+	var b strings.Builder
+	b.WriteString("| K | P | candidates to | pods/s to bound (× baseline) | p50 / p99 create→bound, s (baseline p99) | writes/pod source, all targets | agent CPU s, peak RSS MiB | cores busy |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|\n")
+	for _, r := range results {
+		f, base := r.Flotilla, r.Baseline
+		cands := "all"
+		if r.Config.MaxCandidates > 0 {
+			cands = fmt.Sprint(r.Config.MaxCandidates)
+		}
+		cpu, rss := f.process("agent")
+		fmt.Fprintf(&b, "| %d | %d | %s | %.1f (%.2f×) | %.1f / %.1f (%.2f) | %.1f, %.1f | %.1f, %.0f | %.1f |\n",
+			r.Config.Targets, r.Config.Pods, cands,
+			f.PodsPerSecondBound, f.PodsPerSecondBound/base.PodsPerSecondBound,
+			f.BoundMillis.P50/1000, f.BoundMillis.P99/1000, base.BoundMillis.P99/1000,
+			f.writes(true), f.writes(false), cpu, rss, f.MachineCPUSeconds/f.Seconds)
+	}
+	return b.String()
 }
 
 func load(dir string) ([]result, error) {
@@ -150,6 +205,7 @@ func draw(f figure, results []result, path string) error {
 		}
 		lines = append(lines, label, xys)
 	}
+	p.Y.Min = 0
 	if err := plotutil.AddLinePoints(p, lines...); err != nil {
 		return err
 	}
