@@ -1,7 +1,8 @@
 package candidate
 
 import (
-	"hash/fnv"
+	"crypto/sha256"
+	"encoding/binary"
 	"sort"
 
 	corev1 "k8s.io/api/core/v1"
@@ -66,11 +67,10 @@ func rendezvous(key string, targets []*target.Target) []*target.Target {
 	}
 	s := make([]scored, len(targets))
 	for i, t := range targets {
-		h := fnv.New64a()
-		h.Write([]byte(key))
-		h.Write([]byte{0})
-		h.Write([]byte(t.Name))
-		s[i] = scored{t, h.Sum64()}
+		// A cryptographic hash: FNV's high bits barely depend on the last
+		// bytes, and target names often differ only there ("t1", "t2").
+		sum := sha256.Sum256([]byte(key + "\x00" + t.Name))
+		s[i] = scored{t, binary.BigEndian.Uint64(sum[:8])}
 	}
 	sort.Slice(s, func(i, j int) bool {
 		if s[i].score != s[j].score {

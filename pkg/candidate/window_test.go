@@ -15,7 +15,7 @@ func targets(t *testing.T, n int) []*target.Target {
 	var out []*target.Target
 	for i := range n {
 		// Never started: their caches are empty, which is all Eligible reads.
-		tg, err := target.New(fmt.Sprintf("t%d", i), false, &rest.Config{Host: "https://127.0.0.1:1"}, "src")
+		tg, err := target.New(fmt.Sprintf("t%d", i+1), false, &rest.Config{Host: "https://127.0.0.1:1"}, "src")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -25,12 +25,12 @@ func targets(t *testing.T, n int) []*target.Target {
 }
 
 func TestEligibleSpreadsAndIsStable(t *testing.T) {
-	ts := targets(t, 4)
-	if got := Eligible(sourcePod(t), "src", ts, 0); len(got) != 4 {
+	ts := targets(t, 3)
+	if got := Eligible(sourcePod(t), "src", ts, 0); len(got) != 3 {
 		t.Fatalf("max 0 must mean every target, got %d", len(got))
 	}
 	first := map[string]int{}
-	for i := range 400 {
+	for i := range 3000 {
 		src := sourcePod(t)
 		src.UID = types.UID(fmt.Sprintf("uid-%d", i))
 		got := Eligible(src, "src", ts, 1)
@@ -43,9 +43,11 @@ func TestEligibleSpreadsAndIsStable(t *testing.T) {
 		}
 		first[got[0].Name]++
 	}
+	// Names that differ only in their last character, as is common, must
+	// still share the pods evenly (within a few percent of a third).
 	for name, n := range first {
-		if n < 50 {
-			t.Errorf("target %s is first for only %d of 400 pods: %v", name, n, first)
+		if n < 900 || n > 1100 {
+			t.Errorf("target %s is first for %d of 3000 pods: %v", name, n, first)
 		}
 	}
 }
