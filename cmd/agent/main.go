@@ -130,9 +130,12 @@ func run(opts options) error {
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme: scheme,
 		// The agent caches only opted-in pods, not every pod of the cluster.
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{protocol.ElectLabel: "true"})},
-		}},
+		Cache: cache.Options{
+			ByObject: map[client.Object]cache.ByObject{
+				&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{protocol.ElectLabel: "true"})},
+			},
+			DefaultTransform: cache.TransformStripManagedFields(),
+		},
 		WebhookServer: webhook.NewServer(webhook.Options{
 			Host:    opts.webhookHost,
 			Port:    opts.webhookPort,

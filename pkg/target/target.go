@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
 
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
 )
@@ -65,7 +66,9 @@ func New(name string, self bool, cfg *rest.Config, sourceCluster string) (*Targe
 		protocol.SourceClusterLabel: sourceCluster,
 	}).String()
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }))
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }),
+		// managedFields are a large share of a pod and nothing here reads them.
+		informers.WithTransform(crcache.TransformStripManagedFields()))
 	informer := factory.Core().V1().Pods().Informer()
 	t := &Target{Name: name, Self: self, client: client, factory: factory, informer: informer, writes: newRecent()}
 	if err := informer.AddIndexers(cache.Indexers{bySourceIndex: indexBySource}); err != nil {

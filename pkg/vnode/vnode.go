@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
+	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
 )
 
 // Delegates is what a virtual node needs of its target; the agent implements
@@ -171,7 +172,9 @@ func Run(ctx context.Context, cfg Config) error {
 	podFactory := informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName).String()
-		}))
+		}),
+		// managedFields are a large share of a pod and nothing here reads them.
+		informers.WithTransform(crcache.TransformStripManagedFields()))
 	unused := informers.NewSharedInformerFactory(cfg.Client, 0)
 	podInformer := podFactory.Core().V1().Pods()
 	p := newProvider(cfg, podInformer.Lister(), recorder, logger)
