@@ -44,9 +44,9 @@ func StartAgent(ctx context.Context, c *Cluster, targets []*Cluster, extra ...st
 		"--webhook-port=" + strconv.Itoa(ports[2]),
 		"--webhook-url=" + fmt.Sprintf("https://127.0.0.1:%d/mutate-pods", ports[2]),
 		"--webhook-cert-dir=" + filepath.Join(c.dir, "agent-webhook"),
-		"--leader-elect-lease-duration=4s",
-		"--leader-elect-renew-deadline=3s",
-		"--leader-elect-retry-period=500ms",
+		// The default lease timings: a loaded sandbox answers slowly, and an
+		// agent that loses its lease exits (as it must), which nothing here
+		// would restart.
 	}
 	for _, t := range targets {
 		where := t.Kubeconfig

@@ -2,12 +2,21 @@ package sandbox
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net"
+	"os"
+	"strconv"
+	"strings"
 )
 
-// FreePorts asks the kernel for n distinct free ports on 127.0.0.1. The
-// listeners are held until all n are known so no port is handed out twice.
+// FreePorts returns n distinct free ports on 127.0.0.1. They are picked below
+// the kernel's ephemeral range: a port from that range, released here and
+// bound by a server a moment later, can meanwhile become the local port of
+// some outgoing connection (there are many while clusters start), and the
+// server then fails with "address already in use". The listeners are held
+// until all n are known so no port is handed out twice.
 func FreePorts(n int) ([]int, error) {
+	low, high := 10000, ephemeralLow()
 	listeners := make([]net.Listener, 0, n)
 	defer func() {
 		for _, l := range listeners {
@@ -15,13 +24,35 @@ func FreePorts(n int) ([]int, error) {
 		}
 	}()
 	ports := make([]int, 0, n)
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	for tries := 0; len(ports) < n; tries++ {
+		if tries > 1000 {
+			return nil, fmt.Errorf("no free port in %d-%d after %d tries", low, high, tries)
+		}
+		port := low + rand.IntN(high-low)
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
 		if err != nil {
-			return nil, fmt.Errorf("finding a free port: %w", err)
+			continue
 		}
 		listeners = append(listeners, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		ports = append(ports, port)
 	}
 	return ports, nil
+}
+
+// ephemeralLow is the first port of the kernel's ephemeral range, 32768 when
+// it cannot be read.
+func ephemeralLow() int {
+	raw, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	fields := strings.Fields(string(raw))
+	if len(fields) == 0 {
+		return 32768
+	}
+	low, err := strconv.Atoi(fields[0])
+	if err != nil || low <= 11000 {
+		return 32768
+	}
+	return low
 }
