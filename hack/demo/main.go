@@ -188,7 +188,11 @@ func delegateNode(clusters []cluster, name string, src *corev1.Pod) string {
 func runningAfter(p *corev1.Pod, start time.Time) string {
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-			return c.LastTransitionTime.Sub(start.Truncate(time.Second)).Round(time.Second).String()
+			// Conditions carry whole seconds.
+			if d := c.LastTransitionTime.Sub(start.Truncate(time.Second)); d >= time.Second {
+				return d.Round(time.Second).String()
+			}
+			return "<1s"
 		}
 	}
 	return "-"
