@@ -137,66 +137,28 @@ func TestPlacement(t *testing.T) {
 	})
 
 	t.Run("an agent killed mid-burst resumes without a second delegate", func(t *testing.T) {
-		if _, err := c1.AppsV1().Deployments(placementNS).Create(ctx, optedInDeployment("restart", 12, "100m"), metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		waitFor(t, 60*time.Second, "a first election", func() (bool, string) {
-			pods, err := c1.CoreV1().Pods(placementNS).List(ctx, metav1.ListOptions{LabelSelector: "app=restart,!" + protocol.CandidateLabel})
-			if err != nil {
-				return false, err.Error()
+		burstWithRestart(t, s, "restart", func() {
+			if err := agent.Kill(); err != nil {
+				t.Fatal(err)
 			}
-			for _, p := range pods.Items {
-				if p.Annotations[protocol.ElectionAnnotation] != "" {
-					return true, ""
-				}
+			if err := agent.Start(); err != nil {
+				t.Fatal(err)
 			}
-			return false, fmt.Sprintf("%d pods, none elected", len(pods.Items))
-		})
-		if err := agent.Kill(); err != nil {
-			t.Fatal(err)
-		}
-		if err := agent.Start(); err != nil {
-			t.Fatal(err)
-		}
-		if err := agent.WaitReady(ctx); err != nil {
-			t.Fatal(err)
-		}
-		sources := waitSourcePods(t, c1, "app=restart", 12, func(p *corev1.Pod) bool {
-			return p.Status.Phase == corev1.PodRunning && strings.HasPrefix(p.Spec.NodeName, "flotilla-")
-		})
-		waitFor(t, 60*time.Second, "one delegate per pod after the restart", func() (bool, string) {
-			return checkOneDelegateEach(ctx, s, sources)
+			if err := agent.WaitReady(ctx); err != nil {
+				t.Fatal(err)
+			}
 		})
 	})
 
 	t.Run("target schedulers killed mid-burst leave one delegate per pod", func(t *testing.T) {
-		if _, err := c1.AppsV1().Deployments(placementNS).Create(ctx, optedInDeployment("sched-restart", 12, "100m"), metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		waitFor(t, 60*time.Second, "a first election", func() (bool, string) {
-			pods, err := c1.CoreV1().Pods(placementNS).List(ctx, metav1.ListOptions{LabelSelector: "app=sched-restart,!" + protocol.CandidateLabel})
-			if err != nil {
-				return false, err.Error()
-			}
-			for _, p := range pods.Items {
-				if p.Annotations[protocol.ElectionAnnotation] != "" {
-					return true, ""
-				}
-			}
-			return false, fmt.Sprintf("%d pods, none elected", len(pods.Items))
-		})
 		// Every reservation held in memory is lost; waiting pods go back to
 		// the queue and reserve again with new nonces.
-		for _, name := range []string{"c1", "c3"} {
-			if err := s.Cluster(name).Restart(ctx, sandbox.Scheduler); err != nil {
-				t.Fatal(err)
+		burstWithRestart(t, s, "sched-restart", func() {
+			for _, name := range []string{"c1", "c3"} {
+				if err := s.Cluster(name).Restart(ctx, sandbox.Scheduler); err != nil {
+					t.Fatal(err)
+				}
 			}
-		}
-		sources := waitSourcePods(t, c1, "app=sched-restart", 12, func(p *corev1.Pod) bool {
-			return p.Status.Phase == corev1.PodRunning && strings.HasPrefix(p.Spec.NodeName, "flotilla-")
-		})
-		waitFor(t, 60*time.Second, "one delegate per pod after the scheduler restarts", func() (bool, string) {
-			return checkOneDelegateEach(ctx, s, sources)
 		})
 	})
 
@@ -215,6 +177,37 @@ func TestPlacement(t *testing.T) {
 			}
 			return left == 0, fmt.Sprintf("%d candidates left", left)
 		})
+	})
+}
+
+// burstWithRestart creates a Deployment of 12 opted-in replicas, calls
+// restart as soon as one of its pods has an election, and checks that every
+// pod ends Running with exactly one delegate.
+func burstWithRestart(t *testing.T, s *sandbox.Sandbox, name string, restart func()) {
+	t.Helper()
+	ctx := t.Context()
+	c1 := s.Cluster("c1").Client()
+	if _, err := c1.AppsV1().Deployments(placementNS).Create(ctx, optedInDeployment(name, 12, "100m"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 60*time.Second, "a first election", func() (bool, string) {
+		pods, err := c1.CoreV1().Pods(placementNS).List(ctx, metav1.ListOptions{LabelSelector: "app=" + name + ",!" + protocol.CandidateLabel})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, p := range pods.Items {
+			if p.Annotations[protocol.ElectionAnnotation] != "" {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%d pods, none elected", len(pods.Items))
+	})
+	restart()
+	sources := waitSourcePods(t, c1, "app="+name, 12, func(p *corev1.Pod) bool {
+		return p.Status.Phase == corev1.PodRunning && strings.HasPrefix(p.Spec.NodeName, "flotilla-")
+	})
+	waitFor(t, 60*time.Second, "one delegate per pod after the restart", func() (bool, string) {
+		return checkOneDelegateEach(ctx, s, sources)
 	})
 }
 
