@@ -20,7 +20,7 @@ import (
 
 // setupWebhook serves the pod mutator on every replica and, when told how
 // the API server reaches it, registers it with a CA the agent makes.
-func setupWebhook(mgr manager.Manager, cfg *rest.Config, opts options) error {
+func setupWebhook(mgr manager.Manager, kube kubernetes.Interface, opts options) error {
 	caBundle, err := flotillawebhook.EnsureCertificates(opts.webhookCertDir, splitList(opts.webhookSANs))
 	if err != nil {
 		return fmt.Errorf("preparing webhook certificates: %w", err)
@@ -39,10 +39,6 @@ func setupWebhook(mgr manager.Manager, cfg *rest.Config, opts options) error {
 		ServicePort:      443,
 		CABundle:         caBundle,
 	}
-	kube, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
 	// Registering needs no leadership: every replica serves the same CA.
 	return mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
 		if err := reg.Apply(ctx, kube); err != nil {
@@ -56,16 +52,12 @@ func setupWebhook(mgr manager.Manager, cfg *rest.Config, opts options) error {
 
 // setupPlacement connects the targets, runs a virtual node per target and the
 // placement controller. All of it runs on the leader only.
-func setupPlacement(mgr manager.Manager, cfg *rest.Config, opts options) error {
+func setupPlacement(mgr manager.Manager, cfg *rest.Config, kube kubernetes.Interface, opts options) error {
 	if len(opts.targets) == 0 {
 		ctrl.Log.WithName("agent").Info("No --target given: this agent places no pods")
 		return nil
 	}
 	targets, err := buildTargets(opts.targets, cfg, opts.clusterName)
-	if err != nil {
-		return err
-	}
-	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err
 	}

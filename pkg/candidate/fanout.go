@@ -2,12 +2,15 @@ package candidate
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 
 	"github.com/hashicorp/go-multierror"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
 	"github.com/flotilla-dev/flotilla/pkg/target"
 )
 
@@ -25,11 +28,11 @@ type Placement struct {
 // shows up as that target's error.
 func FanOut(ctx context.Context, source *corev1.Pod, sourceCluster string, targets []*target.Target) []Placement {
 	out := make([]Placement, len(targets))
+	name := CandidateNameOf(source, sourceCluster)
 	var wg sync.WaitGroup
 	for i, t := range targets {
 		out[i].Target = t
-		name := CandidateNameOf(source, sourceCluster)
-		if c, ok := t.Candidate(source.Namespace, name); ok && c.Labels != nil && types.UID(c.Labels[labelSourceUID]) == source.UID {
+		if c, ok := t.Candidate(source.Namespace, name); ok && types.UID(c.Labels[protocol.SourceUIDLabel]) == source.UID {
 			out[i].Candidate = c
 			continue
 		}
@@ -62,7 +65,7 @@ func CleanUp(ctx context.Context, namespace, name string, keepUID types.UID, kee
 	var wg sync.WaitGroup
 	for _, t := range targets {
 		for _, c := range t.CandidatesOf(namespace, name) {
-			if t.Name == keepTarget && types.UID(c.Labels[labelSourceUID]) == keepUID {
+			if t.Name == keepTarget && types.UID(c.Labels[protocol.SourceUIDLabel]) == keepUID {
 				continue
 			}
 			if c.DeletionTimestamp != nil {
@@ -79,4 +82,11 @@ func CleanUp(ctx context.Context, namespace, name string, keepUID types.UID, kee
 	}
 	wg.Wait()
 	return errs.ErrorOrNil()
+}
+
+func errNotSynced(t *target.Target) error {
+	if err := t.Err(); err != nil {
+		return fmt.Errorf("target not synced: %w", err)
+	}
+	return errors.New("target not synced yet")
 }

@@ -75,7 +75,7 @@ func Build(source *corev1.Pod, sourceCluster, target string, self bool) (*corev1
 
 	candidate := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:        protocol.CandidateName(sourceCluster, source.Namespace, source.Name, string(source.UID)),
+			Name:        CandidateNameOf(source, sourceCluster),
 			Namespace:   source.Namespace,
 			Labels:      labels,
 			Annotations: annotations,
@@ -134,16 +134,7 @@ func withoutVirtualNodeToleration(tolerations []corev1.Toleration) []corev1.Tole
 	return kept
 }
 
-const labelSourceUID = protocol.SourceUIDLabel
-
 // CandidateNameOf is the name of a source pod's candidates in every target.
 func CandidateNameOf(source *corev1.Pod, sourceCluster string) string {
 	return protocol.CandidateName(sourceCluster, source.Namespace, source.Name, string(source.UID))
-}
-
-func errNotSynced(t interface{ Err() error }) error {
-	if err := t.Err(); err != nil {
-		return fmt.Errorf("target not synced: %w", err)
-	}
-	return errors.New("target not synced yet")
 }

@@ -25,28 +25,25 @@ func Eligible(source *corev1.Pod, sourceCluster string, targets []*target.Target
 	order := rendezvous(string(source.UID), targets)
 	name := CandidateNameOf(source, sourceCluster)
 	window := max
-	for window < len(order) {
-		allFailed := true
-		for _, t := range order[:window] {
-			if !failed(t, source.Namespace, name) {
-				allFailed = false
-				break
-			}
-		}
-		if !allFailed {
-			break
-		}
+	for window < len(order) && allFailed(order[:window], source.Namespace, name) {
 		window += max
 	}
 	return order[:min(window, len(order))]
 }
 
-func failed(t *target.Target, namespace, name string) bool {
-	if t.Err() != nil {
-		return true
+// allFailed reports whether every target is unreachable or has said it
+// cannot schedule the candidate.
+func allFailed(targets []*target.Target, namespace, name string) bool {
+	for _, t := range targets {
+		if t.Err() != nil {
+			continue
+		}
+		c, ok := t.Candidate(namespace, name)
+		if !ok || Unschedulable(c) == "" {
+			return false
+		}
 	}
-	c, ok := t.Candidate(namespace, name)
-	return ok && Unschedulable(c) != ""
+	return true
 }
 
 // Unschedulable is the target scheduler's reason for finding no node for a

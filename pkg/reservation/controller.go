@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -198,7 +199,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			return reconcile.Result{}, fmt.Errorf("elected target %s is no longer configured", d.Allow.Target)
 		}
 		name := candidate.CandidateNameOf(pod, c.SourceCluster)
-		if err := t.Annotate(ctx, pod.Namespace, name, map[string]*string{protocol.AllowedAnnotation: ptrTo(d.Allow.Allowance.Encode())}); err != nil {
+		if err := t.Annotate(ctx, pod.Namespace, name, map[string]*string{protocol.AllowedAnnotation: ptr.To(d.Allow.Allowance.Encode())}); err != nil {
 			return reconcile.Result{}, err
 		}
 	}
@@ -271,11 +272,17 @@ func (c *Controller) bind(ctx context.Context, pod *corev1.Pod, targetName strin
 		ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID},
 		Target:     corev1.ObjectReference{Kind: "Node", Name: node},
 	}
-	if err := c.Kube.CoreV1().Pods(pod.Namespace).Bind(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsConflict(err) {
+	err := c.Kube.CoreV1().Pods(pod.Namespace).Bind(ctx, binding, metav1.CreateOptions{})
+	switch {
+	case err == nil:
+		c.Recorder.Eventf(pod, nil, corev1.EventTypeNormal, "Scheduled", "Bind", "Running in target %s, bound to virtual node %s", targetName, node)
+	case apierrors.IsConflict(err):
+		// Already bound (by an earlier reconcile whose result the cache
+		// does not show yet): that one reported it.
+	default:
 		return reconcile.Result{}, fmt.Errorf("binding %s/%s to %s: %w", pod.Namespace, pod.Name, node, err)
 	}
 	c.bound.Store(pod.UID, struct{}{})
-	c.Recorder.Eventf(pod, nil, corev1.EventTypeNormal, "Scheduled", "Bind", "Running in target %s, bound to virtual node %s", targetName, node)
 	return c.cleanUp(ctx, pod.Namespace, pod.Name, pod.UID, targetName, targets)
 }
 
@@ -293,5 +300,3 @@ func nodeOf(observed []Observed, target string) string {
 	}
 	return ""
 }
-
-func ptrTo(s string) *string { return &s }

@@ -31,7 +31,7 @@ type config struct {
 	CPU     string  `json:"cpuPerPod"`
 	// MaxCandidates is the agent's --max-candidates (0: every target).
 	MaxCandidates int `json:"maxCandidates"`
-	Timeout time.Duration
+	Timeout       time.Duration
 }
 
 func main() {

@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"net/http"
 	"path/filepath"
@@ -10,7 +9,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
 )
 
 // Agent is a flotilla-agent process run against a sandbox cluster.
@@ -70,13 +72,13 @@ func StartAgent(ctx context.Context, c *Cluster, targets []*Cluster, extra ...st
 // opted-in pod into a source pod (checked with a dry-run create).
 func (a *Agent) WaitReady(ctx context.Context) error {
 	client := a.Cluster.Client()
-	httpClient := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{}}}
+	httpClient := &http.Client{Timeout: 2 * time.Second}
 	probe := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: "webhook-probe-", Labels: map[string]string{"multicluster.flotilla.dev/elect": "true"}},
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "webhook-probe-", Labels: map[string]string{protocol.ElectLabel: "true"}},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "probe"}}},
 	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "flotilla-probe", Labels: map[string]string{"multicluster.flotilla.dev/enabled": "true"}}}
-	if _, err := client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !isAlreadyExists(err) {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "flotilla-probe", Labels: map[string]string{protocol.NamespaceEnabledLabel: "true"}}}
+	if _, err := client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	}
 	var last error
@@ -95,7 +97,7 @@ func (a *Agent) WaitReady(ctx context.Context) error {
 			last = err
 			return false, nil
 		}
-		if got.Spec.SchedulerName != "flotilla-source" {
+		if got.Spec.SchedulerName != protocol.SourceSchedulerName {
 			last = fmt.Errorf("webhook not registered yet (schedulerName %q)", got.Spec.SchedulerName)
 			return false, nil
 		}

@@ -257,5 +257,3 @@ func RepoRoot() (string, error) {
 		dir = parent
 	}
 }
-
-func isAlreadyExists(err error) bool { return apierrors.IsAlreadyExists(err) }
