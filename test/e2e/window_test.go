@@ -3,12 +3,15 @@ package e2e
 import (
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 
 	flotillacandidate "github.com/flotilla-dev/flotilla/pkg/candidate"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
@@ -40,6 +43,25 @@ func TestFanOutWindow(t *testing.T) {
 	src := s.Cluster("src").Client()
 
 	t.Run("one candidate per pod, spread", func(t *testing.T) {
+		// Every target where a candidate of a pod ever appears, by source
+		// UID: checked after settling, only the winner would be left.
+		var mu sync.Mutex
+		seen := map[string]map[string]bool{}
+		for _, c := range targets {
+			factory := informers.NewSharedInformerFactoryWithOptions(c.Client(), 0, informers.WithNamespace(placementNS),
+				informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = protocol.CandidateLabel + "=true,app=spread" }))
+			_, _ = factory.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: func(obj any) {
+				uid := obj.(*corev1.Pod).Labels[protocol.SourceUIDLabel]
+				mu.Lock()
+				defer mu.Unlock()
+				if seen[uid] == nil {
+					seen[uid] = map[string]bool{}
+				}
+				seen[uid][c.Name] = true
+			}})
+			factory.Start(ctx.Done())
+			factory.WaitForCacheSync(ctx.Done())
+		}
 		if _, err := src.AppsV1().Deployments(placementNS).Create(ctx, optedInDeployment("spread", 12, "100m"), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -51,6 +73,13 @@ func TestFanOutWindow(t *testing.T) {
 		}
 		if len(used) < 2 {
 			t.Errorf("12 pods all went to %v: the window does not spread", used)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, p := range pods {
+			if n := len(seen[string(p.UID)]); n != 1 {
+				t.Errorf("pod %s had candidates in %d targets (%v); every target fits it, so only one should", p.Name, n, seen[string(p.UID)])
+			}
 		}
 	})
 
