@@ -27,7 +27,9 @@ func TestFanOutWindow(t *testing.T) {
 		{Name: "src", Nodes: []sandbox.NodeSpec{{CPU: "1"}}},
 		{Name: "small1", Nodes: []sandbox.NodeSpec{{CPU: "4"}}},
 		{Name: "small2", Nodes: []sandbox.NodeSpec{{CPU: "4"}}},
-		{Name: "big", Nodes: []sandbox.NodeSpec{{CPU: "64"}}},
+		// Room for all ten 16-CPU probes of the second subtest: those whose
+		// first choice is big stay there while the search goes on.
+		{Name: "big", Nodes: []sandbox.NodeSpec{{CPU: "256"}}},
 	}})
 	ctx := t.Context()
 	for _, c := range s.Clusters {
