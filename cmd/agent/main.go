@@ -128,6 +128,11 @@ func run(opts options) error {
 		return fmt.Errorf("loading kubeconfig: %w", err)
 	}
 	cfg.QPS, cfg.Burst = float32(opts.kubeAPIQPS), opts.kubeAPIBurst
+	// Pods travel as protobuf, as they do for kube-scheduler and the
+	// controller manager: cheaper to encode for the API servers, cheaper to
+	// decode for the agent. Types without protobuf fall back to JSON.
+	cfg.ContentType = runtime.ContentTypeProtobuf
+	cfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme: scheme,
 		// The agent caches only opted-in pods, not every pod of the cluster.

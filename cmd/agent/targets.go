@@ -47,6 +47,7 @@ func buildTargets(flags targetFlags, self *rest.Config, sourceCluster string) (*
 				return nil, fmt.Errorf("target %s: loading kubeconfig %s: %w", name, where, err)
 			}
 			cfg.QPS, cfg.Burst = self.QPS, self.Burst
+			cfg.ContentType, cfg.AcceptContentTypes = self.ContentType, self.AcceptContentTypes
 		}
 		t, err := target.New(name, isSelf, cfg, sourceCluster)
 		if err != nil {

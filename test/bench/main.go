@@ -14,6 +14,8 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -32,6 +34,8 @@ type config struct {
 	// MaxCandidates is the agent's --max-candidates (0: every target).
 	MaxCandidates int `json:"maxCandidates"`
 	Timeout       time.Duration
+	Profile       bool   `json:"-"`
+	Out           string `json:"-"`
 }
 
 func main() {
@@ -46,11 +50,13 @@ func main() {
 	flag.DurationVar(&cfg.Timeout, "timeout", 10*time.Minute, "Give up on a run after this long.")
 	keep := flag.Bool("keep", false, "Keep the sandbox folder (logs) after the run.")
 	hold := flag.Bool("hold", false, "Keep the clusters up after the run until interrupted, to look around.")
+	flag.BoolVar(&cfg.Profile, "profile", false, "Serve the agent's pprof and save its heap and a CPU profile of the Flotilla run into -out.")
 	flag.Parse()
 	if cfg.Targets < 1 || cfg.Nodes < 1 || cfg.Pods < 1 {
 		fmt.Fprintln(os.Stderr, "bench: -targets, -nodes and -pods must be at least 1")
 		os.Exit(2)
 	}
+	cfg.Out = *out
 	report, err := run(cfg, *keep, *hold)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -68,6 +74,38 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Println("results written to", name)
+}
+
+func (c config) profilePath(kind string) string {
+	return filepath.Join(c.Out, fmt.Sprintf("k%d-m%d-p%d-r%g-c%d-agent-%s.pprof", c.Targets, c.Nodes, c.Pods, c.Rate, c.MaxCandidates, kind))
+}
+
+// saveProfile fetches /debug/pprof/<what> from addr into path.
+func saveProfile(ctx context.Context, addr, what, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/debug/pprof/"+what, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("fetching agent profile %s: %w", what, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("fetching agent profile %s: %s", what, resp.Status)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 func run(cfg config, keep, hold bool) (*Report, error) {
@@ -116,7 +154,17 @@ func run(cfg config, keep, hold bool) (*Report, error) {
 			return nil, err
 		}
 	}
-	agent, err := sandbox.StartAgent(ctx, src, targets, fmt.Sprintf("--max-candidates=%d", cfg.MaxCandidates))
+	agentArgs := []string{fmt.Sprintf("--max-candidates=%d", cfg.MaxCandidates)}
+	var pprofAddr string
+	if cfg.Profile {
+		ports, err := sandbox.FreePorts(1)
+		if err != nil {
+			return nil, err
+		}
+		pprofAddr = fmt.Sprintf("127.0.0.1:%d", ports[0])
+		agentArgs = append(agentArgs, "--pprof-bind-address="+pprofAddr)
+	}
+	agent, err := sandbox.StartAgent(ctx, src, targets, agentArgs...)
 	if err != nil {
 		return nil, err
 	}
@@ -133,9 +181,23 @@ func run(cfg config, keep, hold bool) (*Report, error) {
 	for _, t := range targets {
 		procs = append(procs, process{t.Name + " scheduler", t.PIDs()[sandbox.Scheduler]})
 	}
+	var profiled chan error
+	if cfg.Profile {
+		profiled = make(chan error, 1)
+		go func() { profiled <- saveProfile(ctx, pprofAddr, "profile?seconds=20", cfg.profilePath("cpu")) }()
+	}
 	report.Flotilla, err = measure(ctx, cfg, s.Clusters, src, targets, true, procs)
 	if err != nil {
 		return nil, fmt.Errorf("flotilla: %w", err)
+	}
+	if cfg.Profile {
+		if err := saveProfile(ctx, pprofAddr, "heap?gc=1", cfg.profilePath("heap")); err != nil {
+			return nil, err
+		}
+		if err := <-profiled; err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(os.Stderr, "bench: agent profiles written to %s and %s\n", cfg.profilePath("cpu"), cfg.profilePath("heap"))
 	}
 	if hold {
 		fmt.Println(report.Markdown())

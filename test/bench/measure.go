@@ -60,6 +60,9 @@ type Percentiles struct {
 type Requests struct {
 	All    float64 `json:"all"`
 	Writes float64 `json:"writes"`
+	// WritesByKind splits Writes by "resource[/subresource] VERB", e.g.
+	// "pods/binding POST" or "events POST".
+	WritesByKind map[string]float64 `json:"writesByKind,omitempty"`
 }
 
 // ProcessCost is the CPU one process used during the run and its peak RSS.
@@ -185,10 +188,17 @@ func measure(ctx context.Context, cfg config, all []*sandbox.Cluster, home *sand
 		if err != nil {
 			return nil, err
 		}
-		r.Requests[c.Name] = Requests{
-			All:    (after.All - before[c.Name].All) / float64(cfg.Pods),
-			Writes: (after.Writes - before[c.Name].Writes) / float64(cfg.Pods),
+		req := Requests{
+			All:          (after.All - before[c.Name].All) / float64(cfg.Pods),
+			Writes:       (after.Writes - before[c.Name].Writes) / float64(cfg.Pods),
+			WritesByKind: map[string]float64{},
 		}
+		for kind, n := range after.WritesByKind {
+			if d := n - before[c.Name].WritesByKind[kind]; d > 0 {
+				req.WritesByKind[kind] = d / float64(cfg.Pods)
+			}
+		}
+		r.Requests[c.Name] = req
 	}
 	for _, p := range procs {
 		cpu, rss := readProc(p.pid)
@@ -259,7 +269,7 @@ func scrapeRequests(ctx context.Context, c *sandbox.Cluster) (Requests, error) {
 	if err != nil {
 		return Requests{}, fmt.Errorf("cluster %s: reading /metrics: %w", c.Name, err)
 	}
-	var r Requests
+	r := Requests{WritesByKind: map[string]float64{}}
 	sc := bufio.NewScanner(bytes.NewReader(raw))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
@@ -273,13 +283,34 @@ func scrapeRequests(ctx context.Context, c *sandbox.Cluster) (Requests, error) {
 			continue
 		}
 		r.All += v
-		for _, verb := range []string{`verb="POST"`, `verb="PUT"`, `verb="PATCH"`, `verb="DELETE"`, `verb="APPLY"`, `verb="DELETECOLLECTION"`} {
-			if strings.Contains(line, verb) {
-				r.Writes += v
+		verb := label(line, "verb")
+		switch verb {
+		case "POST", "PUT", "PATCH", "DELETE", "APPLY", "DELETECOLLECTION":
+			r.Writes += v
+			kind := label(line, "resource")
+			if sub := label(line, "subresource"); sub != "" {
+				kind += "/" + sub
 			}
+			r.WritesByKind[kind+" "+verb] += v
 		}
 	}
 	return r, sc.Err()
+}
+
+// label returns the value of one label of a Prometheus text-format line.
+func label(line, name string) string {
+	i := strings.Index(line, ","+name+`="`)
+	if i < 0 {
+		i = strings.Index(line, "{"+name+`="`)
+	}
+	if i < 0 {
+		return ""
+	}
+	rest := line[i+len(name)+3:]
+	if j := strings.IndexByte(rest, '"'); j >= 0 {
+		return rest[:j]
+	}
+	return ""
 }
 
 // readProc returns a process's CPU seconds so far and its peak RSS in MiB.

@@ -74,6 +74,30 @@ func (r *Report) Markdown() string {
 	for _, p := range base.Processes {
 		fmt.Fprintf(&b, "| baseline %s: CPU s, peak RSS | | %.1f s, %.0f MiB | |\n", p.Name, p.CPUSeconds, p.PeakRSSMiB)
 	}
+	fmt.Fprint(&b, "\nWrites per pod by kind (resource[/subresource] verb):\n\n")
+	fmt.Fprintln(&b, "| kind | flotilla source | flotilla all targets | baseline |")
+	fmt.Fprintln(&b, "|---|---|---|---|")
+	kinds := map[string]bool{}
+	targetKinds := map[string]float64{}
+	for name, req := range f.Requests {
+		for k, v := range req.WritesByKind {
+			kinds[k] = true
+			if name != "src" {
+				targetKinds[k] += v
+			}
+		}
+	}
+	for k := range baseReq.WritesByKind {
+		kinds[k] = true
+	}
+	var sorted []string
+	for k := range kinds {
+		sorted = append(sorted, k)
+	}
+	sort.Strings(sorted)
+	for _, k := range sorted {
+		fmt.Fprintf(&b, "| %s | %.2f | %.2f | %.2f |\n", k, f.Requests["src"].WritesByKind[k], targetKinds[k], baseReq.WritesByKind[k])
+	}
 	return b.String()
 }
 

@@ -5,7 +5,8 @@
 // For a candidate pod (label multicluster.flotilla.dev/candidate=true) the
 // plugin makes a reservation with a fresh nonce at Reserve, holds the pod in
 // Permit until the source allows or denies that nonce, and reports Reserved,
-// Unreserved and Bound in the pod's state annotation. Every other pod passes
+// Unreserved and Bound in the pod's state annotation (Bound in the binding
+// itself, see Bind). Every other pod passes
 // through untouched.
 package plugin
 
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -36,6 +38,7 @@ type Plugin struct {
 var (
 	_ fwk.ReservePlugin     = &Plugin{}
 	_ fwk.PermitPlugin      = &Plugin{}
+	_ fwk.BindPlugin        = &Plugin{}
 	_ fwk.PostBindPlugin    = &Plugin{}
 	_ fwk.EnqueueExtensions = &Plugin{}
 )
@@ -105,7 +108,39 @@ func (p *Plugin) Permit(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, _ st
 	}
 }
 
-// PostBind reports a candidate as bound.
+// Bind binds a candidate with a Binding that also carries its Bound state,
+// one write where a bind and a report would be two. Other pods are left to
+// the next bind plugin (DefaultBinder). The profile must list this plugin
+// under bind.enabled to run it before DefaultBinder; without that, PostBind
+// reports Bound with a write of its own.
+func (p *Plugin) Bind(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
+	if !core.IsCandidate(pod.Labels) {
+		return fwk.NewStatus(fwk.Skip)
+	}
+	annotations, err := p.manager.BindingAnnotations(pod, nodeName)
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	binding := &v1.Binding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Annotations: annotations},
+		Target:     v1.ObjectReference{Kind: "Node", Name: nodeName},
+	}
+	if cacher := p.handle.APICacher(); cacher != nil {
+		onFinish, err := cacher.BindPod(binding)
+		if err == nil {
+			err = cacher.WaitOnFinish(ctx, onFinish)
+		}
+		if err != nil {
+			return fwk.AsStatus(err)
+		}
+	} else if err := p.handle.ClientSet().CoreV1().Pods(pod.Namespace).Bind(ctx, binding, metav1.CreateOptions{}); err != nil {
+		return fwk.AsStatus(err)
+	}
+	p.manager.BoundReported(pod)
+	return nil
+}
+
+// PostBind reports a candidate as bound, unless Bind already did.
 func (p *Plugin) PostBind(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, nodeName string) {
 	if core.IsCandidate(pod.Labels) {
 		p.manager.Bound(ctx, pod, nodeName)

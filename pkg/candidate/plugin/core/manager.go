@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync"
 	"time"
@@ -147,7 +148,34 @@ func (m *Manager) Unreserve(ctx context.Context, pod *v1.Pod, node string) {
 	klog.FromContext(ctx).V(2).Info("Unreserved candidate", "pod", klog.KObj(pod), "node", node, "nonce", r.Nonce, "reason", reason)
 }
 
-// Bound forgets the reservation and reports the candidate as Bound.
+// BindingAnnotations returns the annotations a binding of pod to node
+// carries so that it reports the candidate as Bound in the same write: the
+// API server merges a Binding's annotations into the pod it binds.
+func (m *Manager) BindingAnnotations(pod *v1.Pod, node string) (map[string]string, error) {
+	m.mu.Lock()
+	var nonce string
+	if r, ok := m.reserved[pod.UID]; ok {
+		nonce = r.Nonce
+	}
+	m.mu.Unlock()
+	value, err := json.Marshal(protocol.State{Phase: protocol.PhaseBound, Nonce: nonce, Node: node})
+	if err != nil {
+		return nil, fmt.Errorf("encoding Bound state of pod %s: %w", klog.KObj(pod), err)
+	}
+	return map[string]string{protocol.StateAnnotation: string(value)}, nil
+}
+
+// BoundReported records that pod's binding carried its Bound state.
+func (m *Manager) BoundReported(pod *v1.Pod) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if r, ok := m.reserved[pod.UID]; ok {
+		r.BoundReported = true
+	}
+}
+
+// Bound forgets the reservation and reports the candidate as Bound, unless
+// its binding already did (see BindingAnnotations): then it writes nothing.
 func (m *Manager) Bound(ctx context.Context, pod *v1.Pod, node string) {
 	m.mu.Lock()
 	r, ok := m.reserved[pod.UID]
@@ -156,9 +184,13 @@ func (m *Manager) Bound(ctx context.Context, pod *v1.Pod, node string) {
 	var nonce string
 	if ok {
 		nonce = r.Nonce
+		if r.BoundReported {
+			klog.FromContext(ctx).V(2).Info("Candidate bound", "pod", klog.KObj(pod), "node", node, "nonce", nonce)
+			return
+		}
 	}
 	m.writer.Set(refOf(pod), protocol.State{Phase: protocol.PhaseBound, Nonce: nonce, Node: node})
-	klog.FromContext(ctx).V(2).Info("Candidate bound", "pod", klog.KObj(pod), "node", node, "nonce", nonce)
+	klog.FromContext(ctx).V(2).Info("Candidate bound by another binder; reporting Bound", "pod", klog.KObj(pod), "node", node, "nonce", nonce)
 }
 
 // EventHandler is the handler to add to the scheduler's pod informer: it

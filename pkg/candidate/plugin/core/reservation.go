@@ -19,6 +19,9 @@ type Reservation struct {
 	Settled bool
 	// Reason says why the reservation was rejected, when Flotilla rejected it.
 	Reason string
+	// BoundReported is set when the binding itself carried the Bound state,
+	// so PostBind has nothing left to write.
+	BoundReported bool
 }
 
 // NewNonce returns 16 random hex characters.
