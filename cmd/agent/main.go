@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
+	"github.com/flotilla-dev/flotilla/pkg/slim"
 )
 
 type options struct {
@@ -135,10 +136,11 @@ func run(opts options) error {
 	cfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme: scheme,
-		// The agent caches only opted-in pods, not every pod of the cluster.
+		// The agent caches only opted-in pods, not every pod of the cluster,
+		// and of each only what placement reads.
 		Cache: cache.Options{
 			ByObject: map[client.Object]cache.ByObject{
-				&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{protocol.ElectLabel: "true"})},
+				&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{protocol.ElectLabel: "true"}), Transform: slim.SourcePod},
 			},
 			DefaultTransform: cache.TransformStripManagedFields(),
 		},

@@ -21,9 +21,9 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
-	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
 
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
+	"github.com/flotilla-dev/flotilla/pkg/slim"
 )
 
 // callTimeout bounds every call to a target, so a hung target costs one
@@ -67,8 +67,8 @@ func New(name string, self bool, cfg *rest.Config, sourceCluster string) (*Targe
 	}).String()
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }),
-		// managedFields are a large share of a pod and nothing here reads them.
-		informers.WithTransform(crcache.TransformStripManagedFields()))
+		// Of a candidate the source reads metadata, node name and status.
+		informers.WithTransform(slim.Candidate))
 	informer := factory.Core().V1().Pods().Informer()
 	t := &Target{Name: name, Self: self, client: client, factory: factory, informer: informer, writes: newRecent()}
 	if err := informer.AddIndexers(cache.Indexers{bySourceIndex: indexBySource}); err != nil {

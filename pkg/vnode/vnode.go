@@ -20,7 +20,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
-	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
+
+	"github.com/flotilla-dev/flotilla/pkg/slim"
 )
 
 // Delegates is what a virtual node needs of its target; the agent implements
@@ -173,8 +174,9 @@ func Run(ctx context.Context, cfg Config) error {
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName).String()
 		}),
-		// managedFields are a large share of a pod and nothing here reads them.
-		informers.WithTransform(crcache.TransformStripManagedFields()))
+		// Of the source pods the provider and virtual-kubelet read metadata,
+		// status and the containers' names.
+		informers.WithTransform(slim.VirtualNodePod))
 	unused := informers.NewSharedInformerFactory(cfg.Client, 0)
 	podInformer := podFactory.Core().V1().Pods()
 	p := newProvider(cfg, podInformer.Lister(), recorder, logger)
