@@ -137,7 +137,7 @@ func run(opts options) error {
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme: scheme,
 		// The agent caches only opted-in pods, not every pod of the cluster,
-		// and of each only what placement reads.
+		// and of each only what placement and the virtual nodes read.
 		Cache: cache.Options{
 			ByObject: map[client.Object]cache.ByObject{
 				&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{protocol.ElectLabel: "true"}), Transform: slim.SourcePod},

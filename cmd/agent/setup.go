@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -61,6 +63,15 @@ func setupPlacement(mgr manager.Manager, cfg *rest.Config, kube kubernetes.Inter
 	if err != nil {
 		return err
 	}
+	// Placement and the virtual nodes share the cache of source pods.
+	informer, err := mgr.GetCache().GetInformer(context.Background(), &corev1.Pod{})
+	if err != nil {
+		return fmt.Errorf("getting the source pod informer: %w", err)
+	}
+	sourcePods, ok := informer.(toolscache.SharedIndexInformer)
+	if !ok {
+		return fmt.Errorf("the source pod informer is a %T, not a SharedIndexInformer", informer)
+	}
 	for _, t := range targets.All() {
 		if err := mgr.Add(leaderRunnable(func(ctx context.Context) error {
 			t.Start(ctx)
@@ -76,6 +87,7 @@ func setupPlacement(mgr manager.Manager, cfg *rest.Config, kube kubernetes.Inter
 				Target:    t.Name,
 				Client:    kube,
 				Delegates: target.Delegates{Target: t, SourceCluster: opts.clusterName},
+				Pods:      sourcePods,
 				Workers:   opts.vnodeWorkers,
 			})
 		})); err != nil {

@@ -1,6 +1,6 @@
 // Package slim trims pods before they enter the agent's caches. The agent
-// caches every source pod (placement), every source pod bound to a virtual
-// node (virtual-kubelet) and every candidate in every target; each cache
+// caches every source pod (for placement and the virtual nodes) and every
+// candidate in every target; each cache
 // keeps only what its readers use, so that thousands of pods in flight cost
 // tens of MiB instead of hundreds.
 //
@@ -17,27 +17,15 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
-// SourcePod is the transform of the placement cache of source pods. The
-// placement controller reads the pod's metadata (the saved original spec is
-// an annotation), spec.schedulerName and spec.nodeName; it writes the pod
-// only with patches, never from the cached copy.
+// SourcePod is the transform of the agent's cache of source pods, which
+// placement and every virtual node share. Placement reads the metadata (the
+// saved original spec is an annotation), spec.schedulerName and
+// spec.nodeName, and writes only with patches. Status mirroring and
+// virtual-kubelet read the status, the containers' names, images and restart
+// policies, and the readiness gates; virtual-kubelet writes the cached pod
+// back through pods/status, where the API server keeps the stored spec
+// whatever the request carries.
 func SourcePod(obj any) (any, error) {
-	pod, ok := obj.(*corev1.Pod)
-	if !ok {
-		return obj, nil
-	}
-	pod.ManagedFields = nil
-	pod.Spec = corev1.PodSpec{SchedulerName: pod.Spec.SchedulerName, NodeName: pod.Spec.NodeName}
-	pod.Status = corev1.PodStatus{Phase: pod.Status.Phase}
-	return pod, nil
-}
-
-// VirtualNodePod is the transform of a virtual node's cache of the source
-// pods bound to it. Status mirroring and virtual-kubelet read the status, the
-// containers' names, images and restart policies, and the readiness gates.
-// virtual-kubelet writes the cached pod back through pods/status, where the
-// API server keeps the stored spec whatever the request carries.
-func VirtualNodePod(obj any) (any, error) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
 		return obj, nil

@@ -54,11 +54,6 @@ func TestTransforms(t *testing.T) {
 	}{
 		{"source pod", SourcePod,
 			func(s corev1.PodSpec) corev1.PodSpec {
-				return corev1.PodSpec{SchedulerName: s.SchedulerName, NodeName: s.NodeName}
-			},
-			func(s corev1.PodStatus) corev1.PodStatus { return corev1.PodStatus{Phase: s.Phase} }},
-		{"virtual node pod", VirtualNodePod,
-			func(s corev1.PodSpec) corev1.PodSpec {
 				return corev1.PodSpec{
 					SchedulerName:  s.SchedulerName,
 					NodeName:       s.NodeName,

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/informers"
+	corev1informers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -56,6 +57,12 @@ type Config struct {
 	Client kubernetes.Interface
 	// Delegates finds and deletes delegates in the target.
 	Delegates Delegates
+	// Pods is an informer over source pods, of this node and maybe others,
+	// that the caller starts; the virtual node sees only those bound to it.
+	// Several virtual nodes share one copy of each pod this way. It should
+	// keep what slim.SourcePod keeps. Nil: the virtual node watches the pods
+	// bound to it with an informer of its own.
+	Pods cache.SharedIndexInformer
 
 	// LeaseDuration is the node Lease's duration; default 40s, as a kubelet.
 	LeaseDuration time.Duration
@@ -170,15 +177,21 @@ func Run(ctx context.Context, cfg Config) error {
 	// Only the pods bound to this node. ConfigMaps, Secrets and Services are
 	// required by the pod controller for the downward API, which the
 	// delegate's kubelet resolves instead: their informers are never started.
-	podFactory := informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName).String()
-		}),
-		// Of the source pods the provider and virtual-kubelet read metadata,
-		// status and the containers' names.
-		informers.WithTransform(slim.VirtualNodePod))
+	var podInformer corev1informers.PodInformer
+	if cfg.Pods != nil {
+		podInformer = nodePods{informer: cfg.Pods, node: cfg.NodeName}
+	} else {
+		podFactory := informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0,
+			informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+				o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName).String()
+			}),
+			informers.WithTransform(slim.SourcePod))
+		podInformer = podFactory.Core().V1().Pods()
+		podInformer.Informer() // registered before Start
+		podFactory.Start(ctx.Done())
+		defer podFactory.Shutdown()
+	}
 	unused := informers.NewSharedInformerFactory(cfg.Client, 0)
-	podInformer := podFactory.Core().V1().Pods()
 	p := newProvider(cfg, podInformer.Lister(), recorder, logger)
 	defer p.queue.ShutDown()
 	if _, err := podInformer.Informer().AddEventHandler(p.sourceHandler()); err != nil {
@@ -200,8 +213,6 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("virtual node %s: creating the pod controller: %w", cfg.NodeName, err)
 	}
 
-	podFactory.Start(ctx.Done())
-	defer podFactory.Shutdown()
 	go nc.Run(ctx)              //nolint:errcheck // reported by nc.Err
 	go pc.Run(ctx, cfg.Workers) //nolint:errcheck // reported by pc.Err
 	defer func() {
