@@ -34,6 +34,7 @@ type config struct {
 	// MaxCandidates is the agent's --max-candidates (0: every target).
 	MaxCandidates int `json:"maxCandidates"`
 	Timeout       time.Duration
+	AgentMemLimit string `json:"agentGOMEMLIMIT,omitempty"`
 	Profile       bool   `json:"-"`
 	Out           string `json:"-"`
 }
@@ -50,6 +51,7 @@ func main() {
 	flag.DurationVar(&cfg.Timeout, "timeout", 10*time.Minute, "Give up on a run after this long.")
 	keep := flag.Bool("keep", false, "Keep the sandbox folder (logs) after the run.")
 	hold := flag.Bool("hold", false, "Keep the clusters up after the run until interrupted, to look around.")
+	flag.StringVar(&cfg.AgentMemLimit, "agent-gomemlimit", "", "GOMEMLIMIT of the agent (e.g. 120MiB), as a chart sets it from the container's memory limit; empty: none.")
 	flag.BoolVar(&cfg.Profile, "profile", false, "Serve the agent's pprof and save its heap and a CPU profile of the Flotilla run into -out.")
 	flag.Parse()
 	if cfg.Targets < 1 || cfg.Nodes < 1 || cfg.Pods < 1 {
@@ -164,7 +166,11 @@ func run(cfg config, keep, hold bool) (*Report, error) {
 		pprofAddr = fmt.Sprintf("127.0.0.1:%d", ports[0])
 		agentArgs = append(agentArgs, "--pprof-bind-address="+pprofAddr)
 	}
-	agent, err := sandbox.StartAgent(ctx, src, targets, agentArgs...)
+	var agentEnv []string
+	if cfg.AgentMemLimit != "" {
+		agentEnv = append(agentEnv, "GOMEMLIMIT="+cfg.AgentMemLimit)
+	}
+	agent, err := sandbox.StartAgentEnv(ctx, src, targets, agentEnv, agentArgs...)
 	if err != nil {
 		return nil, err
 	}

@@ -24,7 +24,11 @@ func (r *Report) Markdown() string {
 	if r.Config.MaxCandidates > 0 && r.Config.MaxCandidates < r.Config.Targets {
 		cands = fmt.Sprintf("%d target(s)", r.Config.MaxCandidates)
 	}
-	fmt.Fprintf(&b, "### K=%d targets × M=%d nodes, P=%d pods, rate %s, candidates to %s, %s\n\n", r.Config.Targets, r.Config.Nodes, r.Config.Pods, rateText(r.Config.Rate), cands, r.Date)
+	memLimit := ""
+	if r.Config.AgentMemLimit != "" {
+		memLimit = ", agent GOMEMLIMIT=" + r.Config.AgentMemLimit
+	}
+	fmt.Fprintf(&b, "### K=%d targets × M=%d nodes, P=%d pods, rate %s, candidates to %s%s, %s\n\n", r.Config.Targets, r.Config.Nodes, r.Config.Pods, rateText(r.Config.Rate), cands, memLimit, r.Date)
 	fmt.Fprintln(&b, "| figure | flotilla | baseline (kube-scheduler, one cluster) | ratio |")
 	fmt.Fprintln(&b, "|---|---|---|---|")
 	row := func(name string, fv, bv float64, unit string) {

@@ -28,6 +28,12 @@ type Agent struct {
 // itself is passed as self), registers its webhook by URL on 127.0.0.1, and
 // waits until the webhook mutates opted-in pods. Extra flags are appended.
 func StartAgent(ctx context.Context, c *Cluster, targets []*Cluster, extra ...string) (*Agent, error) {
+	return StartAgentEnv(ctx, c, targets, nil, extra...)
+}
+
+// StartAgentEnv is StartAgent with env ("KEY=value", e.g. GOMEMLIMIT) added
+// to the agent's environment.
+func StartAgentEnv(ctx context.Context, c *Cluster, targets []*Cluster, env []string, extra ...string) (*Agent, error) {
 	ports, err := FreePorts(3)
 	if err != nil {
 		return nil, err
@@ -57,7 +63,7 @@ func StartAgent(ctx context.Context, c *Cluster, targets []*Cluster, extra ...st
 		}
 		args = append(args, "--target="+t.Name+"="+where)
 	}
-	p, err := c.Run("agent", filepath.Join(c.binDir, "flotilla-agent"), append(args, extra...)...)
+	p, err := c.RunEnv("agent", filepath.Join(c.binDir, "flotilla-agent"), env, append(args, extra...)...)
 	if err != nil {
 		return nil, err
 	}

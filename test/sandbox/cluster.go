@@ -338,7 +338,13 @@ func (c *Cluster) start(ctx context.Context) error {
 // Flotilla agent, with its log next to the cluster's others. The sandbox
 // stops it before the cluster's own processes.
 func (c *Cluster) Run(name, binary string, args ...string) (*Process, error) {
+	return c.RunEnv(name, binary, nil, args...)
+}
+
+// RunEnv is Run with env ("KEY=value") added to the process's environment.
+func (c *Cluster) RunEnv(name, binary string, env []string, args ...string) (*Process, error) {
 	p := newProcess(name, binary, filepath.Join(c.logDir, c.Name+"-"+name+".log"), args...)
+	p.env = env
 	if err := p.start(); err != nil {
 		return nil, err
 	}

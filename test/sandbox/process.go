@@ -17,6 +17,7 @@ type Process struct {
 	name    string
 	binary  string
 	args    []string
+	env     []string // added to the sandbox's own environment
 	logPath string
 
 	mu     sync.Mutex
@@ -42,6 +43,9 @@ func (p *Process) start() error {
 	}
 	fmt.Fprintf(logFile, "==== %s starting: %s %q\n", time.Now().Format(time.RFC3339Nano), p.binary, p.args)
 	cmd := exec.Command(p.binary, p.args...)
+	if len(p.env) > 0 {
+		cmd.Env = append(os.Environ(), p.env...)
+	}
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{
