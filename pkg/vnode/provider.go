@@ -73,15 +73,25 @@ func newProvider(cfg Config, pods corev1listers.PodLister, recorder record.Event
 // CreatePod remembers the source pod: its delegate exists already, the
 // agent created it before binding the source pod here.
 func (p *provider) CreatePod(_ context.Context, pod *corev1.Pod) error {
-	p.remember(pod)
+	p.remember(p.cached(pod))
 	return nil
 }
 
 // UpdatePod remembers the source pod; changes of its spec are not carried
 // to the delegate.
 func (p *provider) UpdatePod(_ context.Context, pod *corev1.Pod) error {
-	p.remember(pod)
+	p.remember(p.cached(pod))
 	return nil
+}
+
+// cached returns the informer's copy of pod when it has the same one:
+// virtual-kubelet hands the provider deep copies, and remembering those
+// would hold one more copy of every pod of the node.
+func (p *provider) cached(pod *corev1.Pod) *corev1.Pod {
+	if c, err := p.pods.Pods(pod.Namespace).Get(pod.Name); err == nil && c.UID == pod.UID && c.ResourceVersion == pod.ResourceVersion {
+		return c
+	}
+	return pod
 }
 
 // DeletePod deletes the delegate. The source pod is reported terminated once

@@ -20,6 +20,7 @@ import (
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
 	"github.com/flotilla-dev/flotilla/pkg/slim"
@@ -208,6 +209,14 @@ func Run(ctx context.Context, cfg Config) error {
 		SecretInformer:            unused.Core().V1().Secrets(),
 		ServiceInformer:           unused.Core().V1().Services(),
 		SkipDownwardAPIResolution: true,
+		// virtual-kubelet's default limiter also passes every first enqueue
+		// through a 10 per second bucket per queue: past a burst of 100,
+		// status updates and pod syncs of one node queued up at 10 per
+		// second (create→Running p99 of 4.7 s at 50 pods/s in make bench).
+		// Per-pod backoff of failures only; the client's QPS bounds the calls.
+		SyncPodsFromKubernetesRateLimiter:    podBackoff(),
+		DeletePodsFromKubernetesRateLimiter:  podBackoff(),
+		SyncPodStatusFromProviderRateLimiter: podBackoff(),
 	})
 	if err != nil {
 		return fmt.Errorf("virtual node %s: creating the pod controller: %w", cfg.NodeName, err)
@@ -253,6 +262,12 @@ func Run(ctx context.Context, cfg Config) error {
 	case <-ctx.Done():
 		return nil
 	}
+}
+
+// podBackoff is the rate limiter of virtual-kubelet's pod queues: a key
+// enqueued for the first time goes at once, failures back off per key.
+func podBackoff() workqueue.TypedRateLimiter[any] {
+	return workqueue.NewTypedItemExponentialFailureRateLimiter[any](5*time.Millisecond, 30*time.Second)
 }
 
 // recreateNode registers the node again when someone deleted it while the
