@@ -56,8 +56,14 @@ func (r *Report) Markdown() string {
 			names = append(names, name)
 		}
 	}
+	row("source writes/pod to objects (no Events, Leases)", objectWrites(f.Requests["src"]), objectWrites(baseReq), "")
 	row("all targets' API requests/pod", targetAll, 0, "")
 	row("all targets' API writes/pod", targetWrites, 0, "")
+	var targetObjectWrites float64
+	for _, n := range names {
+		targetObjectWrites += objectWrites(f.Requests[n])
+	}
+	row("all targets' writes/pod to objects (no Events, Leases)", targetObjectWrites, 0, "")
 	sort.Strings(names)
 	for _, n := range names {
 		fmt.Fprintf(&b, "| %s API requests/pod (writes) | %.1f (%.1f) | | |\n", n, f.Requests[n].All, f.Requests[n].Writes)
@@ -103,6 +109,18 @@ func (r *Report) Markdown() string {
 		fmt.Fprintf(&b, "| %s | %.2f | %.2f | %.2f |\n", k, f.Requests["src"].WritesByKind[k], targetKinds[k], baseReq.WritesByKind[k])
 	}
 	return b.String()
+}
+
+// objectWrites are the writes other than Events and Leases: what placing
+// the pods wrote, without the record of it and the heartbeats.
+func objectWrites(r Requests) float64 {
+	total := r.Writes
+	for kind, n := range r.WritesByKind {
+		if strings.HasPrefix(kind, "events ") || strings.HasPrefix(kind, "leases ") {
+			total -= n
+		}
+	}
+	return total
 }
 
 func rateText(rate float64) string {

@@ -41,8 +41,9 @@ type run struct {
 		P99 float64 `json:"p99"`
 	} `json:"boundMillis"`
 	Requests map[string]struct {
-		All    float64 `json:"all"`
-		Writes float64 `json:"writes"`
+		All          float64            `json:"all"`
+		Writes       float64            `json:"writes"`
+		WritesByKind map[string]float64 `json:"writesByKind"`
 	} `json:"requestsPerPod"`
 	Processes []struct {
 		Name       string  `json:"name"`
@@ -60,14 +61,16 @@ func (r *run) process(name string) (cpu, rss float64) {
 	return 0, 0
 }
 
-func (r *run) writes(source bool) float64 {
-	total := 0.0
+// writes sums the writes per pod of the source or of all targets, and of
+// them the Events.
+func (r *run) writes(source bool) (total, events float64) {
 	for name, q := range r.Requests {
 		if (name == "src") == source {
 			total += q.Writes
+			events += q.WritesByKind["events POST"] + q.WritesByKind["events PATCH"]
 		}
 	}
-	return total
+	return total, events
 }
 
 type figure struct {
@@ -133,7 +136,7 @@ func table(results []result) string {
 		return a.Targets < b.Targets
 	})
 	var b strings.Builder
-	b.WriteString("| K | P | candidates to | pods/s to bound (× baseline) | p50 / p99 create→bound, s (baseline p99) | writes/pod source, all targets | agent CPU s, peak RSS MiB | cores busy |\n")
+	b.WriteString("| K | P | candidates to | pods/s to bound (× baseline) | p50 / p99 create→bound, s (baseline p99) | writes/pod source, all targets (of which Events) | agent CPU s, peak RSS MiB | cores busy |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|\n")
 	for _, r := range results {
 		f, base := r.Flotilla, r.Baseline
@@ -142,11 +145,13 @@ func table(results []result) string {
 			cands = fmt.Sprint(r.Config.MaxCandidates)
 		}
 		cpu, rss := f.process("agent")
-		fmt.Fprintf(&b, "| %d | %d | %s | %.1f (%.2f×) | %.1f / %.1f (%.2f) | %.1f, %.1f | %.1f, %.0f | %.1f |\n",
+		srcWrites, srcEvents := f.writes(true)
+		tgtWrites, tgtEvents := f.writes(false)
+		fmt.Fprintf(&b, "| %d | %d | %s | %.1f (%.2f×) | %.1f / %.1f (%.2f) | %.1f (%.1f), %.1f (%.1f) | %.1f, %.0f | %.1f |\n",
 			r.Config.Targets, r.Config.Pods, cands,
 			f.PodsPerSecondBound, f.PodsPerSecondBound/base.PodsPerSecondBound,
 			f.BoundMillis.P50/1000, f.BoundMillis.P99/1000, base.BoundMillis.P99/1000,
-			f.writes(true), f.writes(false), cpu, rss, f.MachineCPUSeconds/f.Seconds)
+			srcWrites, srcEvents, tgtWrites, tgtEvents, cpu, rss, f.MachineCPUSeconds/f.Seconds)
 	}
 	return b.String()
 }
