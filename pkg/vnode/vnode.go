@@ -190,7 +190,10 @@ func Run(ctx context.Context, cfg Config) error {
 		podInformer = podFactory.Core().V1().Pods()
 		podInformer.Informer() // registered before Start
 		podFactory.Start(ctx.Done())
-		defer podFactory.Shutdown()
+		defer func() {
+			cancel() // Shutdown waits for the informers, which stop with ctx
+			podFactory.Shutdown()
+		}()
 	}
 	unused := informers.NewSharedInformerFactory(cfg.Client, 0)
 	p := newProvider(cfg, podInformer.Lister(), recorder, logger)
