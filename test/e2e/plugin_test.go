@@ -50,6 +50,14 @@ func TestPlugin(t *testing.T) {
 		if node := c.get(t).Spec.NodeName; node != reserved.Node {
 			t.Errorf("candidate bound to %q, reserved %q", node, reserved.Node)
 		}
+		// The plugin binds with a Binding that carries the Bound state:
+		// no version of the candidate is bound and still Reserved.
+		c.mu.Lock()
+		atBinding := c.atBinding
+		c.mu.Unlock()
+		if atBinding == nil || atBinding.Phase != protocol.PhaseBound {
+			t.Errorf("the binding did not carry the Bound state: state when first seen bound %+v", atBinding)
+		}
 	})
 
 	t.Run("only the source's allowance of the current reservation binds", func(t *testing.T) {
@@ -146,6 +154,8 @@ type candidate struct {
 	states []protocol.State
 	// next is the index of the first state no waitFor has matched yet.
 	next int
+	// atBinding is the state of the first version seen with a node name.
+	atBinding *protocol.State
 }
 
 func createCandidate(t *testing.T, client kubernetes.Interface, name, sourceUID string) *candidate {
@@ -202,6 +212,9 @@ func (c *candidate) observe(t *testing.T, pod *corev1.Pod) {
 	defer c.mu.Unlock()
 	if n := len(c.states); n == 0 || c.states[n-1] != st {
 		c.states = append(c.states, st)
+	}
+	if pod.Spec.NodeName != "" && c.atBinding == nil {
+		c.atBinding = &st
 	}
 }
 

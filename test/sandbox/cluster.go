@@ -257,9 +257,9 @@ func (c *Cluster) defineProcesses() error {
 			"--secure-port=" + port("scheduler"),
 			"--cert-dir=" + filepath.Join(c.dir, "scheduler-certs"),
 			// A candidate waits in Permit for the source's word; with this
-			// gate on, the scheduler writes nominatedNodeName on every
-			// candidate first, one status write per candidate for nobody
-			// (see docs/operations.md).
+			// gate on, the scheduler first writes nominatedNodeName on
+			// every candidate, status writes that nobody here reads (see
+			// docs/operations.md).
 			"--feature-gates=" + SchedulerFeatureGates,
 			"--v=1",
 		}
