@@ -6,8 +6,7 @@
 // plugin makes a reservation with a fresh nonce at Reserve, holds the pod in
 // Permit until the source allows or denies that nonce, and reports Reserved,
 // Unreserved and Bound in the pod's state annotation (Bound in the binding
-// itself, see Bind). Every other pod passes
-// through untouched.
+// itself, see Bind). Every other pod passes through untouched.
 package plugin
 
 import (
