@@ -9,8 +9,10 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
@@ -103,6 +105,20 @@ func TestPlacement(t *testing.T) {
 		waitSourcePods(t, c1, "app=huge", 1, func(p *corev1.Pod) bool {
 			return p.Spec.NodeName == "flotilla-c3" && p.Status.Phase == corev1.PodRunning
 		})
+	})
+
+	t.Run("a source pod keeps its opt-in label", func(t *testing.T) {
+		// Without the label the agent would take the pod for deleted and
+		// delete its delegate while it runs on.
+		patch := fmt.Sprintf(`{"metadata":{"labels":{%q:null}}}`, protocol.ElectLabel)
+		_, err := c1.CoreV1().Pods(placementNS).Patch(ctx, "huge", types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "cannot be removed") {
+			t.Fatalf("removing the opt-in label: got %v, want the policy's Invalid error", err)
+		}
+		// The rest of the pod stays writable.
+		if _, err := c1.CoreV1().Pods(placementNS).Patch(ctx, "huge", types.MergePatchType, []byte(`{"metadata":{"labels":{"team":"a"}}}`), metav1.PatchOptions{}); err != nil {
+			t.Fatalf("another label change was refused: %v", err)
+		}
 	})
 
 	t.Run("a pod that did not opt in is untouched", func(t *testing.T) {
