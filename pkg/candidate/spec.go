@@ -47,7 +47,8 @@ func Build(source *corev1.Pod, sourceCluster, target string, self bool) (*corev1
 	spec.ServiceAccountName = ""
 	spec.DeprecatedServiceAccount = ""
 	spec.AutomountServiceAccountToken = ptr.To(false)
-	spec.Volumes, spec.Containers, spec.InitContainers = withoutTokenVolume(spec.Volumes, spec.Containers, spec.InitContainers)
+	// Specs saved before the webhook dropped the token still carry it.
+	*spec = WithoutServiceAccountToken(*spec)
 	spec.Tolerations = withoutVirtualNodeToleration(spec.Tolerations)
 	// Readiness gates are set by controllers of the source cluster; in the
 	// target nobody would ever set them. The source pod keeps them.
@@ -99,29 +100,43 @@ func Build(source *corev1.Pod, sourceCluster, target string, self bool) (*corev1
 	return candidate, nil
 }
 
-func withoutTokenVolume(volumes []corev1.Volume, containers, initContainers []corev1.Container) ([]corev1.Volume, []corev1.Container, []corev1.Container) {
+// WithoutServiceAccountToken returns spec without the projected
+// service-account token volume that the source cluster's ServiceAccount
+// admission added, and without its mounts: a token of the source cluster
+// means nothing in a target. The webhook saves the original spec without
+// it. spec itself is not modified.
+func WithoutServiceAccountToken(spec corev1.PodSpec) corev1.PodSpec {
 	drop := map[string]bool{}
 	var kept []corev1.Volume
-	for _, v := range volumes {
+	for _, v := range spec.Volumes {
 		if strings.HasPrefix(v.Name, serviceAccountVolumePrefix) && v.Projected != nil {
 			drop[v.Name] = true
 			continue
 		}
 		kept = append(kept, v)
 	}
+	if len(drop) == 0 {
+		return spec
+	}
 	strip := func(cs []corev1.Container) []corev1.Container {
-		for i := range cs {
+		if cs == nil {
+			return nil
+		}
+		out := make([]corev1.Container, len(cs))
+		for i, c := range cs {
 			var mounts []corev1.VolumeMount
-			for _, m := range cs[i].VolumeMounts {
+			for _, m := range c.VolumeMounts {
 				if !drop[m.Name] {
 					mounts = append(mounts, m)
 				}
 			}
-			cs[i].VolumeMounts = mounts
+			c.VolumeMounts = mounts
+			out[i] = c
 		}
-		return cs
+		return out
 	}
-	return kept, strip(containers), strip(initContainers)
+	spec.Volumes, spec.Containers, spec.InitContainers = kept, strip(spec.Containers), strip(spec.InitContainers)
+	return spec
 }
 
 func withoutVirtualNodeToleration(tolerations []corev1.Toleration) []corev1.Toleration {

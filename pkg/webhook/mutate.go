@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/flotilla-dev/flotilla/pkg/candidate"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
 )
 
@@ -60,7 +61,9 @@ func OptedIn(pod *corev1.Pod) bool {
 func MakeSource(pod *corev1.Pod) (bool, error) {
 	changed := false
 	if _, saved := pod.Annotations[protocol.SourceSpecAnnotation]; !saved {
-		raw, err := json.Marshal(pod.Spec)
+		// The source's service-account token is no part of what runs in a
+		// target, and a third of the saved spec of a simple pod.
+		raw, err := json.Marshal(candidate.WithoutServiceAccountToken(pod.Spec))
 		if err != nil {
 			return false, fmt.Errorf("saving the original spec: %w", err)
 		}

@@ -68,3 +68,39 @@ func TestOptedIn(t *testing.T) {
 		}
 	}
 }
+
+// TestMakeSourceSavesSpecWithoutToken checks that the saved spec leaves out
+// the source's service-account token (volume and mounts) and that the
+// source pod itself keeps them: the saved copy must not alias the pod's
+// containers.
+func TestMakeSourceSavesSpecWithoutToken(t *testing.T) {
+	token := corev1.Volume{Name: "kube-api-access-x1y2z", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{}}}
+	data := corev1.Volume{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}
+	mounts := []corev1.VolumeMount{{Name: token.Name, MountPath: "/var/run/secrets/kubernetes.io/serviceaccount"}, {Name: "data", MountPath: "/data"}}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{protocol.ElectLabel: "true"}},
+		Spec: corev1.PodSpec{
+			Volumes:        []corev1.Volume{token, data},
+			InitContainers: []corev1.Container{{Name: "init", Image: "i", VolumeMounts: append([]corev1.VolumeMount(nil), mounts...)}},
+			Containers:     []corev1.Container{{Name: "c", Image: "i", VolumeMounts: append([]corev1.VolumeMount(nil), mounts...)}},
+		},
+	}
+	if _, err := MakeSource(pod); err != nil {
+		t.Fatal(err)
+	}
+	var saved corev1.PodSpec
+	if err := json.Unmarshal([]byte(pod.Annotations[protocol.SourceSpecAnnotation]), &saved); err != nil {
+		t.Fatal(err)
+	}
+	if len(saved.Volumes) != 1 || saved.Volumes[0].Name != "data" {
+		t.Errorf("saved volumes %+v, want only data", saved.Volumes)
+	}
+	for _, c := range append(saved.InitContainers, saved.Containers...) {
+		if len(c.VolumeMounts) != 1 || c.VolumeMounts[0].Name != "data" {
+			t.Errorf("saved container %s mounts %+v, want only data", c.Name, c.VolumeMounts)
+		}
+	}
+	if len(pod.Spec.Volumes) != 2 || len(pod.Spec.Containers[0].VolumeMounts) != 2 || len(pod.Spec.InitContainers[0].VolumeMounts) != 2 {
+		t.Errorf("the source pod lost its own token volume or mounts: %+v", pod.Spec)
+	}
+}
