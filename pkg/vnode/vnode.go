@@ -233,15 +233,23 @@ func Run(ctx context.Context, cfg Config) error {
 		<-pc.Done()
 	}()
 
-	for _, ready := range []<-chan struct{}{pc.Ready(), nc.Ready()} {
+	// until waits for ready (nil: forever) unless a controller stops or ctx
+	// ends first; then Run must return err.
+	until := func(ready <-chan struct{}) (end bool, err error) {
 		select {
 		case <-ready:
+			return false, nil
 		case <-pc.Done():
-			return stopped(ctx, cfg.NodeName, "pod controller", pc.Err())
+			return true, stopped(ctx, cfg.NodeName, "pod controller", pc.Err())
 		case <-nc.Done():
-			return stopped(ctx, cfg.NodeName, "node controller", nc.Err())
+			return true, stopped(ctx, cfg.NodeName, "node controller", nc.Err())
 		case <-ctx.Done():
-			return nil
+			return true, nil
+		}
+	}
+	for _, ready := range []<-chan struct{}{pc.Ready(), nc.Ready()} {
+		if end, err := until(ready); end {
+			return err
 		}
 	}
 	// Status updates wait for the pod controller: it drops those of pods it
@@ -257,14 +265,8 @@ func Run(ctx context.Context, cfg Config) error {
 	}()
 	logger.Info("Virtual node running")
 
-	select {
-	case <-pc.Done():
-		return stopped(ctx, cfg.NodeName, "pod controller", pc.Err())
-	case <-nc.Done():
-		return stopped(ctx, cfg.NodeName, "node controller", nc.Err())
-	case <-ctx.Done():
-		return nil
-	}
+	_, err = until(nil)
+	return err
 }
 
 // podBackoff is the rate limiter of virtual-kubelet's pod queues: a key
