@@ -19,6 +19,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -82,6 +84,54 @@ func (c config) profilePath(kind string) string {
 	return filepath.Join(c.Out, fmt.Sprintf("k%d-m%d-p%d-r%g-c%d-agent-%s.pprof", c.Targets, c.Nodes, c.Pods, c.Rate, c.MaxCandidates, kind))
 }
 
+// savePeakHeap samples the agent's heap every second until ctx is done and
+// keeps, in path, the heap profile taken when the heap in use was largest:
+// the profile after the run shows what stays, this one what a burst adds.
+func savePeakHeap(ctx context.Context, addr, path string) error {
+	var peak uint64
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		inuse, err := heapInuse(ctx, addr)
+		if err != nil || inuse <= peak {
+			continue // the run ending closes the agent's connections too
+		}
+		peak = inuse
+		if err := saveProfile(ctx, addr, "heap", path); err != nil && ctx.Err() == nil {
+			return err
+		}
+	}
+}
+
+// heapInuse reads HeapInuse from the runtime statistics at the end of the
+// agent's text heap profile.
+func heapInuse(ctx context.Context, addr string) (uint64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/debug/pprof/heap?debug=1", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.Lines(string(body)) {
+		if v, ok := strings.CutPrefix(line, "# HeapInuse = "); ok {
+			return strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("no HeapInuse in the heap profile of %s", addr)
+}
+
 // saveProfile fetches /debug/pprof/<what> from addr into path.
 func saveProfile(ctx context.Context, addr, what, path string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/debug/pprof/"+what, nil)
@@ -99,15 +149,25 @@ func saveProfile(ctx context.Context, addr, what, path string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	f, err := os.Create(path)
+	// Written aside and renamed: an interrupted fetch leaves the last
+	// complete profile in place.
+	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*")
 	if err != nil {
 		return err
 	}
+	defer func() { _ = os.Remove(f.Name()) }()
 	if _, err := io.Copy(f, resp.Body); err != nil {
 		_ = f.Close()
 		return err
 	}
-	return f.Close()
+	if err := f.Chmod(0o644); err != nil {
+		_ = f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
 }
 
 func run(cfg config, keep, hold bool) (*Report, error) {
@@ -187,12 +247,18 @@ func run(cfg config, keep, hold bool) (*Report, error) {
 	for _, t := range targets {
 		procs = append(procs, process{t.Name + " scheduler", t.PIDs()[sandbox.Scheduler]})
 	}
-	var profiled chan error
+	var profiled, peaked chan error
+	stopPeak := func() {}
 	if cfg.Profile {
 		profiled = make(chan error, 1)
 		go func() { profiled <- saveProfile(ctx, pprofAddr, "profile?seconds=20", cfg.profilePath("cpu")) }()
+		peakCtx, cancel := context.WithCancel(ctx)
+		stopPeak = cancel
+		peaked = make(chan error, 1)
+		go func() { peaked <- savePeakHeap(peakCtx, pprofAddr, cfg.profilePath("heap-peak")) }()
 	}
 	report.Flotilla, err = measure(ctx, cfg, s.Clusters, src, targets, true, procs)
+	stopPeak()
 	if err != nil {
 		return nil, fmt.Errorf("flotilla: %w", err)
 	}
@@ -203,7 +269,10 @@ func run(cfg config, keep, hold bool) (*Report, error) {
 		if err := <-profiled; err != nil {
 			return nil, err
 		}
-		fmt.Fprintf(os.Stderr, "bench: agent profiles written to %s and %s\n", cfg.profilePath("cpu"), cfg.profilePath("heap"))
+		if err := <-peaked; err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(os.Stderr, "bench: agent profiles written to %s, %s and %s\n", cfg.profilePath("cpu"), cfg.profilePath("heap"), cfg.profilePath("heap-peak"))
 	}
 	if hold {
 		fmt.Println(report.Markdown())

@@ -47,6 +47,10 @@ type Run struct {
 	// CPUByComponent splits MachineCPUSeconds by kind of process, summed
 	// over the clusters (etcd, kube-apiserver, ..., agent).
 	CPUByComponent map[string]float64 `json:"cpuByComponent"`
+	// CPUByCluster splits MachineCPUSeconds by cluster (every process of a
+	// cluster, the agent with its own). In production every cluster has its
+	// own control plane and cores: the busiest one bounds the throughput.
+	CPUByCluster map[string]float64 `json:"cpuByCluster"`
 }
 
 // Percentiles of a latency, in milliseconds.
@@ -97,7 +101,7 @@ func measure(ctx context.Context, cfg config, all []*sandbox.Cluster, home *sand
 	for _, p := range procs {
 		cpuBefore[p.name], _ = readProc(p.pid)
 	}
-	machineBefore, componentsBefore := machineCPU(all)
+	machineBefore, componentsBefore, clustersBefore := machineCPU(all)
 
 	var mu sync.Mutex
 	created, bound, running := map[string]time.Time{}, map[string]time.Time{}, map[string]time.Time{}
@@ -204,27 +208,32 @@ func measure(ctx context.Context, cfg config, all []*sandbox.Cluster, home *sand
 		cpu, rss := readProc(p.pid)
 		r.Processes = append(r.Processes, ProcessCost{Name: p.name, CPUSeconds: cpu - cpuBefore[p.name], PeakRSSMiB: rss})
 	}
-	machineAfter, componentsAfter := machineCPU(all)
+	machineAfter, componentsAfter, clustersAfter := machineCPU(all)
 	r.MachineCPUSeconds = machineAfter - machineBefore
 	r.CPUByComponent = map[string]float64{}
 	for comp, cpu := range componentsAfter {
 		r.CPUByComponent[comp] = cpu - componentsBefore[comp]
 	}
+	r.CPUByCluster = map[string]float64{}
+	for _, c := range clusters {
+		r.CPUByCluster[c.Name] = clustersAfter[c.Name] - clustersBefore[c.Name]
+	}
 	return r, nil
 }
 
-// machineCPU sums the CPU seconds of every process of the sandbox, in all
-// and by kind of process.
-func machineCPU(clusters []*sandbox.Cluster) (float64, map[string]float64) {
-	total, byComponent := 0.0, map[string]float64{}
+// machineCPU sums the CPU seconds of every process of the sandbox, in all,
+// by kind of process and by cluster.
+func machineCPU(clusters []*sandbox.Cluster) (total float64, byComponent, byCluster map[string]float64) {
+	byComponent, byCluster = map[string]float64{}, map[string]float64{}
 	for _, c := range clusters {
 		for comp, pid := range c.PIDs() {
 			cpu, _ := readProc(pid)
 			total += cpu
 			byComponent[string(comp)] += cpu
+			byCluster[c.Name] += cpu
 		}
 	}
-	return total, byComponent
+	return total, byComponent, byCluster
 }
 
 func benchPod(name string, labels map[string]string, cpu string) *corev1.Pod {

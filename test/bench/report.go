@@ -78,6 +78,19 @@ func (r *Report) Markdown() string {
 	for _, comp := range comps {
 		row("CPU of every "+comp, f.CPUByComponent[comp], base.CPUByComponent[comp], "s")
 	}
+	// Per cluster, per pod: in production each cluster has its own control
+	// plane and cores, and the busiest one bounds the throughput.
+	perPod := func(run *Run, cluster string) float64 { return 1000 * run.CPUByCluster[cluster] / float64(run.Pods) }
+	row("CPU/pod of the source cluster (control plane, kwok, scheduler, agent)", perPod(f, "src"), perPod(base, "base"), "ms")
+	busiest := ""
+	for _, n := range names {
+		if busiest == "" || f.CPUByCluster[n] > f.CPUByCluster[busiest] {
+			busiest = n
+		}
+	}
+	if busiest != "" {
+		row("CPU/pod of the busiest target ("+busiest+")", perPod(f, busiest), perPod(base, "base"), "ms")
+	}
 	for _, p := range f.Processes {
 		fmt.Fprintf(&b, "| %s: CPU s, peak RSS | %.1f s, %.0f MiB | | |\n", p.Name, p.CPUSeconds, p.PeakRSSMiB)
 	}
