@@ -9,7 +9,7 @@
 // anything that is not a *corev1.Pod through unchanged.
 //
 // Metadata always stays whole (except managedFields): a client that writes a
-// cached pod back, as virtual-kubelet does through pods/status, sends its
+// cached pod back, as the virtual nodes do through pods/status, sends its
 // labels and annotations too, and the API server applies them.
 package slim
 
@@ -20,9 +20,9 @@ import (
 // SourcePod is the transform of the agent's cache of source pods, which
 // placement and every virtual node share. Placement reads the metadata (the
 // saved original spec is an annotation), spec.schedulerName and
-// spec.nodeName, and writes only with patches. Status mirroring and
-// virtual-kubelet read the status, the containers' names, images and restart
-// policies, and the readiness gates; virtual-kubelet writes the cached pod
+// spec.nodeName, and writes only with patches. Status mirroring reads the
+// status, the containers' names, images and restart policies, and the
+// readiness gates; the virtual nodes write the cached pod
 // back through pods/status, where the API server keeps the stored spec
 // whatever the request carries.
 func SourcePod(obj any) (any, error) {

@@ -1,6 +1,9 @@
 // Package vnode owns the virtual node that stands for one target cluster
 // inside a source cluster, and the mirroring of delegate pods onto the source
-// pods bound to it. It is built on virtual-kubelet's node and pod controllers.
+// pods bound to it. The node (registration, Ready condition, Lease
+// heartbeats) is virtual-kubelet's node controller; the pods bound to it are
+// mirrored by the package's own loop (see mirror), which keeps no copy of any
+// pod beyond the shared informer's.
 //
 // The package owns:
 //   - the Node object flotilla-<target>: its labels, its NoSchedule taint

@@ -12,7 +12,7 @@ import (
 
 // TestNodePodsLister checks that a virtual node's view of the shared source
 // pod cache shows only its own pods: another node's pod, or one not bound
-// yet, must look absent, or virtual-kubelet would run it on this node.
+// yet, must look absent, or the virtual node would mirror it.
 func TestNodePodsLister(t *testing.T) {
 	informer := cache.NewSharedIndexInformer(&cache.ListWatch{}, &corev1.Pod{}, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 	for name, node := range map[string]string{"mine": "flotilla-a", "other": "flotilla-b", "pending": ""} {

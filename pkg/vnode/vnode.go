@@ -20,7 +20,6 @@ import (
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
 	"github.com/flotilla-dev/flotilla/pkg/slim"
@@ -76,8 +75,7 @@ type Config struct {
 	// Capacity is the node's capacity and allocatable; default
 	// DefaultCapacity().
 	Capacity corev1.ResourceList
-	// Workers is the number of pod sync workers, and of status workers;
-	// default 16.
+	// Workers is the number of source pods synced at once; default 16.
 	Workers int
 	// EventRecorder records events on source pods; default one that writes
 	// to Client as component "flotilla-vnode".
@@ -130,8 +128,8 @@ func (cfg Config) withDefaults() (Config, error) {
 	return cfg, nil
 }
 
-// Run registers the node, keeps it Ready with Lease heartbeats, runs the pod
-// controller, and returns when ctx is done (removing nothing: the node stays
+// Run registers the node, keeps it Ready with Lease heartbeats, mirrors the
+// delegates onto the source pods bound to it, and returns when ctx is done (removing nothing: the node stays
 // so pods keep their binding across agent restarts). It returns an error,
 // before ctx is done, when the node cannot be registered or a controller
 // stops; the caller retries.
@@ -175,9 +173,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("virtual node %s: creating the node controller: %w", cfg.NodeName, err)
 	}
 
-	// Only the pods bound to this node. ConfigMaps, Secrets and Services are
-	// required by the pod controller for the downward API, which the
-	// delegate's kubelet resolves instead: their informers are never started.
+	// Only the pods bound to this node.
 	var podInformer corev1informers.PodInformer
 	if cfg.Pods != nil {
 		podInformer = nodePods{informer: cfg.Pods, node: cfg.NodeName}
@@ -195,84 +191,50 @@ func Run(ctx context.Context, cfg Config) error {
 			podFactory.Shutdown()
 		}()
 	}
-	unused := informers.NewSharedInformerFactory(cfg.Client, 0)
-	p := newProvider(cfg, podInformer.Lister(), recorder, logger)
-	defer p.queue.ShutDown()
-	if _, err := podInformer.Informer().AddEventHandler(p.sourceHandler()); err != nil {
+	m := newMirror(cfg, podInformer.Lister(), recorder)
+	defer m.queue.ShutDown()
+	if _, err := podInformer.Informer().AddEventHandler(m.sourceHandler()); err != nil {
 		return fmt.Errorf("virtual node %s: watching its pods: %w", cfg.NodeName, err)
 	}
-	cfg.Delegates.OnChange(p.delegateChanged)
+	cfg.Delegates.OnChange(m.delegateChanged)
 
-	pc, err := node.NewPodController(node.PodControllerConfig{
-		PodClient:                 cfg.Client.CoreV1(),
-		PodInformer:               podInformer,
-		EventRecorder:             recorder,
-		Provider:                  p,
-		ConfigMapInformer:         unused.Core().V1().ConfigMaps(),
-		SecretInformer:            unused.Core().V1().Secrets(),
-		ServiceInformer:           unused.Core().V1().Services(),
-		SkipDownwardAPIResolution: true,
-		// virtual-kubelet's default limiter also passes every first enqueue
-		// through a 10 per second bucket per queue: past a burst of 100,
-		// status updates and pod syncs of one node queued up at 10 per
-		// second (create→Running p99 of 4.7 s at 50 pods/s in make bench).
-		// Per-pod backoff of failures only; the client's QPS bounds the calls.
-		SyncPodsFromKubernetesRateLimiter:    podBackoff(),
-		DeletePodsFromKubernetesRateLimiter:  podBackoff(),
-		SyncPodStatusFromProviderRateLimiter: podBackoff(),
-	})
-	if err != nil {
-		return fmt.Errorf("virtual node %s: creating the pod controller: %w", cfg.NodeName, err)
-	}
-
-	go nc.Run(ctx)              //nolint:errcheck // reported by nc.Err
-	go pc.Run(ctx, cfg.Workers) //nolint:errcheck // reported by pc.Err
+	go nc.Run(ctx) //nolint:errcheck // reported by nc.Err
 	defer func() {
 		cancel()
 		<-nc.Done()
-		<-pc.Done()
 	}()
 
-	// until waits for ready (nil: forever) unless a controller stops or ctx
-	// ends first; then Run must return err.
+	// until waits for ready (nil: forever) unless the node controller stops
+	// or ctx ends first; then Run must return err.
 	until := func(ready <-chan struct{}) (end bool, err error) {
 		select {
 		case <-ready:
 			return false, nil
-		case <-pc.Done():
-			return true, stopped(ctx, cfg.NodeName, "pod controller", pc.Err())
 		case <-nc.Done():
 			return true, stopped(ctx, cfg.NodeName, "node controller", nc.Err())
 		case <-ctx.Done():
 			return true, nil
 		}
 	}
-	for _, ready := range []<-chan struct{}{pc.Ready(), nc.Ready()} {
-		if end, err := until(ready); end {
-			return err
-		}
+	if end, err := until(nc.Ready()); end {
+		return err
 	}
-	// Status updates wait for the pod controller: it drops those of pods it
-	// does not know yet.
-	statusDone := make(chan struct{})
+	if !cache.WaitForCacheSync(ctx.Done(), podInformer.Informer().HasSynced) {
+		return nil // ctx is done
+	}
+	mirrorDone := make(chan struct{})
 	go func() {
-		defer close(statusDone)
-		p.run(ctx, cfg.Workers)
+		defer close(mirrorDone)
+		m.run(ctx, cfg.Workers)
 	}()
 	defer func() {
 		cancel()
-		<-statusDone
+		<-mirrorDone
 	}()
 	logger.Info("Virtual node running")
 
 	_, err = until(nil)
 	return err
-}
-
-// podBackoff is the rate limiter of virtual-kubelet's pod queues: a key
-// enqueued for the first time goes at once, failures back off per key.
-func podBackoff() workqueue.TypedRateLimiter[any] {
-	return workqueue.NewTypedItemExponentialFailureRateLimiter[any](5*time.Millisecond, 30*time.Second)
 }
 
 // recreateNode registers the node again when someone deleted it while the

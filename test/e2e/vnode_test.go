@@ -146,6 +146,24 @@ func TestVnode(t *testing.T) {
 			return apierrors.IsNotFound(errD) && apierrors.IsNotFound(errS), fmt.Sprintf("delegate: %v, source: %v", errD, errS)
 		})
 	})
+
+	t.Run("a source pod deleted at once still takes its delegate", func(t *testing.T) {
+		// kubectl delete --force: the API server marks and removes the pod
+		// in one request; the virtual node sees the deletion timestamp for
+		// an instant, or only the deletion (then the pod's last state, from
+		// the watch, names the delegate; see the unit tests).
+		forced := vnodeCreate(t, src, vnodeSourcePod("vnode-forced"))
+		forcedDelegate := vnodeCreateDelegate(t, tgt, forced)
+		vnodeBind(t, src, forced)
+		vnodeWaitMirrored(t, src, forced, forcedDelegate)
+		if err := src.CoreV1().Pods("default").Delete(t.Context(), forced.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+			t.Fatal(err)
+		}
+		vnodeWait(t, "the delegate of the force-deleted pod gone", func(ctx context.Context) (bool, string) {
+			_, err := tgt.CoreV1().Pods("default").Get(ctx, forcedDelegate.Name, metav1.GetOptions{})
+			return apierrors.IsNotFound(err), fmt.Sprintf("delegate: %v", err)
+		})
+	})
 }
 
 // vnodeStart runs the virtual node until the returned stop is called or the

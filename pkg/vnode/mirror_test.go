@@ -1,0 +1,104 @@
+package vnode
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	corev1listers "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+)
+
+// recordedDelegates has one delegate per source UID and records deletions;
+// the paths under test make no API call of their own.
+type recordedDelegates struct {
+	delegates map[types.UID]*corev1.Pod
+	deleted   []types.UID
+}
+
+func (d *recordedDelegates) Get(source *corev1.Pod) (*corev1.Pod, error) {
+	return d.delegates[source.UID], nil
+}
+
+func (d *recordedDelegates) Delete(_ context.Context, source *corev1.Pod) error {
+	d.deleted = append(d.deleted, source.UID)
+	return nil
+}
+
+func (d *recordedDelegates) OnChange(func(*corev1.Pod)) {}
+
+func boundPod(uid types.UID, node string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web", UID: uid},
+		Spec:       corev1.PodSpec{NodeName: node},
+	}
+}
+
+// TestMirrorDeletedFromTheAPI: a source pod can leave the API before a
+// worker saw its deletion timestamp (a forced deletion, a relist). Only the
+// last state from the watch names its delegate then; losing it would leave
+// the delegate running in the target until some cleanup noticed.
+func TestMirrorDeletedFromTheAPI(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// deleted is what the informer's delete handler gets.
+		deleted func(pod *corev1.Pod) any
+		// current is the pod of the same name in the cache afterwards.
+		current     *corev1.Pod
+		wantDeleted []types.UID
+	}{{
+		name:        "the pod's last state",
+		deleted:     func(pod *corev1.Pod) any { return pod },
+		wantDeleted: []types.UID{"old"},
+	}, {
+		name: "a tombstone after a relist",
+		deleted: func(pod *corev1.Pod) any {
+			return cache.DeletedFinalStateUnknown{Key: "ns/web", Obj: pod}
+		},
+		wantDeleted: []types.UID{"old"},
+	}, {
+		name:        "a new pod of the same name, not bound yet, keeps nothing of the old one",
+		deleted:     func(pod *corev1.Pod) any { return pod },
+		current:     boundPod("new", ""),
+		wantDeleted: []types.UID{"old"},
+	}, {
+		name:    "the same pod seen again is not gone",
+		deleted: func(pod *corev1.Pod) any { return pod },
+		current: boundPod("old", "other-node"),
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+			if tc.current != nil {
+				if err := indexer.Add(tc.current); err != nil {
+					t.Fatal(err)
+				}
+			}
+			old := boundPod("old", "vn")
+			d := &recordedDelegates{delegates: map[types.UID]*corev1.Pod{"old": {ObjectMeta: metav1.ObjectMeta{Name: "delegate"}}}}
+			m := newMirror(Config{NodeName: "vn", Target: "t", Delegates: d}, corev1listers.NewPodLister(indexer), nil)
+			defer m.queue.ShutDown()
+
+			m.sourceHandler().OnDelete(tc.deleted(old))
+			if err := m.sync(t.Context(), "ns/web"); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(d.deleted, tc.wantDeleted) {
+				t.Errorf("deleted delegates of %v, want %v", d.deleted, tc.wantDeleted)
+			}
+			if len(m.gone) != 0 {
+				t.Errorf("still remembers %d deleted pods after the sync", len(m.gone))
+			}
+			// Synced again (the delegate's own deletion queues the pod):
+			// nothing more is deleted.
+			if err := m.sync(t.Context(), "ns/web"); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(d.deleted, tc.wantDeleted) {
+				t.Errorf("after a second sync, deleted delegates of %v, want %v", d.deleted, tc.wantDeleted)
+			}
+		})
+	}
+}
