@@ -8,6 +8,9 @@
 // come off the watch, may be given an object it already trimmed, and passes
 // anything that is not a *corev1.Pod through unchanged.
 //
+// Strings that repeat from pod to pod are shared between the cached pods
+// (intern.go).
+//
 // Metadata always stays whole (except managedFields): a client that writes a
 // cached pod back, as the virtual nodes do through pods/status, sends its
 // labels and annotations too, and the API server applies them.
@@ -38,6 +41,7 @@ func SourcePod(obj any) (any, error) {
 		Containers:     containerNames(pod.Spec.Containers),
 		ReadinessGates: pod.Spec.ReadinessGates,
 	}
+	shared.internPod(pod)
 	return pod, nil
 }
 
@@ -52,6 +56,7 @@ func Candidate(obj any) (any, error) {
 	}
 	pod.ManagedFields = nil
 	pod.Spec = corev1.PodSpec{SchedulerName: pod.Spec.SchedulerName, NodeName: pod.Spec.NodeName}
+	shared.internPod(pod)
 	return pod, nil
 }
 

@@ -97,7 +97,7 @@ func savePeakHeap(ctx context.Context, addr, path string) error {
 			return nil
 		case <-tick.C:
 		}
-		inuse, err := heapInuse(ctx, addr)
+		inuse, err := memStat(ctx, addr, "HeapInuse")
 		if err != nil || inuse <= peak {
 			continue // the run ending closes the agent's connections too
 		}
@@ -108,9 +108,9 @@ func savePeakHeap(ctx context.Context, addr, path string) error {
 	}
 }
 
-// heapInuse reads HeapInuse from the runtime statistics at the end of the
-// agent's text heap profile.
-func heapInuse(ctx context.Context, addr string) (uint64, error) {
+// memStat reads one of the runtime statistics (runtime.MemStats) printed at
+// the end of the agent's text heap profile.
+func memStat(ctx context.Context, addr, stat string) (uint64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/debug/pprof/heap?debug=1", nil)
 	if err != nil {
 		return 0, err
@@ -125,11 +125,11 @@ func heapInuse(ctx context.Context, addr string) (uint64, error) {
 		return 0, err
 	}
 	for line := range strings.Lines(string(body)) {
-		if v, ok := strings.CutPrefix(line, "# HeapInuse = "); ok {
+		if v, ok := strings.CutPrefix(line, "# "+stat+" = "); ok {
 			return strconv.ParseUint(strings.TrimSpace(v), 10, 64)
 		}
 	}
-	return 0, fmt.Errorf("no HeapInuse in the heap profile of %s", addr)
+	return 0, fmt.Errorf("no %s in the heap profile of %s", stat, addr)
 }
 
 // saveProfile fetches /debug/pprof/<what> from addr into path.
@@ -266,6 +266,13 @@ func run(cfg config, keep, hold bool) (*Report, error) {
 		if err := saveProfile(ctx, pprofAddr, "heap?gc=1", cfg.profilePath("heap")); err != nil {
 			return nil, err
 		}
+		// Right after the collection the profile forced: the live heap,
+		// exact where the profile's figures are sampled.
+		live, err := memStat(ctx, pprofAddr, "HeapAlloc")
+		if err != nil {
+			return nil, err
+		}
+		report.Flotilla.AgentLiveHeapMiB = float64(live) / (1 << 20)
 		if err := <-profiled; err != nil {
 			return nil, err
 		}

@@ -51,6 +51,9 @@ type Run struct {
 	// cluster, the agent with its own). In production every cluster has its
 	// own control plane and cores: the busiest one bounds the throughput.
 	CPUByCluster map[string]float64 `json:"cpuByCluster"`
+	// AgentLiveHeapMiB is the agent's heap right after a collection at the
+	// end of the run (with -profile only).
+	AgentLiveHeapMiB float64 `json:"agentLiveHeapMiB,omitempty"`
 }
 
 // Percentiles of a latency, in milliseconds.

@@ -91,6 +91,9 @@ func (r *Report) Markdown() string {
 	if busiest != "" {
 		row("CPU/pod of the busiest target ("+busiest+")", perPod(f, busiest), perPod(base, "base"), "ms")
 	}
+	if f.AgentLiveHeapMiB > 0 {
+		fmt.Fprintf(&b, "| agent: live heap after the run | %.1f MiB | | |\n", f.AgentLiveHeapMiB)
+	}
 	for _, p := range f.Processes {
 		fmt.Fprintf(&b, "| %s: CPU s, peak RSS | %.1f s, %.0f MiB | | |\n", p.Name, p.CPUSeconds, p.PeakRSSMiB)
 	}
