@@ -14,7 +14,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/kubernetes"
@@ -136,11 +136,18 @@ func run(opts options) error {
 	cfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme: scheme,
-		// The agent caches only opted-in pods, not every pod of the cluster,
-		// and of each only what placement and the virtual nodes read.
+		// The agent caches only source pods, not every pod of the cluster,
+		// and of each only what placement and the virtual nodes read. A
+		// source pod is known by the scheduler name the webhook gave it,
+		// which cannot change: the opt-in label can, and a pod that lost
+		// it would look deleted (its candidates and running delegate with
+		// it).
 		Cache: cache.Options{
 			ByObject: map[client.Object]cache.ByObject{
-				&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{protocol.ElectLabel: "true"}), Transform: slim.SourcePod},
+				&corev1.Pod{}: {
+					Field:     fields.OneTermEqualSelector("spec.schedulerName", protocol.SourceSchedulerName),
+					Transform: slim.SourcePod,
+				},
 			},
 			DefaultTransform: cache.TransformStripManagedFields(),
 		},

@@ -47,11 +47,6 @@ func setupWebhook(mgr manager.Manager, kube kubernetes.Interface, opts options) 
 			return err
 		}
 		ctrl.Log.WithName("webhook").Info("Registered webhook", "configuration", reg.Name, "url", reg.URL, "service", reg.ServiceName)
-		policy := reg.Name + "-source-pods"
-		if err := flotillawebhook.ApplySourcePodPolicy(ctx, kube, policy); err != nil {
-			return err
-		}
-		ctrl.Log.WithName("webhook").Info("Applied the policy that keeps source pods opted in", "policy", policy)
 		<-ctx.Done()
 		return nil
 	}))

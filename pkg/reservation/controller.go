@@ -116,8 +116,12 @@ func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 		Complete(c)
 }
 
+// isSourcePod reports whether obj is a pod the webhook made a source pod:
+// one with the saved spec that no scheduler of the source serves. The
+// opt-in label asked for it at creation; removing it later changes nothing.
 func isSourcePod(obj client.Object) bool {
-	return obj.GetLabels()[protocol.ElectLabel] == "true" && obj.GetAnnotations()[protocol.SourceSpecAnnotation] != ""
+	pod, ok := obj.(*corev1.Pod)
+	return ok && pod.Spec.SchedulerName == protocol.SourceSchedulerName && pod.Annotations[protocol.SourceSpecAnnotation] != ""
 }
 
 // Reconcile moves one source pod one step along the protocol.
@@ -132,7 +136,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 		return reconcile.Result{}, err
 	}
-	if !isSourcePod(pod) || pod.Spec.SchedulerName != protocol.SourceSchedulerName {
+	if !isSourcePod(pod) {
 		return reconcile.Result{}, nil
 	}
 	if pod.DeletionTimestamp != nil {

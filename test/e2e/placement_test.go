@@ -107,18 +107,31 @@ func TestPlacement(t *testing.T) {
 		})
 	})
 
-	t.Run("a source pod keeps its opt-in label", func(t *testing.T) {
-		// Without the label the agent would take the pod for deleted and
-		// delete its delegate while it runs on.
+	t.Run("a source pod without its opt-in label stays a source pod", func(t *testing.T) {
+		// The label asks for multi-cluster scheduling at creation. Taken
+		// off later, it must change nothing: an agent that lost sight of
+		// the pod would delete its delegate while it runs on, and nobody
+		// would finish its deletion (it would stay Terminating forever).
+		huge, err := c1.CoreV1().Pods(placementNS).Get(ctx, "huge", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
 		patch := fmt.Sprintf(`{"metadata":{"labels":{%q:null}}}`, protocol.ElectLabel)
-		_, err := c1.CoreV1().Pods(placementNS).Patch(ctx, "huge", types.MergePatchType, []byte(patch), metav1.PatchOptions{})
-		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "cannot be removed") {
-			t.Fatalf("removing the opt-in label: got %v, want the policy's Invalid error", err)
+		if _, err := c1.CoreV1().Pods(placementNS).Patch(ctx, "huge", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatalf("removing the opt-in label: %v", err)
 		}
-		// The rest of the pod stays writable.
-		if _, err := c1.CoreV1().Pods(placementNS).Patch(ctx, "huge", types.MergePatchType, []byte(`{"metadata":{"labels":{"team":"a"}}}`), metav1.PatchOptions{}); err != nil {
-			t.Fatalf("another label change was refused: %v", err)
+		if err := c1.CoreV1().Pods(placementNS).Delete(ctx, "huge", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
 		}
+		c3 := s.Cluster("c3").Client()
+		waitFor(t, 60*time.Second, "the source pod and its delegate gone", func() (bool, string) {
+			_, errS := c1.CoreV1().Pods(placementNS).Get(ctx, "huge", metav1.GetOptions{})
+			delegates, err := c3.CoreV1().Pods(placementNS).List(ctx, metav1.ListOptions{LabelSelector: protocol.SourceUIDLabel + "=" + string(huge.UID)})
+			if err != nil {
+				return false, err.Error()
+			}
+			return apierrors.IsNotFound(errS) && len(delegates.Items) == 0, fmt.Sprintf("source: %v, delegates left: %d", errS, len(delegates.Items))
+		})
 	})
 
 	t.Run("a pod that did not opt in is untouched", func(t *testing.T) {
