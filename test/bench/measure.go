@@ -51,6 +51,9 @@ type Run struct {
 	// cluster, the agent with its own). In production every cluster has its
 	// own control plane and cores: the busiest one bounds the throughput.
 	CPUByCluster map[string]float64 `json:"cpuByCluster"`
+	// HomeCPUByComponent splits the CPU of the run's home cluster (the
+	// source, or the baseline's one cluster) by kind of process.
+	HomeCPUByComponent map[string]float64 `json:"homeCPUByComponent"`
 	// AgentLiveHeapMiB is the agent's heap right after a collection at the
 	// end of the run (with -profile only).
 	AgentLiveHeapMiB float64 `json:"agentLiveHeapMiB,omitempty"`
@@ -104,7 +107,7 @@ func measure(ctx context.Context, cfg config, all []*sandbox.Cluster, home *sand
 	for _, p := range procs {
 		cpuBefore[p.name], _ = readProc(p.pid)
 	}
-	machineBefore, componentsBefore, clustersBefore := machineCPU(all)
+	cpuStart := machineCPU(all)
 
 	var mu sync.Mutex
 	created, bound, running := map[string]time.Time{}, map[string]time.Time{}, map[string]time.Time{}
@@ -211,32 +214,48 @@ func measure(ctx context.Context, cfg config, all []*sandbox.Cluster, home *sand
 		cpu, rss := readProc(p.pid)
 		r.Processes = append(r.Processes, ProcessCost{Name: p.name, CPUSeconds: cpu - cpuBefore[p.name], PeakRSSMiB: rss})
 	}
-	machineAfter, componentsAfter, clustersAfter := machineCPU(all)
-	r.MachineCPUSeconds = machineAfter - machineBefore
-	r.CPUByComponent = map[string]float64{}
-	for comp, cpu := range componentsAfter {
-		r.CPUByComponent[comp] = cpu - componentsBefore[comp]
-	}
+	cpuEnd := machineCPU(all)
+	r.MachineCPUSeconds = cpuEnd.total - cpuStart.total
+	r.CPUByComponent = since(cpuEnd.byComponent, cpuStart.byComponent)
 	r.CPUByCluster = map[string]float64{}
 	for _, c := range clusters {
-		r.CPUByCluster[c.Name] = clustersAfter[c.Name] - clustersBefore[c.Name]
+		r.CPUByCluster[c.Name] = cpuEnd.byCluster[c.Name] - cpuStart.byCluster[c.Name]
 	}
+	r.HomeCPUByComponent = since(cpuEnd.byClusterComponent[home.Name], cpuStart.byClusterComponent[home.Name])
 	return r, nil
 }
 
-// machineCPU sums the CPU seconds of every process of the sandbox, in all,
-// by kind of process and by cluster.
-func machineCPU(clusters []*sandbox.Cluster) (total float64, byComponent, byCluster map[string]float64) {
-	byComponent, byCluster = map[string]float64{}, map[string]float64{}
+// cpuSample is the CPU seconds every process of the sandbox used so far, in
+// all, by kind of process, by cluster, and by cluster and kind.
+type cpuSample struct {
+	total              float64
+	byComponent        map[string]float64
+	byCluster          map[string]float64
+	byClusterComponent map[string]map[string]float64
+}
+
+func machineCPU(clusters []*sandbox.Cluster) cpuSample {
+	s := cpuSample{byComponent: map[string]float64{}, byCluster: map[string]float64{}, byClusterComponent: map[string]map[string]float64{}}
 	for _, c := range clusters {
+		s.byClusterComponent[c.Name] = map[string]float64{}
 		for comp, pid := range c.PIDs() {
 			cpu, _ := readProc(pid)
-			total += cpu
-			byComponent[string(comp)] += cpu
-			byCluster[c.Name] += cpu
+			s.total += cpu
+			s.byComponent[string(comp)] += cpu
+			s.byCluster[c.Name] += cpu
+			s.byClusterComponent[c.Name][string(comp)] += cpu
 		}
 	}
-	return total, byComponent, byCluster
+	return s
+}
+
+// since returns end - start for every key of end.
+func since(end, start map[string]float64) map[string]float64 {
+	out := make(map[string]float64, len(end))
+	for k, v := range end {
+		out[k] = v - start[k]
+	}
+	return out
 }
 
 func benchPod(name string, labels map[string]string, cpu string) *corev1.Pod {

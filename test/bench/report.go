@@ -82,6 +82,15 @@ func (r *Report) Markdown() string {
 	// plane and cores, and the busiest one bounds the throughput.
 	perPod := func(run *Run, cluster string) float64 { return 1000 * run.CPUByCluster[cluster] / float64(run.Pods) }
 	row("CPU/pod of the source cluster (control plane, kwok, scheduler, agent)", perPod(f, "src"), perPod(base, "base"), "ms")
+	var homeComps []string
+	for comp := range f.HomeCPUByComponent {
+		homeComps = append(homeComps, comp)
+	}
+	sort.Strings(homeComps)
+	for _, comp := range homeComps {
+		fv, bv := 1000*f.HomeCPUByComponent[comp]/float64(f.Pods), 1000*base.HomeCPUByComponent[comp]/float64(base.Pods)
+		row("  of which "+comp, fv, bv, "ms")
+	}
 	busiest := ""
 	for _, n := range names {
 		if busiest == "" || f.CPUByCluster[n] > f.CPUByCluster[busiest] {
