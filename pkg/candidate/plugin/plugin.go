@@ -19,7 +19,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
-	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 
 	"github.com/flotilla-dev/flotilla/pkg/candidate/plugin/core"
 )
@@ -44,8 +43,8 @@ var (
 
 // New builds the plugin for one profile; its workers stop with ctx.
 func New(ctx context.Context, obj runtime.Object, handle fwk.Handle) (fwk.Plugin, error) {
-	var args core.Args
-	if err := frameworkruntime.DecodeInto(obj, &args); err != nil {
+	args, err := core.DecodeArgs(obj)
+	if err != nil {
 		return nil, fmt.Errorf("decoding %s args: %w", Name, err)
 	}
 	timeout, err := args.PermitTimeout()

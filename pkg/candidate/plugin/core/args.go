@@ -1,8 +1,13 @@
 package core
 
 import (
+	"errors"
 	"fmt"
 	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	sigsjson "sigs.k8s.io/json"
+	"sigs.k8s.io/yaml"
 )
 
 const (
@@ -36,4 +41,41 @@ func (a Args) PermitTimeout() (time.Duration, error) {
 		return 0, fmt.Errorf("permitTimeoutSeconds is %d: it must be greater than 0 and at most %d", s, MaxPermitTimeoutSeconds)
 	}
 	return time.Duration(s) * time.Second, nil
+}
+
+// DecodeArgs decodes the plugin's args from a profile strictly: a misspelt
+// or duplicated field is an error naming it, not a silent default. obj is
+// what the scheduling framework hands a plugin (a *runtime.Unknown holding
+// JSON or YAML), or nil when the profile gives no args.
+func DecodeArgs(obj runtime.Object) (Args, error) {
+	var args Args
+	if obj == nil {
+		return args, nil
+	}
+	u, ok := obj.(*runtime.Unknown)
+	if !ok {
+		return args, fmt.Errorf("want args of type runtime.Unknown, got %T", obj)
+	}
+	raw := u.Raw
+	if len(raw) == 0 {
+		return args, nil
+	}
+	switch u.ContentType {
+	case runtime.ContentTypeJSON, "":
+	case runtime.ContentTypeYAML:
+		var err error
+		if raw, err = yaml.YAMLToJSON(raw); err != nil {
+			return args, fmt.Errorf("args are not valid YAML: %w", err)
+		}
+	default:
+		return args, fmt.Errorf("args of content type %q: want JSON or YAML", u.ContentType)
+	}
+	strict, err := sigsjson.UnmarshalStrict(raw, &args)
+	if err != nil {
+		return args, fmt.Errorf("args: %w", err)
+	}
+	if err := errors.Join(strict...); err != nil {
+		return args, fmt.Errorf("args: %w", err)
+	}
+	return args, nil
 }

@@ -1,9 +1,11 @@
 package core
 
 import (
+	"strings"
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 )
 
@@ -33,3 +35,44 @@ func TestArgsPermitTimeout(t *testing.T) {
 		})
 	}
 }
+
+// TestDecodeArgs: a profile's args are decoded strictly, so that a typo
+// fails the scheduler's start with the field's name instead of running with
+// the default timeout.
+func TestDecodeArgs(t *testing.T) {
+	tests := []struct {
+		name    string
+		obj     runtime.Object
+		want    *int64
+		wantErr string
+	}{
+		{name: "no args", obj: nil},
+		{name: "empty", obj: &runtime.Unknown{}},
+		{name: "JSON", obj: &runtime.Unknown{Raw: []byte(`{"permitTimeoutSeconds":30}`), ContentType: runtime.ContentTypeJSON}, want: ptr.To[int64](30)},
+		{name: "YAML", obj: &runtime.Unknown{Raw: []byte("permitTimeoutSeconds: 45\n"), ContentType: runtime.ContentTypeYAML}, want: ptr.To[int64](45)},
+		{name: "misspelt field", obj: &runtime.Unknown{Raw: []byte(`{"permitTimeoutSecond":30}`)}, wantErr: `unknown field "permitTimeoutSecond"`},
+		{name: "duplicated field", obj: &runtime.Unknown{Raw: []byte(`{"permitTimeoutSeconds":30,"permitTimeoutSeconds":40}`)}, wantErr: `duplicate field "permitTimeoutSeconds"`},
+		{name: "wrong type", obj: &runtime.Unknown{Raw: []byte(`{"permitTimeoutSeconds":"30s"}`)}, wantErr: "permitTimeoutSeconds"},
+		{name: "not Unknown", obj: &Unsupported{}, wantErr: "runtime.Unknown"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := DecodeArgs(tt.obj)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("DecodeArgs() error = %v, want one containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ptr.Equal(got.PermitTimeoutSeconds, tt.want) {
+				t.Errorf("permitTimeoutSeconds = %v, want %v", ptr.Deref(got.PermitTimeoutSeconds, -1), ptr.Deref(tt.want, -1))
+			}
+		})
+	}
+}
+
+// Unsupported is an args object of a type the framework never hands over.
+type Unsupported struct{ runtime.Unknown }
