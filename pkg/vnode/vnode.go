@@ -129,10 +129,10 @@ func (cfg Config) withDefaults() (Config, error) {
 }
 
 // Run registers the node, keeps it Ready with Lease heartbeats, mirrors the
-// delegates onto the source pods bound to it, and returns when ctx is done (removing nothing: the node stays
-// so pods keep their binding across agent restarts). It returns an error,
-// before ctx is done, when the node cannot be registered or a controller
-// stops; the caller retries.
+// delegates onto the source pods bound to it, and returns when ctx is done
+// (removing nothing: the node stays so pods keep their binding across agent
+// restarts). It returns an error, before ctx is done, when the node cannot
+// be registered or the node controller stops; the caller retries.
 func Run(ctx context.Context, cfg Config) error {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
