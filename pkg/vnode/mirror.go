@@ -167,8 +167,8 @@ func (m *mirror) sync(ctx context.Context, key string) error {
 	if err != nil {
 		return fmt.Errorf("getting the delegate of pod %s in target %s: %w", key, m.target, err)
 	}
-	if source.DeletionTimestamp != nil && delegate != nil && delegate.DeletionTimestamp == nil {
-		if err := m.deleteDelegate(ctx, source); err != nil {
+	if source.DeletionTimestamp != nil {
+		if err := m.deleteDelegate(ctx, source, delegate); err != nil {
 			return err
 		}
 	}
@@ -224,16 +224,12 @@ func (m *mirror) deleteGone(ctx context.Context, key string, current *corev1.Pod
 		m.forgetGone(key, last)
 		return nil
 	}
-	if last.Spec.NodeName == m.node {
-		delegate, err := m.delegates.Get(last)
-		if err != nil {
-			return fmt.Errorf("getting the delegate of deleted pod %s in target %s: %w", key, m.target, err)
-		}
-		if delegate != nil && delegate.DeletionTimestamp == nil {
-			if err := m.deleteDelegate(ctx, last); err != nil {
-				return err
-			}
-		}
+	delegate, err := m.delegates.Get(last)
+	if err != nil {
+		return fmt.Errorf("getting the delegate of deleted pod %s in target %s: %w", key, m.target, err)
+	}
+	if err := m.deleteDelegate(ctx, last, delegate); err != nil {
+		return err
 	}
 	m.forgetGone(key, last)
 	return nil
@@ -249,7 +245,12 @@ func (m *mirror) forgetGone(key string, last *corev1.Pod) {
 	}
 }
 
-func (m *mirror) deleteDelegate(ctx context.Context, source *corev1.Pod) error {
+// deleteDelegate deletes the delegate of source unless it is gone or being
+// deleted already.
+func (m *mirror) deleteDelegate(ctx context.Context, source, delegate *corev1.Pod) error {
+	if delegate == nil || delegate.DeletionTimestamp != nil {
+		return nil
+	}
 	if err := m.delegates.Delete(ctx, source); err != nil {
 		return fmt.Errorf("deleting the delegate of pod %s/%s in target %s: %w", source.Namespace, source.Name, m.target, err)
 	}

@@ -17,6 +17,16 @@ import (
 func TestBoundReport(t *testing.T) {
 	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c", UID: "uid-c"}}
 	ctx := context.Background()
+	// reserve returns a manager holding a reservation of pod on node-1.
+	reserve := func(t *testing.T) (*StateWriter, *Manager, string) {
+		w := NewStateWriter("test", newRecordingPatcher(nil), nil)
+		m := NewManager(Options{PluginName: "p", SchedulerName: "s"}, nil, nil, w)
+		nonce, err := m.Reserve(ctx, pod, "node-1", 50)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w, m, nonce
+	}
 	pendingPhase := func(w *StateWriter) protocol.State {
 		w.mu.Lock()
 		defer w.mu.Unlock()
@@ -24,12 +34,7 @@ func TestBoundReport(t *testing.T) {
 	}
 
 	t.Run("the binding carries it", func(t *testing.T) {
-		w := NewStateWriter("test", newRecordingPatcher(nil), nil)
-		m := NewManager(Options{PluginName: "p", SchedulerName: "s"}, nil, nil, w)
-		nonce, err := m.Reserve(ctx, pod, "node-1", 50)
-		if err != nil {
-			t.Fatal(err)
-		}
+		w, m, nonce := reserve(t)
 		annotations, err := m.BindingAnnotations(pod, "node-1")
 		if err != nil {
 			t.Fatal(err)
@@ -49,12 +54,7 @@ func TestBoundReport(t *testing.T) {
 	})
 
 	t.Run("another binder bound it", func(t *testing.T) {
-		w := NewStateWriter("test", newRecordingPatcher(nil), nil)
-		m := NewManager(Options{PluginName: "p", SchedulerName: "s"}, nil, nil, w)
-		nonce, err := m.Reserve(ctx, pod, "node-1", 50)
-		if err != nil {
-			t.Fatal(err)
-		}
+		w, m, nonce := reserve(t)
 		m.Bound(ctx, pod, "node-1")
 		if got, want := pendingPhase(w), (protocol.State{Phase: protocol.PhaseBound, Nonce: nonce, Node: "node-1"}); got != want {
 			t.Errorf("PostBind queued %+v, want %+v", got, want)
