@@ -1,0 +1,55 @@
+package v1alpha1
+
+// Condition types of Target and ClusterTarget.
+const (
+	// TargetReady: the target is connected, its candidates are listed and
+	// pods are sent there.
+	TargetReady = "Ready"
+	// TargetReachable: the target's API server answers.
+	TargetReachable = "Reachable"
+	// TargetAuthorized: the target accepts the source's identity for what
+	// the protocol needs.
+	TargetAuthorized = "Authorized"
+	// TargetCredentialsValid: the kubeconfig could be read and its token is
+	// current (renewed before it expires).
+	TargetCredentialsValid = "CredentialsValid"
+)
+
+// Condition types of Source and ClusterSource.
+const (
+	// SourceReady: the invited identity has its access in every invited
+	// namespace.
+	SourceReady = "Ready"
+	// SourceAccepted: the spec was understood (the identity exists or was
+	// made, the namespaces resolved).
+	SourceAccepted = "Accepted"
+	// SourceNamespaceMissing: an invited namespace does not exist and the
+	// invitation does not let the agent create it.
+	SourceNamespaceMissing = "NamespaceMissing"
+)
+
+// Reasons of conditions. They are CamelCase words an operator can act on.
+const (
+	ReasonConnected            = "Connected"
+	ReasonConnecting           = "Connecting"
+	ReasonSecretNotFound       = "SecretNotFound"
+	ReasonSecretForbidden      = "SecretForbidden"
+	ReasonKubeconfigInvalid    = "KubeconfigInvalid"
+	ReasonKubeconfigRefused    = "KubeconfigRefused"
+	ReasonUnreachable          = "Unreachable"
+	ReasonUnauthorized         = "Unauthorized"
+	ReasonForbidden            = "Forbidden"
+	ReasonServerError          = "ServerError"
+	ReasonTokenRenewed         = "TokenRenewed"
+	ReasonTokenRenewalFailed   = "TokenRenewalFailed"
+	ReasonTokenNotRenewable    = "TokenNotRenewable"
+	ReasonSummaryInvalid       = "SummaryInvalid"
+	ReasonInvalidSpec          = "InvalidSpec"
+	ReasonNameConflict         = "NameConflict"
+	ReasonAccepted             = "Accepted"
+	ReasonAccessGranted        = "AccessGranted"
+	ReasonNamespacesMissing    = "NamespacesMissing"
+	ReasonNamespacesPresent    = "NamespacesPresent"
+	ReasonIdentityMissing      = "IdentityMissing"
+	ReasonApplyFailed          = "ApplyFailed"
+)

@@ -1,0 +1,177 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// TargetCommon is what Target and ClusterTarget share.
+type TargetCommon struct {
+	// Self makes this cluster its own target: pods may run here, through
+	// the same protocol, with the agent's own identity. Exactly one of self
+	// and kubeconfigSecretRef is set.
+	// +optional
+	Self bool `json:"self,omitempty"`
+
+	// Labels are carried by the target's virtual node (region, zone,
+	// provider, capacity type...), for placement policy and for
+	// `kubectl get nodes -L`. Flotilla's own node labels cannot be
+	// replaced.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=64
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k.size() <= 317 && k.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$'))",message="every key of spec.labels must be a label key (an optional DNS prefix and '/', then a name of at most 63 characters)"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, self[k].size() <= 63 && self[k].matches('^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$'))",message="every value of spec.labels must be a label value (at most 63 characters: letters, digits, '-', '_', '.')"
+	Labels map[string]string `json:"labels,omitempty"`
+}
+
+// TargetSpec is the spec of a Target.
+// +kubebuilder:validation:XValidation:rule="(has(self.self) && self.self) != has(self.kubeconfigSecretRef)",message="exactly one of spec.self and spec.kubeconfigSecretRef must be set",fieldPath=".kubeconfigSecretRef"
+type TargetSpec struct {
+	TargetCommon `json:",inline"`
+
+	// KubeconfigSecretRef names a Secret of the Target's namespace holding
+	// a kubeconfig for the target cluster (as written by the target's
+	// agent for this source's invitation).
+	// +optional
+	KubeconfigSecretRef *LocalSecretKeyRef `json:"kubeconfigSecretRef,omitempty"`
+
+	// TargetNamespace is where this namespace's pods go in the target;
+	// default: the namespace of the same name.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	TargetNamespace string `json:"targetNamespace,omitempty"`
+}
+
+// ClusterTargetSpec is the spec of a ClusterTarget.
+// +kubebuilder:validation:XValidation:rule="(has(self.self) && self.self) != has(self.kubeconfigSecretRef)",message="exactly one of spec.self and spec.kubeconfigSecretRef must be set",fieldPath=".kubeconfigSecretRef"
+type ClusterTargetSpec struct {
+	TargetCommon `json:",inline"`
+
+	// KubeconfigSecretRef names a Secret holding a kubeconfig for the
+	// target cluster.
+	// +optional
+	KubeconfigSecretRef *SecretKeyRef `json:"kubeconfigSecretRef,omitempty"`
+
+	// NamespaceMapping sends the pods of a source namespace to a namespace
+	// of another name in the target; unmapped namespaces keep their name.
+	// +optional
+	// +listType=map
+	// +listMapKey=source
+	// +kubebuilder:validation:MaxItems=256
+	NamespaceMapping []NamespaceMapping `json:"namespaceMapping,omitempty"`
+}
+
+// LocalSecretKeyRef names a key of a Secret in the same namespace.
+type LocalSecretKeyRef struct {
+	// Name of the Secret.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// Key of the kubeconfig in the Secret's data; default "kubeconfig".
+	// +optional
+	// +kubebuilder:default=kubeconfig
+	// +kubebuilder:validation:MaxLength=253
+	Key string `json:"key,omitempty"`
+}
+
+// SecretKeyRef names a key of a Secret.
+type SecretKeyRef struct {
+	LocalSecretKeyRef `json:",inline"`
+	// Namespace of the Secret; default: the agent's namespace.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Namespace string `json:"namespace,omitempty"`
+}
+
+// NamespaceMapping maps a source namespace to a target namespace.
+type NamespaceMapping struct {
+	// Source namespace.
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Source string `json:"source"`
+	// Target namespace.
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Target string `json:"target"`
+}
+
+// TargetStatus is what the source's agent observed of a target.
+type TargetStatus struct {
+	// ObservedGeneration is the generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Conditions: Ready, Reachable, Authorized, CredentialsValid.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// VirtualNode is the node that stands for the target in this cluster.
+	// +optional
+	VirtualNode string `json:"virtualNode,omitempty"`
+	// Namespaces the target's invitation covers, as it publishes them; empty
+	// when the target publishes none (self, or an identity that may use
+	// every namespace).
+	// +optional
+	Namespaces []string `json:"namespaces,omitempty"`
+	// TokenExpirationTime is when the current token of the kubeconfig
+	// expires; the agent renews it before.
+	// +optional
+	TokenExpirationTime *metav1.Time `json:"tokenExpirationTime,omitempty"`
+}
+
+// Target is a target cluster for the pods of one namespace.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:categories=flotilla
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.status.virtualNode`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type Target struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   TargetSpec   `json:"spec"`
+	Status TargetStatus `json:"status,omitempty"`
+}
+
+// TargetList is a list of Targets.
+//
+// +kubebuilder:object:root=true
+type TargetList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Target `json:"items"`
+}
+
+// ClusterTarget is a target cluster for the pods of every opted-in namespace.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,categories=flotilla
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.status.virtualNode`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type ClusterTarget struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   ClusterTargetSpec `json:"spec"`
+	Status TargetStatus      `json:"status,omitempty"`
+}
+
+// ClusterTargetList is a list of ClusterTargets.
+//
+// +kubebuilder:object:root=true
+type ClusterTargetList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ClusterTarget `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&Target{}, &TargetList{}, &ClusterTarget{}, &ClusterTargetList{})
+}
