@@ -5,14 +5,14 @@ GO ?= go
 SANDBOX_DIR ?= $(CURDIR)/.sandbox/demo
 TEST_TIMEOUT ?= 60m
 
+.PHONY: all generate tools build test test-unit test-e2e demo demo-down bench bench-sweep vet clean
+
+all: build
+
 ## generate: deepcopy code and CRD manifests (config/crd) from api/v1alpha1, with controller-gen
 generate:
 	hack/tools.sh controller-gen
 	$(BIN)/controller-gen object paths=./api/... crd:crdVersions=v1 output:crd:dir=config/crd
-
-.PHONY: all generate tools build test test-unit test-e2e demo demo-down bench bench-sweep vet clean
-
-all: build
 
 ## tools: build the pinned etcd, kube-apiserver, kube-controller-manager, kwok, helm and controller-gen into ./bin
 tools:
