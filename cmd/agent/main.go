@@ -41,6 +41,8 @@ type options struct {
 	webhookPort       int
 	webhookHost       string
 	webhookCertDir    string
+	webhookCertSecret string
+	webhookCertSecNS  string
 	webhookURL        string
 	webhookSANs       string
 	webhookService    string
@@ -72,8 +74,10 @@ func (o *options) bind(fs *flag.FlagSet) {
 	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", 400, "Burst of queries of the agent to each API server.")
 	fs.IntVar(&o.webhookPort, "webhook-port", 9443, "Port of the pod admission webhook.")
 	fs.StringVar(&o.webhookHost, "webhook-bind-host", "", "Address the webhook binds to; empty means all.")
-	fs.StringVar(&o.webhookCertDir, "webhook-cert-dir", filepath.Join(os.TempDir(), "flotilla-agent-webhook"), "Folder of the webhook's serving certificate; the agent makes one (and its CA) when none is there.")
-	fs.StringVar(&o.webhookSANs, "webhook-cert-hosts", "127.0.0.1,localhost", "Comma-separated host names and IPs of the webhook's serving certificate.")
+	fs.StringVar(&o.webhookCertDir, "webhook-cert-dir", filepath.Join(os.TempDir(), "flotilla-agent-webhook"), "Writable folder where the agent copies the serving certificate from --webhook-cert-secret-name for its webhook server, which reloads it when it changes.")
+	fs.StringVar(&o.webhookCertSecret, "webhook-cert-secret-name", "flotilla-agent-webhook-cert", "Secret holding the webhook's CA and serving certificate, which every replica serves; created empty when missing, filled and rotated by the leader, whose CA goes into the webhook configuration.")
+	fs.StringVar(&o.webhookCertSecNS, "webhook-cert-secret-namespace", "", "Namespace of --webhook-cert-secret-name; defaults to the namespace the agent runs in, or kube-system outside a cluster.")
+	fs.StringVar(&o.webhookSANs, "webhook-cert-hosts", "localhost", "Comma-separated DNS names of the webhook's serving certificate (in a cluster, <service>.<namespace>.svc); no IP addresses, so --webhook-url must name one of them.")
 	fs.StringVar(&o.webhookURL, "webhook-url", "", "URL the API server calls the webhook at (an agent outside the cluster); when empty, --webhook-service-name is used.")
 	fs.StringVar(&o.webhookService, "webhook-service-name", "", "Service in front of the agent's webhook; with --webhook-url empty and this empty, the agent does not register its webhook.")
 	fs.StringVar(&o.webhookServiceNS, "webhook-service-namespace", "", "Namespace of --webhook-service-name; defaults to the agent's namespace.")

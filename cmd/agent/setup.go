@@ -6,12 +6,12 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
-	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
 	"github.com/flotilla-dev/flotilla/pkg/reservation"
@@ -20,36 +20,30 @@ import (
 	flotillawebhook "github.com/flotilla-dev/flotilla/pkg/webhook"
 )
 
-// setupWebhook serves the pod mutator on every replica and, when told how
-// the API server reaches it, registers it with a CA the agent makes.
+// setupWebhook serves the pod mutator on every replica with the certificate
+// of one Secret, rotated by the leader, and, when told how the API server
+// reaches it, registers it.
 func setupWebhook(mgr manager.Manager, kube kubernetes.Interface, opts options) error {
-	caBundle, err := flotillawebhook.EnsureCertificates(opts.webhookCertDir, splitList(opts.webhookSANs))
-	if err != nil {
-		return fmt.Errorf("preparing webhook certificates: %w", err)
+	webhookOpts := flotillawebhook.Options{
+		Secret:   types.NamespacedName{Namespace: leaderElectionNamespace(opts.webhookCertSecNS), Name: opts.webhookCertSecret},
+		CertDir:  opts.webhookCertDir,
+		DNSNames: splitList(opts.webhookSANs),
+		Host:     opts.webhookHost,
+		Port:     opts.webhookPort,
 	}
-	mgr.GetWebhookServer().Register(flotillawebhook.Path, &admission.Webhook{
-		Handler: &flotillawebhook.Mutator{Decoder: admission.NewDecoder(mgr.GetScheme())},
-	})
-	if opts.webhookURL == "" && opts.webhookService == "" {
-		return nil
-	}
-	reg := flotillawebhook.Registration{
-		Name:             opts.webhookConfigName,
-		URL:              opts.webhookURL,
-		ServiceName:      opts.webhookService,
-		ServiceNamespace: leaderElectionNamespace(opts.webhookServiceNS),
-		ServicePort:      443,
-		CABundle:         caBundle,
-	}
-	// Registering needs no leadership: every replica serves the same CA.
-	return mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
-		if err := reg.Apply(ctx, kube); err != nil {
-			return err
+	if opts.webhookURL != "" || opts.webhookService != "" {
+		webhookOpts.Registration = &flotillawebhook.Registration{
+			Name:             opts.webhookConfigName,
+			URL:              opts.webhookURL,
+			ServiceName:      opts.webhookService,
+			ServiceNamespace: leaderElectionNamespace(opts.webhookServiceNS),
+			ServicePort:      443,
 		}
-		ctrl.Log.WithName("webhook").Info("Registered webhook", "configuration", reg.Name, "url", reg.URL, "service", reg.ServiceName)
-		<-ctx.Done()
-		return nil
-	}))
+	}
+	if err := flotillawebhook.Setup(mgr, kube, webhookOpts); err != nil {
+		return fmt.Errorf("setting up the webhook: %w", err)
+	}
+	return nil
 }
 
 // setupPlacement connects the targets, runs a virtual node per target and the

@@ -1,8 +1,9 @@
 // Package webhook owns the source-side admission of opted-in pods: it turns a
 // pod labelled for multi-cluster scheduling into a source pod (its original
 // spec saved once, no scheduler of the source will bind it, it tolerates the
-// virtual-node taint), and it registers itself with the API server using a
-// certificate it makes, so no cert-manager is needed.
+// virtual-node taint), and it serves and registers itself with one CA that
+// the agent's replicas share through a Secret and cert-controller rotates,
+// so no cert-manager is needed.
 package webhook
 
 import (

@@ -5,16 +5,20 @@ import (
 	"fmt"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
 )
 
 // Registration says how the API server reaches the webhook: a URL (an agent
-// outside the cluster, as in the sandbox) or a Service.
+// outside the cluster, as in the sandbox) or a Service. It carries no CA
+// bundle: the certificate rotator injects the CA of the shared Secret, and
+// Apply keeps what it injected.
 type Registration struct {
 	// Name of the MutatingWebhookConfiguration.
 	Name string
@@ -23,13 +27,12 @@ type Registration struct {
 	// ServiceNamespace, ServiceName and ServicePort, when URL is empty.
 	ServiceNamespace, ServiceName string
 	ServicePort                   int32
-	CABundle                      []byte
 }
 
 // Configuration is the MutatingWebhookConfiguration that sends opted-in pods
 // of opted-in namespaces to the agent.
 func (r Registration) Configuration() *admissionregistrationv1.MutatingWebhookConfiguration {
-	client := admissionregistrationv1.WebhookClientConfig{CABundle: r.CABundle}
+	client := admissionregistrationv1.WebhookClientConfig{}
 	if r.URL != "" {
 		client.URL = ptr.To(r.URL)
 	} else {
@@ -54,6 +57,7 @@ func (r Registration) Configuration() *admissionregistrationv1.MutatingWebhookCo
 			// An opted-in pod admitted without the webhook would run in the
 			// source like any other pod, against its owner's intent.
 			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
+			MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
 			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
 			AdmissionReviewVersions: []string{"v1"},
 			ReinvocationPolicy:      ptr.To(admissionregistrationv1.IfNeededReinvocationPolicy),
@@ -62,25 +66,50 @@ func (r Registration) Configuration() *admissionregistrationv1.MutatingWebhookCo
 	}
 }
 
-// Apply creates or updates the configuration.
+// Apply creates or updates the configuration, keeping the caBundle the
+// rotator injected. Replicas and the rotator write the same object, so a
+// conflict is retried on what is there now.
 func (r Registration) Apply(ctx context.Context, client kubernetes.Interface) error {
 	want := r.Configuration()
 	api := client.AdmissionregistrationV1().MutatingWebhookConfigurations()
-	got, err := api.Get(ctx, want.Name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		_, err = api.Create(ctx, want, metav1.CreateOptions{})
-		if err != nil {
-			return fmt.Errorf("creating MutatingWebhookConfiguration %s: %w", want.Name, err)
+	retriable := func(err error) bool { return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) }
+	err := retry.OnError(retry.DefaultRetry, retriable, func() error {
+		got, err := api.Get(ctx, want.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			_, err = api.Create(ctx, want, metav1.CreateOptions{})
+			return err
 		}
-		return nil
-	}
+		if err != nil {
+			return err
+		}
+		webhooks := keepCABundles(got.Webhooks, want.Webhooks)
+		if equality.Semantic.DeepEqual(got.Webhooks, webhooks) && equality.Semantic.DeepEqual(got.Labels, want.Labels) {
+			return nil
+		}
+		got.Webhooks = webhooks
+		got.Labels = want.Labels
+		_, err = api.Update(ctx, got, metav1.UpdateOptions{})
+		return err
+	})
 	if err != nil {
-		return fmt.Errorf("reading MutatingWebhookConfiguration %s: %w", want.Name, err)
-	}
-	got.Webhooks = want.Webhooks
-	got.Labels = want.Labels
-	if _, err := api.Update(ctx, got, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("updating MutatingWebhookConfiguration %s: %w", want.Name, err)
+		return fmt.Errorf("applying MutatingWebhookConfiguration %s: %w", want.Name, err)
 	}
 	return nil
+}
+
+// keepCABundles returns the desired webhooks, each with the caBundle the
+// existing webhook of the same name has: the bundle belongs to the rotator,
+// and a replica that wrote an empty one would make the API server distrust
+// every replica until the rotator noticed.
+func keepCABundles(existing, desired []admissionregistrationv1.MutatingWebhook) []admissionregistrationv1.MutatingWebhook {
+	bundles := map[string][]byte{}
+	for _, w := range existing {
+		bundles[w.Name] = w.ClientConfig.CABundle
+	}
+	out := make([]admissionregistrationv1.MutatingWebhook, len(desired))
+	for i, w := range desired {
+		w.ClientConfig.CABundle = bundles[w.Name]
+		out[i] = w
+	}
+	return out
 }

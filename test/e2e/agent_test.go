@@ -1,39 +1,61 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"crypto/tls"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
+	"github.com/flotilla-dev/flotilla/pkg/webhook"
 	"github.com/flotilla-dev/flotilla/test/sandbox"
 )
 
 // TestAgentLeaderElection runs two agent replicas against one cluster: both
 // serve health, exactly one holds the lease, and when it dies the other takes
-// over.
+// over. Both serve the webhook behind one address, as a Service would: the
+// API server must trust whichever replica it reaches, the standby as much as
+// the leader, through the fail-over too.
 func TestAgentLeaderElection(t *testing.T) {
 	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{{Name: "c1", Nodes: []sandbox.NodeSpec{{}}}}})
 	c := s.Cluster("c1")
+	client := c.Client()
+	fwd := startForwarder(t)
+	// By name: the serving certificate holds DNS names only.
+	webhookURL := fmt.Sprintf("https://localhost:%d%s", fwd.port(), webhook.Path)
 
-	start := func(id string) (*sandbox.Process, string) {
+	type replica struct {
+		*sandbox.Process
+		probe, webhook string
+	}
+	start := func(id string) replica {
 		ports, err := sandbox.FreePorts(3)
 		if err != nil {
 			t.Fatal(err)
 		}
-		probe := fmt.Sprintf("127.0.0.1:%d", ports[0])
-		p, err := c.Run("agent-"+id, c.BinDir()+"/flotilla-agent",
+		r := replica{probe: fmt.Sprintf("127.0.0.1:%d", ports[0]), webhook: fmt.Sprintf("127.0.0.1:%d", ports[2])}
+		r.Process, err = c.Run("agent-"+id, c.BinDir()+"/flotilla-agent",
 			"--kubeconfig="+c.Kubeconfig,
-			"--health-probe-bind-address="+probe,
+			"--cluster-name="+c.Name,
+			"--health-probe-bind-address="+r.probe,
 			fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", ports[1]),
 			// Two replicas on one host: each needs its own webhook port.
 			fmt.Sprintf("--webhook-port=%d", ports[2]),
 			"--webhook-bind-host=127.0.0.1",
 			"--webhook-cert-dir="+t.TempDir(),
+			"--webhook-url="+webhookURL,
 			"--leader-elect-lease-duration=4s",
 			"--leader-elect-renew-deadline=3s",
 			"--leader-elect-retry-period=500ms",
@@ -41,25 +63,211 @@ func TestAgentLeaderElection(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitHTTP(t, "http://"+probe+"/healthz")
-		return p, probe
+		waitHTTP(t, "http://"+r.probe+"/healthz")
+		return r
 	}
-	first, _ := start("a")
+	leader := start("a")
 	holder := waitLeaseHolder(t, c, "")
-	second, _ := start("b")
+	standby := start("b")
 	if got := waitLeaseHolder(t, c, ""); got != holder {
 		t.Fatalf("lease moved from %s to %s while the leader was healthy", holder, got)
 	}
-	if !second.Running() {
-		t.Fatal("standby agent exited")
-	}
-	if err := first.Kill(); err != nil {
+	// Ready means serving the certificate, on the standby as on the leader.
+	waitHTTP(t, "http://"+leader.probe+"/readyz")
+	waitHTTP(t, "http://"+standby.probe+"/readyz")
+	checkOneCertificate(t, client, leader.webhook, standby.webhook)
+
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ha", Labels: map[string]string{protocol.NamespaceEnabledLabel: "true"}}}
+	if _, err := client.CoreV1().Namespaces().Create(t.Context(), ns, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	fwd.route(standby.webhook, leader.webhook)
+	waitFor(t, 30*time.Second, "the standby to admit an opted-in pod", func() (bool, string) { return admitted(t.Context(), client, ns.Name) })
+	if fwd.served(standby.webhook) == 0 {
+		t.Fatal("the standby served no connection")
+	}
+	fwd.route(leader.webhook, standby.webhook)
+	waitFor(t, 30*time.Second, "the leader to admit an opted-in pod", func() (bool, string) { return admitted(t.Context(), client, ns.Name) })
+	if fwd.served(leader.webhook) == 0 {
+		t.Fatal("the leader served no connection")
+	}
+
+	// The API server's connection goes to the standby before the leader
+	// dies: from then on every pod must be admitted, without retries.
+	fwd.route(standby.webhook, leader.webhook)
+	waitFor(t, 30*time.Second, "the standby to admit an opted-in pod", func() (bool, string) { return admitted(t.Context(), client, ns.Name) })
+	if err := leader.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	mustAdmit := func(when string) {
+		t.Helper()
+		for range 3 {
+			if ok, msg := admitted(t.Context(), client, ns.Name); !ok {
+				t.Fatalf("%s: %s", when, msg)
+			}
+		}
+	}
+	mustAdmit("leader killed, standby serving")
 	newHolder := waitLeaseHolder(t, c, holder)
 	if newHolder == holder {
 		t.Fatalf("lease still held by the killed agent %s", holder)
 	}
+	if !standby.Running() {
+		t.Fatalf("standby agent exited; see %s", standby.LogPath())
+	}
+	mustAdmit("standby took the lease")
+	// The new leader's rotator finds the certificate valid and injected.
+	waitHTTP(t, "http://"+standby.probe+"/readyz")
+	checkOneCertificate(t, client, standby.webhook)
+	mustAdmit("new leader ready")
+}
+
+// admitted dry-runs the creation of an opted-in pod and reports whether the
+// webhook made it a source pod.
+func admitted(ctx context.Context, client kubernetes.Interface, ns string) (bool, string) {
+	pod := optedInPod("ha-probe", "10m")
+	got, err := client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	if err != nil {
+		return false, err.Error()
+	}
+	if got.Spec.SchedulerName != protocol.SourceSchedulerName {
+		return false, fmt.Sprintf("pod admitted unchanged (schedulerName %q)", got.Spec.SchedulerName)
+	}
+	return true, ""
+}
+
+// checkOneCertificate checks that every webhook address serves the serving
+// certificate of the agent's Secret, and that the webhook configuration
+// trusts the Secret's CA.
+func checkOneCertificate(t *testing.T, client kubernetes.Interface, addrs ...string) {
+	t.Helper()
+	secret, err := client.CoreV1().Secrets("kube-system").Get(t.Context(), "flotilla-agent-webhook-cert", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := tls.X509KeyPair(secret.Data["tls.crt"], secret.Data["tls.key"])
+	if err != nil {
+		t.Fatalf("the Secret holds no serving pair: %v", err)
+	}
+	for _, addr := range addrs {
+		conn, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true})
+		if err != nil {
+			t.Fatalf("dialing the webhook at %s: %v", addr, err)
+		}
+		served := conn.ConnectionState().PeerCertificates[0].Raw
+		conn.Close()
+		if !bytes.Equal(served, pair.Certificate[0]) {
+			t.Errorf("the webhook at %s serves another certificate than the Secret's", addr)
+		}
+	}
+	config, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(t.Context(), "flotilla-agent", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range config.Webhooks {
+		if !bytes.Equal(w.ClientConfig.CABundle, secret.Data["ca.crt"]) {
+			t.Errorf("webhook %s does not trust the Secret's CA", w.Name)
+		}
+	}
+}
+
+// forwarder is what a Service is to the API server here: one address in
+// front of the replicas. Each connection goes to the first backend that
+// accepts it.
+type forwarder struct {
+	ln net.Listener
+
+	mu       sync.Mutex
+	backends []string
+	gen      int // counts route changes
+	open     map[net.Conn]struct{}
+	count    map[string]int
+}
+
+func startForwarder(t *testing.T) *forwarder {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &forwarder{ln: ln, open: map[net.Conn]struct{}{}, count: map[string]int{}}
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go f.forward(conn)
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		f.route()
+	})
+	return f
+}
+
+func (f *forwarder) port() int { return f.ln.Addr().(*net.TCPAddr).Port }
+
+// route sets the order backends are tried in and closes every open
+// connection, so that the API server's next call follows the new order.
+func (f *forwarder) route(backends ...string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.backends = backends
+	f.gen++
+	for conn := range f.open {
+		conn.Close()
+	}
+	clear(f.open)
+}
+
+// served is how many connections went to backend.
+func (f *forwarder) served(backend string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.count[backend]
+}
+
+func (f *forwarder) forward(client net.Conn) {
+	defer client.Close()
+	f.mu.Lock()
+	backends, gen := slices.Clone(f.backends), f.gen
+	f.mu.Unlock()
+	var backend net.Conn
+	var addr string
+	for _, addr = range backends {
+		conn, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			backend = conn
+			break
+		}
+	}
+	if backend == nil {
+		return
+	}
+	defer backend.Close()
+	f.mu.Lock()
+	if gen != f.gen {
+		// Routed again while this one was dialing.
+		f.mu.Unlock()
+		return
+	}
+	f.open[client], f.open[backend] = struct{}{}, struct{}{}
+	f.count[addr]++
+	f.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(backend, client)
+		backend.Close()
+		close(done)
+	}()
+	_, _ = io.Copy(client, backend)
+	client.Close()
+	<-done
+	f.mu.Lock()
+	delete(f.open, client)
+	delete(f.open, backend)
+	f.mu.Unlock()
 }
 
 // waitLeaseHolder waits until the agent lease has a holder other than not.

@@ -25,7 +25,7 @@ type Agent struct {
 }
 
 // StartAgent runs flotilla-agent in cluster c with the given targets (c
-// itself is passed as self), registers its webhook by URL on 127.0.0.1, and
+// itself is passed as self), registers its webhook by URL on localhost, and
 // waits until the webhook mutates opted-in pods. Extra flags are appended.
 func StartAgent(ctx context.Context, c *Cluster, targets []*Cluster, extra ...string) (*Agent, error) {
 	return StartAgentEnv(ctx, c, targets, nil, extra...)
@@ -50,7 +50,8 @@ func StartAgentEnv(ctx context.Context, c *Cluster, targets []*Cluster, env []st
 		"--metrics-bind-address=" + a.MetricsAddr,
 		"--webhook-bind-host=127.0.0.1",
 		"--webhook-port=" + strconv.Itoa(ports[2]),
-		"--webhook-url=" + fmt.Sprintf("https://127.0.0.1:%d/mutate-pods", ports[2]),
+		// By name: the serving certificate holds DNS names only.
+		"--webhook-url=" + fmt.Sprintf("https://localhost:%d/mutate-pods", ports[2]),
 		"--webhook-cert-dir=" + filepath.Join(c.dir, "agent-webhook"),
 		// The default lease timings: a loaded sandbox answers slowly, and an
 		// agent that loses its lease exits (as it must), which nothing here
