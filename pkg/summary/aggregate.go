@@ -1,0 +1,302 @@
+package summary
+
+import (
+	"math"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	resourcehelper "k8s.io/component-helpers/resource"
+
+	"github.com/flotilla-dev/flotilla/api/v1alpha1"
+)
+
+// CapacityTypeLabel is the node label Flotilla reads a node's capacity type
+// from, with the values on-demand and spot.
+const CapacityTypeLabel = "node.kubernetes.io/capacity"
+
+// DefaultTopologyKeys are the keys a summary reports free totals for: region,
+// zone and capacity type.
+var DefaultTopologyKeys = []string{corev1.LabelTopologyRegion, corev1.LabelTopologyZone, CapacityTypeLabel}
+
+// Virtual-kubelet nodes (Flotilla's own and any other provider's) stand for
+// capacity in other clusters: counting them would publish a peer's capacity
+// as this cluster's. Every provider labels them so.
+const (
+	virtualNodeLabel = "type"
+	virtualNodeValue = "virtual-kubelet"
+)
+
+// requestOptions compute a pod's requests as kube-scheduler 1.35 does:
+// in-place resize (GA, its gate locked on) counts the larger of what is asked
+// and what is allocated, and pod-level requests (beta, on) win over the
+// containers'. Overhead is included.
+var requestOptions = resourcehelper.PodResourcesOptions{UseStatusResources: true}
+
+// amounts are a node's cpu (millicores), memory (bytes) and pods.
+type amounts struct {
+	cpu, memory, pods int64
+}
+
+func (a amounts) plus(b amounts) amounts {
+	return amounts{cpu: addSat(a.cpu, b.cpu), memory: addSat(a.memory, b.memory), pods: addSat(a.pods, b.pods)}
+}
+
+// less is a-b, never below zero.
+func (a amounts) less(b amounts) amounts {
+	return amounts{cpu: subFloor(a.cpu, b.cpu), memory: subFloor(a.memory, b.memory), pods: subFloor(a.pods, b.pods)}
+}
+
+func (a amounts) max(b amounts) amounts {
+	return amounts{cpu: max(a.cpu, b.cpu), memory: max(a.memory, b.memory), pods: max(a.pods, b.pods)}
+}
+
+func (a amounts) list() corev1.ResourceList {
+	return corev1.ResourceList{
+		corev1.ResourceCPU:    *resource.NewMilliQuantity(a.cpu, resource.DecimalSI),
+		corev1.ResourceMemory: *resource.NewQuantity(a.memory, resource.BinarySI),
+		corev1.ResourcePods:   *resource.NewQuantity(a.pods, resource.DecimalSI),
+	}
+}
+
+// addSat adds non-negative values, stopping at MaxInt64 instead of
+// overflowing.
+func addSat(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+func subFloor(a, b int64) int64 {
+	if b >= a {
+		return 0
+	}
+	return a - b
+}
+
+func nonNegative(v int64) int64 { return max(v, 0) }
+
+type countedNode struct {
+	labels      map[string]string
+	allocatable amounts
+	requested   amounts
+}
+
+// Aggregate computes the capacity part of a summary (every field but
+// Invitation, Namespaces, CreateNamespaces and UpdateTime) from the nodes and
+// pods of the cluster. Nodes may be whole or trimmed by the publisher's
+// cache.
+//
+// A node counts when it is Ready, not cordoned (spec.unschedulable), has no
+// NoSchedule or NoExecute taint (whatever a pod might tolerate: the summary
+// describes capacity any candidate can use) and is not a virtual-kubelet node
+// (label type=virtual-kubelet). Only counted nodes and the pods bound to them
+// enter the totals; pods that succeeded or failed hold nothing.
+//
+//   - Allocatable sums the nodes' allocatable cpu, memory and pods.
+//   - Free is, summed over nodes, allocatable less the requests of the
+//     node's pods (each pod takes one of the node's pods), never below zero
+//     on any node. A pod's requests are kube-scheduler's: the larger of its
+//     containers' sum and any init container (sidecars counted as the
+//     scheduler counts them), plus overhead; pod-level requests win over the
+//     containers', and a resize counts as the larger of what is asked and
+//     what the kubelet still holds.
+//   - LargestFree is the most free cpu, memory and pods of any one node,
+//     each taken on its own.
+//   - CommonLabels are the labels every counted node carries with the same
+//     value, except labels that name one node (see identityLabel); at most
+//     MaxCommonLabels of them, the first by key.
+//   - Topology has, for each of topologyKeys carried by a counted node (in
+//     the order given, duplicates and empty keys dropped, at most
+//     MaxTopologyKeys), the values with their node count and free totals,
+//     sorted by value. A key with more than MaxTopologyValues values names
+//     nodes rather than failure domains and is left out.
+//
+// With no counted node, the summary is zero and its lists empty.
+func Aggregate(nodes []*corev1.Node, pods []*corev1.Pod, topologyKeys []string) v1alpha1.ClusterSummaryStatus {
+	usages := make([]*podUsage, 0, len(pods))
+	for _, pod := range pods {
+		if pod != nil && pod.Spec.NodeName != "" && !ended(pod) {
+			usages = append(usages, usageOf(pod))
+		}
+	}
+	return aggregate(nodes, usages, topologyKeys)
+}
+
+// aggregate is Aggregate over the pods as the publisher's cache keeps them.
+func aggregate(nodes []*corev1.Node, pods []*podUsage, topologyKeys []string) v1alpha1.ClusterSummaryStatus {
+	counted := make(map[string]*countedNode, len(nodes))
+	for _, node := range nodes {
+		if node == nil || !schedulable(node) {
+			continue
+		}
+		if _, dup := counted[node.Name]; dup {
+			continue
+		}
+		counted[node.Name] = &countedNode{labels: node.Labels, allocatable: allocatableOf(node)}
+	}
+	var status v1alpha1.ClusterSummaryStatus
+	if len(counted) == 0 {
+		return status
+	}
+	for _, pod := range pods {
+		if pod == nil || pod.ended {
+			continue
+		}
+		if n := counted[pod.nodeName]; n != nil {
+			n.requested = n.requested.plus(pod.requested)
+		}
+	}
+
+	names := make([]string, 0, len(counted))
+	for name := range counted {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	var allocatable, free, largest amounts
+	for _, name := range names {
+		n := counted[name]
+		allocatable = allocatable.plus(n.allocatable)
+		f := n.free()
+		free = free.plus(f)
+		largest = largest.max(f)
+	}
+	status.Nodes = int32(min(len(counted), math.MaxInt32))
+	status.Allocatable = allocatable.list()
+	status.Free = free.list()
+	status.LargestFree = largest.list()
+	status.CommonLabels = commonLabels(counted, names)
+	status.Topology = topology(counted, names, topologyKeys)
+	return status
+}
+
+func (n *countedNode) free() amounts { return n.allocatable.less(n.requested) }
+
+func schedulable(node *corev1.Node) bool {
+	if node.Spec.Unschedulable || node.Labels[virtualNodeLabel] == virtualNodeValue {
+		return false
+	}
+	for _, t := range node.Spec.Taints {
+		if t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute {
+			return false
+		}
+	}
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func ended(pod *corev1.Pod) bool {
+	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+}
+
+func allocatableOf(node *corev1.Node) amounts {
+	a := node.Status.Allocatable
+	return amounts{
+		cpu:    nonNegative(a.Cpu().MilliValue()),
+		memory: nonNegative(a.Memory().Value()),
+		pods:   nonNegative(a.Pods().Value()),
+	}
+}
+
+// requestsOf is what a pod takes of its node; a pod always takes one pod.
+func requestsOf(pod *corev1.Pod) amounts {
+	r := resourcehelper.PodRequests(pod, requestOptions)
+	return amounts{
+		cpu:    nonNegative(r.Cpu().MilliValue()),
+		memory: nonNegative(r.Memory().Value()),
+		pods:   1,
+	}
+}
+
+// identityLabel reports whether a label names one node rather than a group
+// of them: kubernetes.io/hostname, and any label whose name (the part after
+// the prefix) is hostname or instance-id, as cloud providers spell a node's
+// machine. In a cluster of one node every label is common; these would tell
+// a peer which machine it is.
+func identityLabel(key string) bool {
+	if key == corev1.LabelHostname {
+		return true
+	}
+	name := key[strings.LastIndex(key, "/")+1:]
+	return name == "hostname" || name == "instance-id"
+}
+
+func commonLabels(counted map[string]*countedNode, names []string) map[string]string {
+	common := make(map[string]string)
+	for k, v := range counted[names[0]].labels {
+		if !identityLabel(k) {
+			common[k] = v
+		}
+	}
+	for _, name := range names[1:] {
+		labels := counted[name].labels
+		for k, v := range common {
+			if got, ok := labels[k]; !ok || got != v {
+				delete(common, k)
+			}
+		}
+	}
+	if len(common) == 0 {
+		return nil
+	}
+	if len(common) > MaxCommonLabels {
+		keys := make([]string, 0, len(common))
+		for k := range common {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys[MaxCommonLabels:] {
+			delete(common, k)
+		}
+	}
+	return common
+}
+
+func topology(counted map[string]*countedNode, names []string, keys []string) []v1alpha1.TopologySummary {
+	var out []v1alpha1.TopologySummary
+	seen := make(map[string]bool, len(keys))
+	for _, key := range keys {
+		if key == "" || seen[key] {
+			continue
+		}
+		seen[key] = true
+		if len(seen) > MaxTopologyKeys {
+			break
+		}
+		type domain struct {
+			nodes int32
+			free  amounts
+		}
+		domains := make(map[string]*domain)
+		for _, name := range names {
+			n := counted[name]
+			value, ok := n.labels[key]
+			if !ok {
+				continue
+			}
+			d := domains[value]
+			if d == nil {
+				d = &domain{}
+				domains[value] = d
+			}
+			d.nodes++
+			d.free = d.free.plus(n.free())
+		}
+		if len(domains) == 0 || len(domains) > MaxTopologyValues {
+			continue
+		}
+		values := make([]v1alpha1.TopologyValue, 0, len(domains))
+		for value, d := range domains {
+			values = append(values, v1alpha1.TopologyValue{Value: value, Nodes: d.nodes, Free: d.free.list()})
+		}
+		sort.Slice(values, func(i, j int) bool { return values[i].Value < values[j].Value })
+		out = append(out, v1alpha1.TopologySummary{Key: key, Values: values})
+	}
+	return out
+}

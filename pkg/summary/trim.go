@@ -1,0 +1,154 @@
+package summary
+
+import (
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// The publisher's caches hold every node and every bound pod of the
+// cluster, trimmed to what Aggregate reads. Both transforms are client-go
+// TransformFuncs: they may be given an object they already trimmed (and
+// return it unchanged), and pass anything else through.
+
+// podUsage is all the publisher's cache keeps of a pod, in place of the pod:
+// its key and version, its node and what it takes there. A decoded pod
+// weighs kilobytes even when trimmed (a corev1.Pod is over a kilobyte of
+// empty fields); a podUsage, a few dozen bytes and its strings.
+type podUsage struct {
+	namespace, name string
+	// resourceVersion tells the informer an update from a resync.
+	resourceVersion string
+	nodeName        string
+	// requested is the pod's requests as kube-scheduler counts them
+	// (requestsOf): overhead, init containers, sidecars, pod-level requests
+	// and in-place resizes folded in.
+	requested amounts
+	// ended: the pod succeeded or failed and holds nothing.
+	ended bool
+}
+
+// GetObjectMeta gives the informer the key and version it stores the usage
+// under.
+func (u *podUsage) GetObjectMeta() metav1.Object {
+	return &metav1.ObjectMeta{Namespace: u.namespace, Name: u.name, ResourceVersion: u.resourceVersion}
+}
+
+func usageOf(pod *corev1.Pod) *podUsage {
+	return &podUsage{
+		namespace:       pod.Namespace,
+		name:            pod.Name,
+		resourceVersion: pod.ResourceVersion,
+		nodeName:        pod.Spec.NodeName,
+		requested:       requestsOf(pod),
+		ended:           ended(pod),
+	}
+}
+
+// trimPod turns a pod into its podUsage.
+func trimPod(obj any) (any, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	u := usageOf(pod)
+	u.namespace = sharedStrings.intern(u.namespace)
+	u.nodeName = sharedStrings.intern(u.nodeName)
+	return u, nil
+}
+
+// trimNode keeps a node's name, labels, cordon, the taints that keep pods
+// off (NoSchedule and NoExecute), its Ready condition (without the times
+// that change at every heartbeat) and its allocatable cpu, memory and pods.
+// Nodes are few: they stay *corev1.Node.
+func trimNode(obj any) (any, error) {
+	node, ok := obj.(*corev1.Node)
+	if !ok {
+		return obj, nil
+	}
+	out := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:            node.Name,
+			UID:             node.UID,
+			ResourceVersion: node.ResourceVersion,
+			Labels:          node.Labels,
+		},
+		Spec: corev1.NodeSpec{Unschedulable: node.Spec.Unschedulable},
+	}
+	for _, t := range node.Spec.Taints {
+		if t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute {
+			out.Spec.Taints = append(out.Spec.Taints, corev1.Taint{Key: t.Key, Value: t.Value, Effect: t.Effect})
+		}
+	}
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			out.Status.Conditions = []corev1.NodeCondition{{Type: c.Type, Status: c.Status}}
+			break
+		}
+	}
+	if a := node.Status.Allocatable; len(a) > 0 {
+		out.Status.Allocatable = corev1.ResourceList{}
+		for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory, corev1.ResourcePods} {
+			if q, ok := a[name]; ok {
+				out.Status.Allocatable[name] = q
+			}
+		}
+	}
+	return out, nil
+}
+
+// podChanged reports whether an update of a pod changes what Aggregate
+// sees: most pod updates (conditions, IPs, container states) do not.
+func podChanged(oldObj, newObj any) bool {
+	o, ok1 := oldObj.(*podUsage)
+	n, ok2 := newObj.(*podUsage)
+	if !ok1 || !ok2 {
+		return true
+	}
+	return o.nodeName != n.nodeName || o.requested != n.requested || o.ended != n.ended
+}
+
+// nodeChanged reports whether an update of a trimmed node changes what
+// Aggregate sees: a node's status is rewritten every few minutes with new
+// heartbeat times, images and the like.
+func nodeChanged(oldObj, newObj any) bool {
+	o, ok1 := oldObj.(*corev1.Node)
+	n, ok2 := newObj.(*corev1.Node)
+	if !ok1 || !ok2 {
+		return true
+	}
+	return !equality.Semantic.DeepEqual(o.Labels, n.Labels) ||
+		!equality.Semantic.DeepEqual(o.Spec, n.Spec) ||
+		!equality.Semantic.DeepEqual(o.Status, n.Status)
+}
+
+// A decoded pod carries its own copy of every string; the namespace and
+// node name of a podUsage repeat from pod to pod, so they share one copy.
+// The pool is bounded: when full it starts over, and strings already
+// shared stay shared (as pkg/slim's pool does for the agent's pods).
+const maxPooled = 1 << 14
+
+type stringPool struct {
+	mu      sync.Mutex
+	strings map[string]string
+}
+
+var sharedStrings = &stringPool{strings: map[string]string{}}
+
+func (p *stringPool) intern(s string) string {
+	if s == "" {
+		return s
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c, ok := p.strings[s]; ok {
+		return c
+	}
+	if len(p.strings) >= maxPooled {
+		clear(p.strings)
+	}
+	p.strings[s] = s
+	return s
+}
