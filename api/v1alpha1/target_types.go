@@ -19,8 +19,24 @@ type TargetCommon struct {
 	// +optional
 	// +kubebuilder:validation:MaxProperties=64
 	// +kubebuilder:validation:XValidation:rule="self.all(k, k.size() <= 317 && k.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$'))",message="every key of spec.labels must be a label key (an optional DNS prefix and '/', then a name of at most 63 characters)"
-	// +kubebuilder:validation:XValidation:rule="self.all(k, self[k].size() <= 63 && self[k].matches('^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$'))",message="every value of spec.labels must be a label value (at most 63 characters: letters, digits, '-', '_', '.')"
-	Labels map[string]string `json:"labels,omitempty"`
+	Labels map[string]LabelValue `json:"labels,omitempty"`
+}
+
+// LabelValue is the value of a label.
+// +kubebuilder:validation:MaxLength=63
+// +kubebuilder:validation:Pattern=`^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$`
+type LabelValue string
+
+// StringMap returns the labels as a plain map.
+func (c *TargetCommon) StringMap() map[string]string {
+	if c.Labels == nil {
+		return nil
+	}
+	out := make(map[string]string, len(c.Labels))
+	for k, v := range c.Labels {
+		out[k] = string(v)
+	}
+	return out
 }
 
 // TargetSpec is the spec of a Target.

@@ -19,6 +19,7 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -27,16 +28,22 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	"github.com/flotilla-dev/flotilla/api/v1alpha1"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
 	"github.com/flotilla-dev/flotilla/pkg/slim"
 )
 
 type options struct {
-	clusterName  string
-	targets      targetFlags
-	workers      int
-	vnodeWorkers int
-	maxCands     int
+	clusterName string
+	namespace   string
+
+	invitationServer   string
+	invitationTokenTTL time.Duration
+	summaryInterval    time.Duration
+	tokenRenewAfter    float64
+	workers            int
+	vnodeWorkers       int
+	maxCands           int
 
 	webhookPort       int
 	webhookHost       string
@@ -64,9 +71,12 @@ type options struct {
 }
 
 func (o *options) bind(fs *flag.FlagSet) {
-	o.targets = targetFlags{}
-	fs.StringVar(&o.clusterName, "cluster-name", "", "Name of this cluster as its targets know it; labels every candidate it sends. Required when --target is given.")
-	fs.Var(o.targets, "target", "A target cluster, name=<kubeconfig path> or name=self for this cluster; repeat for more.")
+	fs.StringVar(&o.clusterName, "cluster-name", "", "Name of this cluster as its targets know it; labels every candidate it sends. Required.")
+	fs.StringVar(&o.namespace, "namespace", "", "The agent's namespace, where a ClusterTarget's kubeconfig Secret is looked for when its reference names none; defaults to the namespace the agent runs in, or kube-system outside a cluster.")
+	fs.StringVar(&o.invitationServer, "invitation-server", "", "URL at which sources reach this cluster's API server, written into the kubeconfig of each invitation's managed ServiceAccount; defaults to the server the agent itself talks to.")
+	fs.DurationVar(&o.invitationTokenTTL, "invitation-token-ttl", 24*time.Hour, "Lifetime of the token in the kubeconfig written for an invitation's managed ServiceAccount (at least 10m, the API server's minimum); the source renews it itself before it expires.")
+	fs.DurationVar(&o.summaryInterval, "summary-interval", 5*time.Second, "How often at most each ClusterSummary is written, however fast nodes and pods change.")
+	fs.Float64Var(&o.tokenRenewAfter, "token-renew-after", 0.5, "Share of a target token's lifetime after which the source renews it (TokenRequest on its own ServiceAccount), between 0 and 1.")
 	fs.IntVar(&o.workers, "workers", 64, "Source pods placed concurrently. Most of a placement is waiting on API calls, so this is worth more than the cores.")
 	fs.IntVar(&o.vnodeWorkers, "vnode-workers", 16, "Per virtual node: source pods whose status is mirrored concurrently.")
 	fs.IntVar(&o.maxCands, "max-candidates", 0, "Targets that get a candidate of a pod at first (0: all). Pods spread over targets by hashing; the set widens by this many while every target in it cannot run the pod.")
@@ -94,8 +104,14 @@ func (o *options) bind(fs *flag.FlagSet) {
 }
 
 func (o *options) validate() error {
-	if len(o.targets) > 0 && o.clusterName == "" {
-		return errors.New("--cluster-name is required when --target is given")
+	if o.clusterName == "" {
+		return errors.New("--cluster-name is required: it names this cluster's candidates in its targets")
+	}
+	if o.invitationTokenTTL < 10*time.Minute {
+		return fmt.Errorf("--invitation-token-ttl %s: the API server issues tokens of 10m or more", o.invitationTokenTTL)
+	}
+	if o.tokenRenewAfter <= 0 || o.tokenRenewAfter >= 1 {
+		return fmt.Errorf("--token-renew-after %g: want a share of the lifetime between 0 and 1", o.tokenRenewAfter)
 	}
 	if o.leaderElect && o.leaderElectionID == "" {
 		return errors.New("--leader-election-id must not be empty when --leader-elect is set")
@@ -127,6 +143,7 @@ func run(opts options) error {
 	}
 	scheme := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(v1alpha1.AddToScheme(scheme))
 
 	cfg, err := ctrl.GetConfig()
 	if err != nil {
@@ -138,7 +155,11 @@ func run(opts options) error {
 	// decode for the agent. Types without protobuf fall back to JSON.
 	cfg.ContentType = runtime.ContentTypeProtobuf
 	cfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+	// The manager's client also writes Flotilla's own kinds, which have no
+	// protobuf: it sends JSON and still reads protobuf where there is one.
+	mgrCfg := rest.CopyConfig(cfg)
+	mgrCfg.ContentType = runtime.ContentTypeJSON
+	mgr, err := ctrl.NewManager(mgrCfg, ctrl.Options{
 		Scheme: scheme,
 		// The agent caches only source pods, not every pod of the cluster,
 		// and of each only what placement and the virtual nodes read. A
@@ -182,6 +203,9 @@ func run(opts options) error {
 		return err
 	}
 	if err := setupPlacement(mgr, cfg, kube, opts); err != nil {
+		return err
+	}
+	if err := setupInvitations(mgr, cfg, kube, opts); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {

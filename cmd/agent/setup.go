@@ -10,13 +10,12 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
-	"github.com/flotilla-dev/flotilla/pkg/protocol"
+	"github.com/flotilla-dev/flotilla/pkg/invitation"
 	"github.com/flotilla-dev/flotilla/pkg/reservation"
+	"github.com/flotilla-dev/flotilla/pkg/summary"
 	"github.com/flotilla-dev/flotilla/pkg/target"
-	"github.com/flotilla-dev/flotilla/pkg/vnode"
 	flotillawebhook "github.com/flotilla-dev/flotilla/pkg/webhook"
 )
 
@@ -46,17 +45,10 @@ func setupWebhook(mgr manager.Manager, kube kubernetes.Interface, opts options) 
 	return nil
 }
 
-// setupPlacement connects the targets, runs a virtual node per target and the
-// placement controller. All of it runs on the leader only.
+// setupPlacement runs the targets controller (which connects each Target
+// and ClusterTarget and runs its virtual node) and the placement controller.
+// Both run on the leader only.
 func setupPlacement(mgr manager.Manager, cfg *rest.Config, kube kubernetes.Interface, opts options) error {
-	if len(opts.targets) == 0 {
-		ctrl.Log.WithName("agent").Info("No --target given: this agent places no pods")
-		return nil
-	}
-	targets, err := buildTargets(opts.targets, cfg, opts.clusterName)
-	if err != nil {
-		return err
-	}
 	// Placement and the virtual nodes share the cache of source pods.
 	informer, err := mgr.GetCache().GetInformer(context.Background(), &corev1.Pod{})
 	if err != nil {
@@ -66,27 +58,21 @@ func setupPlacement(mgr manager.Manager, cfg *rest.Config, kube kubernetes.Inter
 	if !ok {
 		return fmt.Errorf("the source pod informer is a %T, not a SharedIndexInformer", informer)
 	}
-	for _, t := range targets.All() {
-		if err := mgr.Add(leaderRunnable(func(ctx context.Context) error {
-			t.Start(ctx)
-			<-ctx.Done()
-			t.Shutdown()
-			return nil
-		})); err != nil {
-			return err
-		}
-		if err := mgr.Add(leaderRunnable(func(ctx context.Context) error {
-			return vnode.Run(ctx, vnode.Config{
-				NodeName:  protocol.VirtualNodeName("", t.Name),
-				Target:    t.Name,
-				Client:    kube,
-				Delegates: target.Delegates{Target: t, SourceCluster: opts.clusterName},
-				Pods:      sourcePods,
-				Workers:   opts.vnodeWorkers,
-			})
-		})); err != nil {
-			return err
-		}
+	targets := target.NewSet()
+	if err := (&target.Controller{
+		Client:          mgr.GetClient(),
+		Reader:          mgr.GetAPIReader(),
+		Kube:            kube,
+		Self:            cfg,
+		SourceCluster:   opts.clusterName,
+		Namespace:       leaderElectionNamespace(opts.namespace),
+		Targets:         targets,
+		SourcePods:      sourcePods,
+		Recorder:        mgr.GetEventRecorder("flotilla-agent"),
+		VNodeWorkers:    opts.vnodeWorkers,
+		TokenRenewAfter: opts.tokenRenewAfter,
+	}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the targets controller: %w", err)
 	}
 	return (&reservation.Controller{
 		Client:        mgr.GetClient(),
@@ -99,12 +85,6 @@ func setupPlacement(mgr manager.Manager, cfg *rest.Config, kube kubernetes.Inter
 	}).SetupWithManager(mgr)
 }
 
-// leaderRunnable runs f only while this replica is the leader.
-type leaderRunnable func(ctx context.Context) error
-
-func (f leaderRunnable) Start(ctx context.Context) error { return f(ctx) }
-func (f leaderRunnable) NeedLeaderElection() bool        { return true }
-
 func splitList(s string) []string {
 	var out []string
 	for _, p := range strings.Split(s, ",") {
@@ -113,4 +93,32 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// setupInvitations runs the target side: Sources and ClusterSources become
+// access for the invited identities, and their ClusterSummaries are kept
+// current. It runs on the leader only.
+func setupInvitations(mgr manager.Manager, cfg *rest.Config, kube kubernetes.Interface, opts options) error {
+	server, caData, err := invitation.ServerOf(cfg)
+	if err != nil {
+		return err
+	}
+	if opts.invitationServer != "" {
+		server = opts.invitationServer
+	}
+	summaries := summary.NewPublisher(kube, mgr.GetClient(), opts.summaryInterval, nil)
+	if err := mgr.Add(summaries); err != nil {
+		return err
+	}
+	return (&invitation.Controller{
+		Client:         mgr.GetClient(),
+		Reader:         mgr.GetAPIReader(),
+		Kube:           kube,
+		AgentNamespace: leaderElectionNamespace(opts.namespace),
+		Server:         server,
+		CAData:         caData,
+		TokenTTL:       opts.invitationTokenTTL,
+		Summaries:      summaries,
+		Recorder:       mgr.GetEventRecorder("flotilla-agent"),
+	}).SetupWithManager(mgr)
 }

@@ -32,7 +32,7 @@ func FanOut(ctx context.Context, source *corev1.Pod, sourceCluster string, targe
 	var wg sync.WaitGroup
 	for i, t := range targets {
 		out[i].Target = t
-		if c, ok := t.Candidate(source.Namespace, name); ok && types.UID(c.Labels[protocol.SourceUIDLabel]) == source.UID {
+		if c, ok := t.Candidate(t.NamespaceFor(source.Namespace), name); ok && types.UID(c.Labels[protocol.SourceUIDLabel]) == source.UID {
 			out[i].Candidate = c
 			continue
 		}
@@ -43,7 +43,7 @@ func FanOut(ctx context.Context, source *corev1.Pod, sourceCluster string, targe
 			out[i].Err = errNotSynced(t)
 		}
 		wg.Go(func() {
-			c, err := Build(source, sourceCluster, t.Name, t.Self)
+			c, err := Build(source, sourceCluster, t.Name, t.NamespaceFor(source.Namespace), t.Self)
 			if err == nil {
 				err = t.Create(ctx, c)
 			}

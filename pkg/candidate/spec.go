@@ -32,11 +32,12 @@ func OriginalSpec(source *corev1.Pod) (*corev1.PodSpec, error) {
 }
 
 // Build returns the candidate of a source pod for one target. The candidate
-// has the source's namespace, a deterministic name, labels and annotations
-// that tie it to the source pod, schedulerName flotilla, and no field that
-// only makes sense in the source cluster (node name, service-account token,
-// the virtual-node toleration, the resolved priority).
-func Build(source *corev1.Pod, sourceCluster, target string, self bool) (*corev1.Pod, error) {
+// goes to namespace in the target (the source's, unless the target maps it)
+// and has a deterministic name, labels and annotations that tie it to the
+// source pod, schedulerName flotilla, and no field that only makes sense in
+// the source cluster (node name, service-account token, the virtual-node
+// toleration, the resolved priority).
+func Build(source *corev1.Pod, sourceCluster, target, namespace string, self bool) (*corev1.Pod, error) {
 	spec, err := OriginalSpec(source)
 	if err != nil {
 		return nil, err
@@ -77,7 +78,7 @@ func Build(source *corev1.Pod, sourceCluster, target string, self bool) (*corev1
 	candidate := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        CandidateNameOf(source, sourceCluster),
-			Namespace:   source.Namespace,
+			Namespace:   namespace,
 			Labels:      labels,
 			Annotations: annotations,
 		},

@@ -45,7 +45,7 @@ func sourcePod(t *testing.T) *corev1.Pod {
 
 func TestBuild(t *testing.T) {
 	src := sourcePod(t)
-	c, err := Build(src, "c1", "c2", false)
+	c, err := Build(src, "c1", "c2", src.Namespace, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +79,7 @@ func TestBuild(t *testing.T) {
 	if len(c.OwnerReferences) != 0 {
 		t.Error("a remote candidate cannot be owned by a pod of another cluster")
 	}
-	self, err := Build(src, "c1", "c1", true)
+	self, err := Build(src, "c1", "c1", src.Namespace, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,11 +91,11 @@ func TestBuild(t *testing.T) {
 func TestBuildRefusesBadSavedSpec(t *testing.T) {
 	src := sourcePod(t)
 	src.Annotations[protocol.SourceSpecAnnotation] = "{not json"
-	if _, err := Build(src, "c1", "c2", false); err == nil {
+	if _, err := Build(src, "c1", "c2", src.Namespace, false); err == nil {
 		t.Error("malformed saved spec accepted")
 	}
 	delete(src.Annotations, protocol.SourceSpecAnnotation)
-	if _, err := Build(src, "c1", "c2", false); err == nil {
+	if _, err := Build(src, "c1", "c2", src.Namespace, false); err == nil {
 		t.Error("missing saved spec accepted")
 	}
 }

@@ -18,7 +18,11 @@ import (
 // candidate is unschedulable there, or the target is unreachable. The window
 // is computed from what the targets report, so it survives agent restarts
 // without any state of its own.
+//
+// Targets that do not serve the pod's namespace (a namespaced Target of
+// another namespace) are never eligible.
 func Eligible(source *corev1.Pod, sourceCluster string, targets []*target.Target, max int) []*target.Target {
+	targets = serving(targets, source.Namespace)
 	if max <= 0 || max >= len(targets) {
 		return targets
 	}
@@ -33,17 +37,42 @@ func Eligible(source *corev1.Pod, sourceCluster string, targets []*target.Target
 
 // allFailed reports whether every target is unreachable or has said it
 // cannot schedule the candidate.
-func allFailed(targets []*target.Target, namespace, name string) bool {
+func allFailed(targets []*target.Target, sourceNamespace, name string) bool {
 	for _, t := range targets {
 		if t.Err() != nil {
 			continue
 		}
-		c, ok := t.Candidate(namespace, name)
+		c, ok := t.Candidate(t.NamespaceFor(sourceNamespace), name)
 		if !ok || Unschedulable(c) == "" {
 			return false
 		}
 	}
 	return true
+}
+
+// Invited splits the targets by whether their invitation covers the
+// namespace the source pod's candidate would go to; a target that is not
+// invited there is skipped, never asked.
+func Invited(source *corev1.Pod, targets []*target.Target) (invited, not []*target.Target) {
+	for _, t := range targets {
+		if t.Covers(t.NamespaceFor(source.Namespace)) {
+			invited = append(invited, t)
+		} else {
+			not = append(not, t)
+		}
+	}
+	return invited, not
+}
+
+// serving filters the targets that take pods of a source namespace.
+func serving(targets []*target.Target, sourceNamespace string) []*target.Target {
+	out := targets[:0:0]
+	for _, t := range targets {
+		if t.Serves(sourceNamespace) {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 // Unschedulable is the target scheduler's reason for finding no node for a

@@ -106,20 +106,22 @@ func (e Election) Encode() string {
 // Elected reports whether a candidate holds the election.
 func (e Election) Elected() bool { return e.Target != "" }
 
-// ParseElection reads an election record; an empty value is the zero election.
+// ParseElection reads an election record; an empty value is the zero
+// election. The target may itself hold a '/' (a namespaced Target is
+// "<namespace>/<name>"); the generation and the nonce never do.
 func ParseElection(v string) (Election, error) {
 	if v == "" {
 		return Election{}, nil
 	}
-	parts := strings.SplitN(v, "/", 3)
-	if len(parts) != 3 {
+	first, last := strings.IndexByte(v, '/'), strings.LastIndexByte(v, '/')
+	if first < 0 || first == last {
 		return Election{}, fmt.Errorf("election %q: want <generation>/<target>/<nonce>", v)
 	}
-	gen, err := strconv.ParseInt(parts[0], 10, 64)
+	gen, err := strconv.ParseInt(v[:first], 10, 64)
 	if err != nil || gen < 0 {
 		return Election{}, fmt.Errorf("election %q: bad generation", v)
 	}
-	return Election{Generation: gen, Target: parts[1], Nonce: parts[2]}, nil
+	return Election{Generation: gen, Target: v[first+1 : last], Nonce: v[last+1:]}, nil
 }
 
 // Allowance is what the source writes on the elected candidate. It names the

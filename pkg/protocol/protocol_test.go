@@ -6,7 +6,7 @@ import (
 )
 
 func TestElectionRoundTrip(t *testing.T) {
-	for _, e := range []Election{{}, {Generation: 3, Target: "c2", Nonce: "abc"}, {Generation: 4}} {
+	for _, e := range []Election{{}, {Generation: 3, Target: "c2", Nonce: "abc"}, {Generation: 4}, {Generation: 5, Target: "shop/eu", Nonce: "n"}} {
 		got, err := ParseElection(e.Encode())
 		if err != nil || got != e {
 			t.Errorf("round trip of %+v gave %+v, %v", e, got, err)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -90,15 +91,17 @@ func (c *Controller) staleElection(pod *corev1.Pod) bool {
 // change in every target to its source pod.
 func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 	changes := make(chan event.TypedGenericEvent[*corev1.Pod], 1024)
-	for _, t := range c.Targets.All() {
-		t.OnCandidate(func(cand *corev1.Pod) {
-			ns, name := cand.Annotations[protocol.SourceNamespaceAnnotation], cand.Annotations[protocol.SourceNameAnnotation]
-			if ns == "" || name == "" {
-				return
-			}
-			changes <- event.TypedGenericEvent[*corev1.Pod]{Object: &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}}
-		})
-	}
+	c.Targets.OnCandidate(func(cand *corev1.Pod) {
+		ns, name := cand.Annotations[protocol.SourceNamespaceAnnotation], cand.Annotations[protocol.SourceNameAnnotation]
+		if ns == "" || name == "" {
+			return
+		}
+		changes <- event.TypedGenericEvent[*corev1.Pod]{Object: &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}}
+	})
+	// A new target may run the pods that wait: look at each again.
+	c.Targets.OnAdd(func(*target.Target) {
+		go c.requeueUnbound(context.Background(), changes)
+	})
 	workers := c.Workers
 	if workers <= 0 {
 		workers = 16
@@ -114,6 +117,21 @@ func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 			RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](5*time.Millisecond, 30*time.Second),
 		}).
 		Complete(c)
+}
+
+// requeueUnbound sends every source pod that is not bound yet to the queue.
+func (c *Controller) requeueUnbound(ctx context.Context, changes chan<- event.TypedGenericEvent[*corev1.Pod]) {
+	pods := &corev1.PodList{}
+	if err := c.Client.List(ctx, pods); err != nil {
+		logr.FromContextOrDiscard(ctx).Error(err, "Listing source pods for a new target")
+		return
+	}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if p.Spec.NodeName == "" && isSourcePod(p) {
+			changes <- event.TypedGenericEvent[*corev1.Pod]{Object: &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name}}}
+		}
+	}
 }
 
 // isSourcePod reports whether obj is a pod the webhook made a source pod:
@@ -162,7 +180,11 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		c.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, "BadElection", "Elect", "Election record is malformed; remove the %s annotation to start over: %v", protocol.ElectionAnnotation, err)
 		return reconcile.Result{}, nil
 	}
-	eligible := candidate.Eligible(pod, c.SourceCluster, targets, c.MaxCandidates)
+	invited, uninvited := candidate.Invited(pod, targets)
+	if len(uninvited) > 0 {
+		c.reportUninvited(ctx, pod, uninvited)
+	}
+	eligible := candidate.Eligible(pod, c.SourceCluster, invited, c.MaxCandidates)
 	placements := candidate.FanOut(ctx, pod, c.SourceCluster, eligible)
 	observed := make([]Observed, 0, len(placements))
 	unhealthy := false
@@ -203,7 +225,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			return reconcile.Result{}, fmt.Errorf("elected target %s is no longer configured", d.Allow.Target)
 		}
 		name := candidate.CandidateNameOf(pod, c.SourceCluster)
-		if err := t.Annotate(ctx, pod.Namespace, name, map[string]*string{protocol.AllowedAnnotation: ptr.To(d.Allow.Allowance.Encode())}); err != nil {
+		if err := t.Annotate(ctx, t.NamespaceFor(pod.Namespace), name, map[string]*string{protocol.AllowedAnnotation: ptr.To(d.Allow.Allowance.Encode())}); err != nil {
 			return reconcile.Result{}, err
 		}
 	}
@@ -220,6 +242,38 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	return reconcile.Result{}, nil
 }
+
+// reportUninvited tells the pod's owner, once, which targets were skipped
+// because their invitation does not cover its namespace: a PodScheduled=False
+// condition (replaced when the pod is bound) and an Event.
+func (c *Controller) reportUninvited(ctx context.Context, pod *corev1.Pod, targets []*target.Target) {
+	var parts []string
+	for _, t := range targets {
+		parts = append(parts, fmt.Sprintf("target %s does not invite this cluster into namespace %s", t.Name, t.NamespaceFor(pod.Namespace)))
+	}
+	msg := "Skipped: " + strings.Join(parts, "; ")
+	for _, cond := range pod.Status.Conditions {
+		if cond.Type == corev1.PodScheduled && cond.Message == msg {
+			return
+		}
+	}
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.PodCondition{{
+		Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: ReasonNotInvited, Message: msg,
+		LastTransitionTime: metav1.Now(),
+	}}}})
+	if err != nil {
+		return
+	}
+	if _, err := c.Kube.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+		logr.FromContextOrDiscard(ctx).Info("Reporting uninvited targets failed", "error", err.Error())
+		return
+	}
+	c.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, ReasonNotInvited, "Fan out", "%s", msg)
+}
+
+// ReasonNotInvited is the reason of the PodScheduled condition and Event of
+// a pod whose namespace a target's invitation does not cover.
+const ReasonNotInvited = "NotInvited"
 
 // observe turns a placement into what the election looks at. A malformed
 // state annotation is a peer's mistake: it counts as no report.

@@ -3,17 +3,22 @@ package target
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
 )
 
-// Set is the source agent's targets, by name.
+// Set is the source agent's targets, by name. Targets are added and removed
+// while the agent runs; readers get a snapshot.
 type Set struct {
-	byName map[string]*Target
-	names  []string
+	mu       sync.RWMutex
+	byName   map[string]*Target
+	handlers []func(*corev1.Pod)
+	added    []func(*Target)
 }
 
 // NewSet builds a set from targets with distinct names.
@@ -21,35 +26,88 @@ func NewSet(targets ...*Target) *Set {
 	s := &Set{byName: map[string]*Target{}}
 	for _, t := range targets {
 		s.byName[t.Name] = t
-		s.names = append(s.names, t.Name)
 	}
-	sort.Strings(s.names)
 	return s
 }
 
 // All returns the targets sorted by name.
 func (s *Set) All() []*Target {
-	out := make([]*Target, 0, len(s.names))
-	for _, n := range s.names {
-		out = append(out, s.byName[n])
+	s.mu.RLock()
+	out := make([]*Target, 0, len(s.byName))
+	for _, t := range s.byName {
+		out = append(out, t)
 	}
+	s.mu.RUnlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
 }
 
 // Get returns a target by name.
 func (s *Set) Get(name string) (*Target, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
 	t, ok := s.byName[name]
 	return t, ok
 }
 
 // ByVirtualNode returns the target a virtual node stands for.
 func (s *Set) ByVirtualNode(node string) (*Target, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
 	for _, t := range s.byName {
-		if protocol.VirtualNodeName("", t.Name) == node {
+		if t.NodeName == node {
 			return t, true
 		}
 	}
 	return nil, false
+}
+
+// Add puts a target in the set, in place of one of the same name, and gives
+// it every candidate handler of the set. Call it before the target starts,
+// so no event is missed; the OnAdd functions run after.
+func (s *Set) Add(t *Target) {
+	s.mu.Lock()
+	s.byName[t.Name] = t
+	handlers := slices.Clone(s.handlers)
+	added := slices.Clone(s.added)
+	s.mu.Unlock()
+	for _, f := range handlers {
+		t.OnCandidate(f)
+	}
+	for _, f := range added {
+		f(t)
+	}
+}
+
+// Remove takes a target out of the set if it is still the one given.
+func (s *Set) Remove(t *Target) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.byName[t.Name] == t {
+		delete(s.byName, t.Name)
+	}
+}
+
+// OnCandidate registers f for every change of a candidate in every target,
+// present and future.
+func (s *Set) OnCandidate(f func(candidate *corev1.Pod)) {
+	s.mu.Lock()
+	s.handlers = append(s.handlers, f)
+	targets := make([]*Target, 0, len(s.byName))
+	for _, t := range s.byName {
+		targets = append(targets, t)
+	}
+	s.mu.Unlock()
+	for _, t := range targets {
+		t.OnCandidate(f)
+	}
+}
+
+// OnAdd registers f, called with every target added from now on.
+func (s *Set) OnAdd(f func(*Target)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.added = append(s.added, f)
 }
 
 // Delegates adapts a target to what its virtual node needs: the delegate of a
@@ -63,6 +121,10 @@ func (d Delegates) name(source *corev1.Pod) string {
 	return protocol.CandidateName(d.SourceCluster, source.Namespace, source.Name, string(source.UID))
 }
 
+func (d Delegates) namespace(source *corev1.Pod) string {
+	return d.Target.NamespaceFor(source.Namespace)
+}
+
 // HasSynced reports whether the target's cache has been listed; the virtual
 // node waits for it, since "no delegate" from an empty cache would be a lie.
 func (d Delegates) HasSynced() bool { return d.Target.HasSynced() }
@@ -72,7 +134,7 @@ func (d Delegates) Get(source *corev1.Pod) (*corev1.Pod, error) {
 	if !d.Target.HasSynced() {
 		return nil, fmt.Errorf("target %s: candidates not listed yet: %v", d.Target.Name, d.Target.Err())
 	}
-	pod, ok := d.Target.Candidate(source.Namespace, d.name(source))
+	pod, ok := d.Target.Candidate(d.namespace(source), d.name(source))
 	if !ok {
 		return nil, nil
 	}
@@ -81,7 +143,7 @@ func (d Delegates) Get(source *corev1.Pod) (*corev1.Pod, error) {
 
 // Delete deletes the delegate of a source pod.
 func (d Delegates) Delete(ctx context.Context, source *corev1.Pod) error {
-	return d.Target.Delete(ctx, source.Namespace, d.name(source), "")
+	return d.Target.Delete(ctx, d.namespace(source), d.name(source), "")
 }
 
 // OnChange calls f with every changed delegate.

@@ -8,40 +8,63 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+	crclient "sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/flotilla-dev/flotilla/api/v1alpha1"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
-	"github.com/flotilla-dev/flotilla/pkg/slim"
 )
 
 // callTimeout bounds every call to a target, so a hung target costs one
-// timeout, not a stuck worker.
+// timeout, not a stuck worker. Watches are not bounded by it.
 const callTimeout = 10 * time.Second
 
 const bySourceIndex = "flotilla-source"
 
 // Target is one target cluster as a source sees it.
 type Target struct {
-	// Name is how the source calls the target; it names the virtual node.
+	// Name is how the source calls the target: a ClusterTarget's name, or
+	// "<namespace>/<name>" of a Target. Candidates and elections carry it.
 	Name string
+	// Namespace is a Target's namespace, whose pods alone go there; empty
+	// for a ClusterTarget.
+	Namespace string
+	// NodeName is the virtual node that stands for the target.
+	NodeName string
 	// Self is true when the target is the source cluster itself.
 	Self bool
+	// Labels are the labels of the target's virtual node.
+	Labels map[string]string
+
+	// namespaces maps a source namespace to its namespace in the target
+	// where the mapping names one.
+	namespaces map[string]string
 
 	client   kubernetes.Interface
-	factory  informers.SharedInformerFactory
-	informer cache.SharedIndexInformer
+	cr       crclient.Client
+	selector string
+	// summaryName is the ClusterSummary the target publishes for this
+	// source; empty when the kubeconfig came without one.
+	summaryName string
+	informers   candidateInformers
+
+	// token is the bearer token the client sends, replaced in place when
+	// the kubeconfig's token is renewed (empty: the config authenticates).
+	token atomic.Pointer[string]
 
 	mu      sync.Mutex
 	lastErr error
@@ -50,36 +73,122 @@ type Target struct {
 	writes *recent
 }
 
+// Config describes a target to connect to.
+type Config struct {
+	// Name, Namespace, Self and Labels become the Target's fields.
+	Name      string
+	Namespace string
+	Self      bool
+	Labels    map[string]string
+	// NamespaceMapping maps source namespaces to target namespaces.
+	NamespaceMapping map[string]string
+	// REST is the connection to the target. Calls are bounded by their own
+	// contexts; REST.Timeout, if set, would also cut the candidate watch.
+	REST *rest.Config
+	// SourceCluster is the source's name, which labels its candidates.
+	SourceCluster string
+	// SummaryName is the ClusterSummary of the source's invitation in the
+	// target. When set, candidates are watched only in the namespaces it
+	// names; when empty, in every namespace.
+	SummaryName string
+}
+
 // New prepares a target; Start begins watching it.
-func New(name string, self bool, cfg *rest.Config, sourceCluster string) (*Target, error) {
-	cfg = rest.CopyConfig(cfg)
-	cfg.Timeout = callTimeout
+func New(c Config) (*Target, error) {
+	cfg := rest.CopyConfig(c.REST)
+	// A timeout on the client would also end every watch after that long,
+	// relisting the candidates each time; each call has its own deadline.
+	cfg.Timeout = 0
 	if cfg.QPS == 0 {
 		cfg.QPS, cfg.Burst = 100, 200
 	}
+	t := &Target{}
+	if cfg.BearerToken != "" {
+		// The token is renewed while the target runs: the client reads it
+		// on every request instead of keeping the one it started with.
+		t.SetToken(cfg.BearerToken)
+		cfg.BearerToken = ""
+		cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return &bearer{token: &t.token, next: rt} })
+	}
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("target %s: creating client: %w", name, err)
+		return nil, fmt.Errorf("target %s: creating client: %w", c.Name, err)
+	}
+	// Flotilla's kinds (the ClusterSummary) have no protobuf.
+	crCfg := rest.CopyConfig(cfg)
+	crCfg.ContentType, crCfg.AcceptContentTypes = runtime.ContentTypeJSON, runtime.ContentTypeJSON
+	if t.cr, err = crclient.New(crCfg, crclient.Options{Scheme: scheme}); err != nil {
+		return nil, fmt.Errorf("target %s: creating client: %w", c.Name, err)
 	}
 	selector := labels.SelectorFromSet(labels.Set{
 		protocol.CandidateLabel:     "true",
-		protocol.SourceClusterLabel: sourceCluster,
+		protocol.SourceClusterLabel: c.SourceCluster,
 	}).String()
-	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }),
-		// Of a candidate the source reads metadata, node name and status.
-		informers.WithTransform(slim.Candidate))
-	informer := factory.Core().V1().Pods().Informer()
-	t := &Target{Name: name, Self: self, client: client, factory: factory, informer: informer, writes: newRecent()}
-	if err := informer.AddIndexers(cache.Indexers{bySourceIndex: indexBySource}); err != nil {
-		return nil, err
-	}
-	_ = informer.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
-		t.setErr(fmt.Errorf("watching candidates: %w", err))
-		cache.DefaultWatchErrorHandler(ctx, r, err)
-	})
+	t.Name, t.Namespace, t.Self, t.Labels = c.Name, c.Namespace, c.Self, c.Labels
+	t.NodeName = protocol.VirtualNodeName(c.Namespace, nameOnly(c.Name))
+	t.namespaces = c.NamespaceMapping
+	t.client, t.selector, t.summaryName, t.writes = client, selector, c.SummaryName, newRecent()
+	t.informers.t = t
 	return t, nil
 }
+
+// SetToken replaces the bearer token the target's client sends.
+func (t *Target) SetToken(token string) { t.token.Store(&token) }
+
+// Token is the bearer token the client sends, "" when it has none.
+func (t *Target) Token() string {
+	if p := t.token.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// bearer sets the current token on each request.
+type bearer struct {
+	token *atomic.Pointer[string]
+	next  http.RoundTripper
+}
+
+func (b *bearer) RoundTrip(req *http.Request) (*http.Response, error) {
+	if p := b.token.Load(); p != nil && *p != "" && req.Header.Get("Authorization") == "" {
+		req = req.Clone(req.Context())
+		req.Header.Set("Authorization", "Bearer "+*p)
+	}
+	return b.next.RoundTrip(req)
+}
+
+// scheme knows what the source reads of a target beyond pods.
+var scheme = func() *runtime.Scheme {
+	s := runtime.NewScheme()
+	_ = v1alpha1.AddToScheme(s)
+	return s
+}()
+
+// nameOnly is the object name in a target's Name ("<namespace>/<name>" or
+// "<name>").
+func nameOnly(name string) string {
+	if i := strings.LastIndexByte(name, '/'); i >= 0 {
+		return name[i+1:]
+	}
+	return name
+}
+
+// NamespaceFor is the namespace in the target of a source namespace's pods.
+func (t *Target) NamespaceFor(sourceNamespace string) string {
+	if ns, ok := t.namespaces[sourceNamespace]; ok {
+		return ns
+	}
+	return sourceNamespace
+}
+
+// Serves reports whether pods of a source namespace may go to the target: a
+// namespaced Target takes only its own namespace's pods.
+func (t *Target) Serves(sourceNamespace string) bool {
+	return t.Namespace == "" || t.Namespace == sourceNamespace
+}
+
+// Client is the target's clientset, for callers that probe it.
+func (t *Target) Client() kubernetes.Interface { return t.client }
 
 func indexBySource(obj any) ([]string, error) {
 	pod, ok := obj.(*corev1.Pod)
@@ -94,33 +203,34 @@ func SourceKey(candidate *corev1.Pod) string {
 	return candidate.Annotations[protocol.SourceNamespaceAnnotation] + "/" + candidate.Annotations[protocol.SourceNameAnnotation]
 }
 
-// Start starts the informer; it returns at once.
+// Start starts the candidate informers; it returns at once. With an
+// invitation summary, they start when SetNamespaces names the namespaces.
 func (t *Target) Start(ctx context.Context) {
-	t.factory.Start(ctx.Done())
+	t.informers.start(ctx, t.summaryName != "")
 }
 
-// Shutdown stops the informer's goroutines after ctx passed to Start ended.
-func (t *Target) Shutdown() { t.factory.Shutdown() }
+// Shutdown stops the informers and waits for them.
+func (t *Target) Shutdown() { t.informers.stopAll() }
 
-// HasSynced reports whether the informer has listed the target once.
-func (t *Target) HasSynced() bool { return t.informer.HasSynced() }
+// HasSynced reports whether every candidate informer has listed once.
+func (t *Target) HasSynced() bool { return t.informers.hasSynced() }
+
+// SummaryName is the ClusterSummary of the source's invitation, "" if none.
+func (t *Target) SummaryName() string { return t.summaryName }
+
+// SetNamespaces sets the namespaces the invitation covers: candidates go,
+// and are watched, only there.
+func (t *Target) SetNamespaces(namespaces []string) { t.informers.setNamespaces(namespaces, false) }
+
+// Namespaces are the invited namespaces; nil when every one is open.
+func (t *Target) Namespaces() []string { return t.informers.namespaces() }
+
+// Covers reports whether the source may send candidates to namespace ns
+// of the target.
+func (t *Target) Covers(ns string) bool { return t.informers.covers(ns) }
 
 // OnCandidate registers a handler for every change of a candidate.
-func (t *Target) OnCandidate(f func(candidate *corev1.Pod)) {
-	call := func(obj any) {
-		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			obj = tomb.Obj
-		}
-		if pod, ok := obj.(*corev1.Pod); ok {
-			f(pod)
-		}
-	}
-	_, _ = t.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    call,
-		UpdateFunc: func(_, obj any) { call(obj) },
-		DeleteFunc: call,
-	})
-}
+func (t *Target) OnCandidate(f func(candidate *corev1.Pod)) { t.informers.addHandler(f) }
 
 // Err is the target's last error, nil when it is healthy.
 func (t *Target) Err() error {
@@ -147,7 +257,11 @@ func (t *Target) observe(err error) error {
 
 // Candidate returns the candidate with the given name from the cache.
 func (t *Target) Candidate(namespace, name string) (*corev1.Pod, bool) {
-	obj, ok, err := t.informer.GetIndexer().GetByKey(namespace + "/" + name)
+	idx := t.informers.indexer(namespace)
+	if idx == nil {
+		return nil, false
+	}
+	obj, ok, err := idx.GetByKey(namespace + "/" + name)
 	if err != nil || !ok {
 		return nil, false
 	}
@@ -157,7 +271,11 @@ func (t *Target) Candidate(namespace, name string) (*corev1.Pod, bool) {
 
 // CandidatesOf lists the cached candidates of a source pod (any UID).
 func (t *Target) CandidatesOf(namespace, name string) []*corev1.Pod {
-	objs, err := t.informer.GetIndexer().ByIndex(bySourceIndex, namespace+"/"+name)
+	idx := t.informers.indexer(t.NamespaceFor(namespace))
+	if idx == nil {
+		return nil
+	}
+	objs, err := idx.ByIndex(bySourceIndex, namespace+"/"+name)
 	if err != nil {
 		return nil
 	}
@@ -173,9 +291,11 @@ func (t *Target) CandidatesOf(namespace, name string) []*corev1.Pod {
 // Candidates lists every cached candidate.
 func (t *Target) Candidates() []*corev1.Pod {
 	var out []*corev1.Pod
-	for _, o := range t.informer.GetIndexer().List() {
-		if pod, ok := o.(*corev1.Pod); ok {
-			out = append(out, pod)
+	for _, idx := range t.informers.indexers() {
+		for _, o := range idx.List() {
+			if pod, ok := o.(*corev1.Pod); ok {
+				out = append(out, pod)
+			}
 		}
 	}
 	return out

@@ -125,7 +125,7 @@ func firstChoice(t *testing.T, pod *corev1.Pod, clusters []*sandbox.Cluster) str
 	t.Helper()
 	var ts []*target.Target
 	for _, c := range clusters {
-		tg, err := target.New(c.Name, false, &rest.Config{Host: c.Host}, "src")
+		tg, err := target.New(target.Config{Name: c.Name, REST: &rest.Config{Host: c.Host}, SourceCluster: "src"})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -58,11 +58,9 @@ func StartAgentEnv(ctx context.Context, c *Cluster, targets []*Cluster, env []st
 		// would restart.
 	}
 	for _, t := range targets {
-		where := t.Kubeconfig
-		if t == c {
-			where = "self"
+		if err := c.AddTarget(ctx, t); err != nil {
+			return nil, err
 		}
-		args = append(args, "--target="+t.Name+"="+where)
 	}
 	p, err := c.RunEnv("agent", filepath.Join(c.binDir, "flotilla-agent"), env, append(args, extra...)...)
 	if err != nil {
@@ -71,6 +69,11 @@ func StartAgentEnv(ctx context.Context, c *Cluster, targets []*Cluster, env []st
 	a.Process = p
 	if err := a.WaitReady(ctx); err != nil {
 		return nil, err
+	}
+	for _, t := range targets {
+		if err := c.WaitTargetReady(ctx, t.Name, 60*time.Second); err != nil {
+			return nil, fmt.Errorf("agent in %s (log %s): %w", c.Name, a.LogPath(), err)
+		}
 	}
 	return a, nil
 }

@@ -156,6 +156,9 @@ func (s *Sandbox) RemoveDir() error {
 // refuses pods.
 func (c *Cluster) settle(ctx context.Context) error {
 	client := c.Client()
+	if err := c.InstallCRDs(ctx); err != nil {
+		return err
+	}
 	for i, n := range c.spec.Nodes {
 		if n.Name == "" {
 			n.Name = fmt.Sprintf("%s-node-%d", c.Name, i)

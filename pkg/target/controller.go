@@ -1,0 +1,585 @@
+package target
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/flotilla-dev/flotilla/api/v1alpha1"
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
+	"github.com/flotilla-dev/flotilla/pkg/summary"
+	"github.com/flotilla-dev/flotilla/pkg/vnode"
+)
+
+// Finalizer keeps a deleted Target until the pods running there have ended,
+// so that they stay mirrored; then its virtual node is removed.
+const Finalizer = protocol.Prefix + "drain"
+
+// TargetNamespaceLabel is on the virtual node of a namespaced Target.
+const TargetNamespaceLabel = protocol.Prefix + "target-namespace"
+
+// Defaults of Controller.
+const (
+	DefaultResyncPeriod = 10 * time.Second
+	// notReadyResync is how often a target that is not Ready is looked at
+	// again, so a fixed Secret or a target back up shows within seconds.
+	notReadyResync = 3 * time.Second
+	probeTimeout   = 5 * time.Second
+)
+
+// Controller turns Targets and ClusterTargets into running targets: for each
+// it connects a Target (client, candidate informer), puts it in the Set that
+// placement reads, and runs its virtual node. A target is started, replaced
+// and stopped while the agent runs, each with its own context, so a broken
+// one is reported in its status and never holds up the others.
+//
+// +kubebuilder:rbac:groups=multicluster.flotilla.dev,resources=targets;clustertargets,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=multicluster.flotilla.dev,resources=targets/status;clustertargets/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=multicluster.flotilla.dev,resources=targets/finalizers;clustertargets/finalizers,verbs=update
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;update;patch
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=nodes/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
+type Controller struct {
+	// Client reads Targets and ClusterTargets from the manager's cache and
+	// writes their status; Reader reads Secrets, uncached.
+	Client client.Client
+	Reader client.Reader
+	// Kube is the source cluster's clientset, for the virtual nodes.
+	Kube kubernetes.Interface
+	// Self is the source cluster's own config, for self targets.
+	Self *rest.Config
+	// SourceCluster is this cluster's name as its targets know it.
+	SourceCluster string
+	// Namespace is the agent's namespace, where a ClusterTarget's Secret is
+	// looked for when its reference names no namespace.
+	Namespace string
+	// Targets is where running targets are put for placement.
+	Targets *Set
+	// SourcePods is the shared informer over source pods.
+	SourcePods toolscache.SharedIndexInformer
+	Recorder   events.EventRecorder
+	// VNodeWorkers is each virtual node's number of workers.
+	VNodeWorkers int
+	// ResyncPeriod is how often a Ready target is probed; default 10s.
+	ResyncPeriod time.Duration
+	// TokenRenewAfter is the share of a token's lifetime after which it is
+	// renewed; default 0.5.
+	TokenRenewAfter float64
+
+	mu      sync.Mutex
+	running map[string]*running
+	base    context.Context
+	started chan struct{}
+}
+
+// running is one connected target and what runs for it.
+type running struct {
+	t      *Target
+	hash   string
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// SetupWithManager registers the controllers of both kinds.
+func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
+	c.running = map[string]*running{}
+	c.started = make(chan struct{})
+	if c.ResyncPeriod <= 0 {
+		c.ResyncPeriod = DefaultResyncPeriod
+	}
+	if c.TokenRenewAfter <= 0 || c.TokenRenewAfter >= 1 {
+		c.TokenRenewAfter = 0.5
+	}
+	if err := mgr.Add(c); err != nil {
+		return err
+	}
+	if err := ctrl.NewControllerManagedBy(mgr).Named("clustertarget").For(&v1alpha1.ClusterTarget{}).
+		Complete(reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+			obj := &v1alpha1.ClusterTarget{}
+			return c.reconcileObject(ctx, req, obj, func() view { return c.clusterTargetView(obj) })
+		})); err != nil {
+		return err
+	}
+	return ctrl.NewControllerManagedBy(mgr).Named("target").For(&v1alpha1.Target{}).
+		Complete(reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+			obj := &v1alpha1.Target{}
+			return c.reconcileObject(ctx, req, obj, func() view { return targetView(obj) })
+		}))
+}
+
+// Start keeps the context the targets run in: the leader's. When it ends,
+// every target stops.
+func (c *Controller) Start(ctx context.Context) error {
+	c.mu.Lock()
+	c.base = ctx
+	close(c.started)
+	c.mu.Unlock()
+	<-ctx.Done()
+	c.mu.Lock()
+	all := slices.Collect(maps.Values(c.running))
+	c.running = map[string]*running{}
+	c.mu.Unlock()
+	for _, r := range all {
+		c.Targets.Remove(r.t)
+		r.stop()
+	}
+	return nil
+}
+
+// NeedLeaderElection: targets run on the leader only.
+func (c *Controller) NeedLeaderElection() bool { return true }
+
+// view is what reconciling needs of a Target or a ClusterTarget.
+type view struct {
+	obj       client.Object
+	name      string // the target's name in the Set
+	namespace string // a Target's namespace
+	self      bool
+	labels    map[string]string
+	secret    types.NamespacedName
+	secretKey string
+	mapping   map[string]string
+	status    *v1alpha1.TargetStatus
+	// secretObj is the kubeconfig Secret as resolve read it.
+	secretObj *corev1.Secret
+	// summary is the ClusterSummary named by the Secret, if any.
+	summary string
+}
+
+func targetView(t *v1alpha1.Target) view {
+	v := view{
+		obj: t, name: t.Namespace + "/" + t.Name, namespace: t.Namespace,
+		self: t.Spec.Self, labels: t.Spec.StringMap(), status: &t.Status,
+	}
+	if ref := t.Spec.KubeconfigSecretRef; ref != nil {
+		v.secret, v.secretKey = types.NamespacedName{Namespace: t.Namespace, Name: ref.Name}, ref.Key
+	}
+	if t.Spec.TargetNamespace != "" {
+		v.mapping = map[string]string{t.Namespace: t.Spec.TargetNamespace}
+	}
+	return v
+}
+
+func (c *Controller) clusterTargetView(t *v1alpha1.ClusterTarget) view {
+	v := view{obj: t, name: t.Name, self: t.Spec.Self, labels: t.Spec.StringMap(), status: &t.Status}
+	if ref := t.Spec.KubeconfigSecretRef; ref != nil {
+		ns := ref.Namespace
+		if ns == "" {
+			ns = c.Namespace
+		}
+		v.secret, v.secretKey = types.NamespacedName{Namespace: ns, Name: ref.Name}, ref.Key
+	}
+	if len(t.Spec.NamespaceMapping) > 0 {
+		v.mapping = map[string]string{}
+		for _, m := range t.Spec.NamespaceMapping {
+			v.mapping[m.Source] = m.Target
+		}
+	}
+	return v
+}
+
+func (c *Controller) reconcileObject(ctx context.Context, req reconcile.Request, obj client.Object, viewOf func() view) (reconcile.Result, error) {
+	select {
+	case <-c.started:
+	case <-ctx.Done():
+		return reconcile.Result{}, ctx.Err()
+	}
+	key := req.Name
+	if req.Namespace != "" {
+		key = req.Namespace + "/" + req.Name
+	}
+	if err := c.Client.Get(ctx, req.NamespacedName, obj); err != nil {
+		if apierrors.IsNotFound(err) {
+			// Gone without our finalizer (removed by hand): stop it.
+			c.stop(key)
+			return reconcile.Result{}, nil
+		}
+		return reconcile.Result{}, err
+	}
+	v := viewOf()
+	if v.obj.GetDeletionTimestamp() != nil {
+		return c.drain(ctx, v)
+	}
+	if !controllerutil.ContainsFinalizer(obj, Finalizer) {
+		patch := client.MergeFrom(obj.DeepCopyObject().(client.Object))
+		controllerutil.AddFinalizer(obj, Finalizer)
+		if err := c.Client.Patch(ctx, obj, patch); err != nil {
+			return reconcile.Result{}, fmt.Errorf("adding finalizer to target %s: %w", v.name, err)
+		}
+	}
+	return c.connect(ctx, v)
+}
+
+// connect makes the running target match the spec, probes it and reports.
+func (c *Controller) connect(ctx context.Context, v view) (reconcile.Result, error) {
+	before := v.status.DeepCopy()
+	cfg, hash, reason, err := c.resolve(ctx, &v)
+	r := c.get(v.name)
+	if err != nil {
+		// Keep what runs (its credentials may still work), but say what
+		// is wrong with the new spec.
+		setCondition(v, v1alpha1.TargetCredentialsValid, metav1.ConditionFalse, reason, err.Error())
+		setCondition(v, v1alpha1.TargetReady, metav1.ConditionFalse, reason, err.Error())
+		return c.report(ctx, v, before, notReadyResync)
+	}
+	if r == nil || r.hash != hash {
+		if r != nil {
+			c.stop(v.name)
+		}
+		t, err := New(Config{
+			Name: v.name, Namespace: v.namespace, Self: v.self, Labels: v.labels,
+			NamespaceMapping: v.mapping, REST: cfg, SourceCluster: c.SourceCluster,
+			SummaryName: v.summary,
+		})
+		if err != nil {
+			setCondition(v, v1alpha1.TargetCredentialsValid, metav1.ConditionFalse, v1alpha1.ReasonKubeconfigInvalid, err.Error())
+			setCondition(v, v1alpha1.TargetReady, metav1.ConditionFalse, v1alpha1.ReasonKubeconfigInvalid, err.Error())
+			return c.report(ctx, v, before, notReadyResync)
+		}
+		r = c.start(t, hash)
+	} else if cfg.BearerToken != "" && cfg.BearerToken != r.t.Token() {
+		r.t.SetToken(cfg.BearerToken)
+	}
+	setCondition(v, v1alpha1.TargetCredentialsValid, metav1.ConditionTrue, v1alpha1.ReasonConnected, "The kubeconfig was read")
+	v.status.VirtualNode = r.t.NodeName
+	c.renew(ctx, v, r.t)
+
+	var h Health
+	if r.t.SummaryName() != "" {
+		h = c.readSummary(ctx, v, r.t)
+	}
+	if h.Reason == "" {
+		h = r.t.Probe(ctx)
+	}
+	h.apply(v, r.t.HasSynced())
+	resync := c.ResyncPeriod
+	if !meta.IsStatusConditionTrue(v.status.Conditions, v1alpha1.TargetReady) {
+		resync = notReadyResync
+	}
+	return c.report(ctx, v, before, resync)
+}
+
+// resolve reads the connection of a target; hash covers everything but the
+// token, which is renewed in place.
+func (c *Controller) resolve(ctx context.Context, v *view) (cfg *rest.Config, hash, reason string, err error) {
+	h := sha256.New()
+	fmt.Fprintf(h, "%t\x00%s\x00", v.self, v.namespace)
+	for _, k := range slices.Sorted(maps.Keys(v.labels)) {
+		fmt.Fprintf(h, "l\x00%s\x00%s\x00", k, v.labels[k])
+	}
+	for _, k := range slices.Sorted(maps.Keys(v.mapping)) {
+		fmt.Fprintf(h, "m\x00%s\x00%s\x00", k, v.mapping[k])
+	}
+	if v.self {
+		return c.Self, hex.EncodeToString(h.Sum(nil)), "", nil
+	}
+	secret := &corev1.Secret{}
+	if err := c.Reader.Get(ctx, v.secret, secret); err != nil {
+		switch {
+		case apierrors.IsNotFound(err):
+			return nil, "", v1alpha1.ReasonSecretNotFound, fmt.Errorf("Secret %s not found", v.secret)
+		case apierrors.IsForbidden(err):
+			return nil, "", v1alpha1.ReasonSecretForbidden, fmt.Errorf("the agent may not read Secret %s: %w", v.secret, err)
+		}
+		return nil, "", v1alpha1.ReasonSecretNotFound, fmt.Errorf("reading Secret %s: %w", v.secret, err)
+	}
+	key := v.secretKey
+	if key == "" {
+		key = "kubeconfig"
+	}
+	data, ok := secret.Data[key]
+	if !ok {
+		return nil, "", v1alpha1.ReasonKubeconfigInvalid, fmt.Errorf("Secret %s has no key %q", v.secret, key)
+	}
+	cfg, err = RESTConfigFromKubeconfig(data)
+	if err != nil {
+		reason = v1alpha1.ReasonKubeconfigInvalid
+		if errors.Is(err, ErrKubeconfigRefused) {
+			reason = v1alpha1.ReasonKubeconfigRefused
+		}
+		return nil, "", reason, fmt.Errorf("Secret %s: %w", v.secret, err)
+	}
+	v.secretObj, v.secretKey = secret, key
+	if name, ok := secret.Data[SummaryKey]; ok {
+		v.summary = string(name)
+		fmt.Fprintf(h, "s\x00%s\x00", v.summary)
+	}
+	cfg.QPS, cfg.Burst = c.Self.QPS, c.Self.Burst
+	cfg.ContentType, cfg.AcceptContentTypes = c.Self.ContentType, c.Self.AcceptContentTypes
+	fmt.Fprintf(h, "%s\x00%s\x00%x\x00%x\x00%x\x00", cfg.Host, cfg.ServerName, cfg.CAData, cfg.CertData, cfg.KeyData)
+	return cfg, hex.EncodeToString(h.Sum(nil)), "", nil
+}
+
+func (c *Controller) get(name string) *running {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.running[name]
+}
+
+// start runs a target: it joins the Set (which gives it the candidate
+// handlers), its informer starts, and its virtual node runs until stopped.
+func (c *Controller) start(t *Target, hash string) *running {
+	ctx, cancel := context.WithCancel(c.base)
+	r := &running{t: t, hash: hash, cancel: cancel, done: make(chan struct{})}
+	c.mu.Lock()
+	c.running[t.Name] = r
+	c.mu.Unlock()
+	c.Targets.Add(t)
+	t.Start(ctx)
+	go func() {
+		defer close(r.done)
+		c.runVirtualNode(ctx, t)
+	}()
+	klog.FromContext(ctx).Info("Target started", "target", t.Name, "node", t.NodeName)
+	return r
+}
+
+// runVirtualNode runs the target's virtual node until ctx ends, starting it
+// again with backoff when it fails.
+func (c *Controller) runVirtualNode(ctx context.Context, t *Target) {
+	labels := maps.Clone(t.Labels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	if t.Namespace != "" {
+		labels[TargetNamespaceLabel] = t.Namespace
+	}
+	backoff := time.Second
+	for {
+		err := vnode.Run(ctx, vnode.Config{
+			NodeName:  t.NodeName,
+			Target:    nameOnly(t.Name),
+			Labels:    labels,
+			Client:    c.Kube,
+			Delegates: Delegates{Target: t, SourceCluster: c.SourceCluster},
+			Pods:      c.SourcePods,
+			Workers:   c.VNodeWorkers,
+		})
+		if ctx.Err() != nil {
+			return
+		}
+		klog.FromContext(ctx).Error(err, "Virtual node stopped; starting it again", "target", t.Name, "after", backoff)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Minute)
+	}
+}
+
+func (c *Controller) stop(name string) {
+	c.mu.Lock()
+	r := c.running[name]
+	delete(c.running, name)
+	c.mu.Unlock()
+	if r != nil {
+		c.Targets.Remove(r.t)
+		r.stop()
+	}
+}
+
+func (r *running) stop() {
+	r.cancel()
+	<-r.done
+	r.t.Shutdown()
+}
+
+// drain handles a deleted target: no new candidates go there, its waiting
+// candidates are deleted, and the pods running there stay mirrored until
+// they end; then its virtual node is removed and the finalizer released.
+func (c *Controller) drain(ctx context.Context, v view) (reconcile.Result, error) {
+	if !controllerutil.ContainsFinalizer(v.obj, Finalizer) {
+		c.stop(v.name)
+		return reconcile.Result{}, nil
+	}
+	before := v.status.DeepCopy()
+	node := protocol.VirtualNodeName(v.namespace, nameOnly(v.name))
+	r := c.get(v.name)
+	if r != nil {
+		c.Targets.Remove(r.t)
+		node = r.t.NodeName
+		if err := c.deleteWaiting(ctx, r.t); err != nil {
+			setCondition(v, v1alpha1.TargetReady, metav1.ConditionFalse, "Draining", "Deleting the waiting candidates: "+err.Error())
+			return c.report(ctx, v, before, notReadyResync)
+		}
+	}
+	if n := c.podsOn(node); n > 0 && r != nil {
+		setCondition(v, v1alpha1.TargetReady, metav1.ConditionFalse, "Draining",
+			fmt.Sprintf("Deleted: no new pods go there; %d pods still run there and stay mirrored until they end", n))
+		return c.report(ctx, v, before, notReadyResync)
+	}
+	c.stop(v.name)
+	if err := c.Kube.CoreV1().Nodes().Delete(ctx, node, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return reconcile.Result{}, fmt.Errorf("deleting virtual node %s of target %s: %w", node, v.name, err)
+	}
+	patch := client.MergeFrom(v.obj.DeepCopyObject().(client.Object))
+	controllerutil.RemoveFinalizer(v.obj, Finalizer)
+	if err := c.Client.Patch(ctx, v.obj, patch); err != nil && !apierrors.IsNotFound(err) {
+		return reconcile.Result{}, fmt.Errorf("removing the finalizer of target %s: %w", v.name, err)
+	}
+	klog.FromContext(ctx).Info("Target removed", "target", v.name, "node", node)
+	return reconcile.Result{}, nil
+}
+
+// deleteWaiting deletes every candidate in t except the delegates of source
+// pods bound to t's virtual node.
+func (c *Controller) deleteWaiting(ctx context.Context, t *Target) error {
+	if !t.HasSynced() {
+		return fmt.Errorf("target %s: candidates not listed yet: %v", t.Name, t.Err())
+	}
+	var errs []error
+	for _, cand := range t.Candidates() {
+		if cand.DeletionTimestamp != nil || c.isDelegate(cand, t) {
+			continue
+		}
+		if err := t.Delete(ctx, cand.Namespace, cand.Name, cand.UID); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Controller) isDelegate(cand *corev1.Pod, t *Target) bool {
+	obj, ok, err := c.SourcePods.GetIndexer().GetByKey(SourceKey(cand))
+	if err != nil || !ok {
+		return false
+	}
+	src, ok := obj.(*corev1.Pod)
+	return ok && src.Spec.NodeName == t.NodeName && string(src.UID) == cand.Labels[protocol.SourceUIDLabel]
+}
+
+// podsOn counts the source pods bound to a virtual node.
+func (c *Controller) podsOn(node string) int {
+	n := 0
+	for _, obj := range c.SourcePods.GetStore().List() {
+		if p, ok := obj.(*corev1.Pod); ok && p.Spec.NodeName == node {
+			n++
+		}
+	}
+	return n
+}
+
+// SummaryKey of a kubeconfig Secret names the ClusterSummary of the
+// source's invitation in the target, which lists the invited namespaces.
+const SummaryKey = "summary"
+
+// readSummary reads the invitation's ClusterSummary from the target and
+// watches the namespaces it names. A failed read is reported as the
+// target's health; an empty Health means it went well.
+func (c *Controller) readSummary(ctx context.Context, v view, t *Target) Health {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	sum := &v1alpha1.ClusterSummary{}
+	if err := t.cr.Get(ctx, client.ObjectKey{Name: t.SummaryName()}, sum); err != nil {
+		h := classify(err)
+		if apierrors.IsNotFound(err) {
+			h.Reason = v1alpha1.ReasonForbidden
+			h.Message = fmt.Sprintf("The target publishes no ClusterSummary %s for this source (invitation deleted?)", t.SummaryName())
+		}
+		return h
+	}
+	if err := summary.Validate(&sum.Status); err != nil {
+		return Health{Reachable: true, Authorized: true, Reason: v1alpha1.ReasonSummaryInvalid,
+			Message: fmt.Sprintf("The target's ClusterSummary %s is not believable: %v", t.SummaryName(), err)}
+	}
+	t.SetNamespaces(sum.Status.Namespaces)
+	v.status.Namespaces = sum.Status.Namespaces
+	if len(sum.Status.Namespaces) == 0 {
+		return Health{Reachable: true, Authorized: true, Reason: v1alpha1.ReasonForbidden,
+			Message: "The target's invitation covers no namespace yet"}
+	}
+	return Health{}
+}
+
+// renew renews the token of the kubeconfig once the share TokenRenewAfter
+// of its lifetime has passed, stores it back in the Secret and hands it to
+// the running client. A token that is not a ServiceAccount's is left alone.
+func (c *Controller) renew(ctx context.Context, v view, t *Target) {
+	if v.secretObj == nil || t.Token() == "" {
+		return
+	}
+	claims, err := parseToken(t.Token())
+	if err != nil {
+		return
+	}
+	if _, _, ok := claims.serviceAccount(); !ok || claims.Expiry == 0 {
+		return
+	}
+	exp := metav1.NewTime(time.Unix(claims.Expiry, 0))
+	v.status.TokenExpirationTime = &exp
+	if !renewDue(claims, time.Now(), c.TokenRenewAfter) {
+		return
+	}
+	token, expires, err := t.renewToken(ctx, claims)
+	if err == nil {
+		var data []byte
+		if data, err = withToken(v.secretObj, v.secretKey, token); err == nil {
+			secret := v.secretObj.DeepCopy()
+			secret.Data[v.secretKey] = data
+			err = c.Client.Update(ctx, secret)
+		}
+	}
+	if err != nil {
+		setCondition(v, v1alpha1.TargetCredentialsValid, metav1.ConditionFalse, v1alpha1.ReasonTokenRenewalFailed,
+			fmt.Sprintf("Renewing the token that expires at %s: %v", exp.UTC().Format(time.RFC3339), err))
+		return
+	}
+	t.SetToken(token)
+	exp = metav1.NewTime(expires)
+	v.status.TokenExpirationTime = &exp
+	klog.FromContext(ctx).V(2).Info("Renewed the target's token", "target", t.Name, "expires", expires)
+}
+
+// report writes the status if it changed, with an Event when Ready flips.
+func (c *Controller) report(ctx context.Context, v view, before *v1alpha1.TargetStatus, resync time.Duration) (reconcile.Result, error) {
+	v.status.ObservedGeneration = v.obj.GetGeneration()
+	if equality.Semantic.DeepEqual(before, v.status) {
+		return reconcile.Result{RequeueAfter: resync}, nil
+	}
+	if err := c.Client.Status().Update(ctx, v.obj); err != nil {
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+			return reconcile.Result{Requeue: true}, nil
+		}
+		return reconcile.Result{}, fmt.Errorf("updating the status of target %s: %w", v.name, err)
+	}
+	was := meta.FindStatusCondition(before.Conditions, v1alpha1.TargetReady)
+	now := meta.FindStatusCondition(v.status.Conditions, v1alpha1.TargetReady)
+	if c.Recorder != nil && now != nil && (was == nil || was.Status != now.Status || was.Reason != now.Reason) {
+		kind := corev1.EventTypeNormal
+		if now.Status != metav1.ConditionTrue {
+			kind = corev1.EventTypeWarning
+		}
+		c.Recorder.Eventf(v.obj, nil, kind, now.Reason, "Connect", "%s", now.Message)
+	}
+	return reconcile.Result{RequeueAfter: resync}, nil
+}
+
+func setCondition(v view, typ string, status metav1.ConditionStatus, reason, message string) {
+	meta.SetStatusCondition(&v.status.Conditions, metav1.Condition{
+		Type: typ, Status: status, Reason: reason, Message: message, ObservedGeneration: v.obj.GetGeneration(),
+	})
+}

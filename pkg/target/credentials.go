@@ -1,0 +1,107 @@
+package target
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// tokenClaims is what the source reads of its own ServiceAccount token: who
+// it is and when the token was issued and expires. The token is not
+// verified here (the target does that); a token that is not a
+// ServiceAccount's is simply not renewed.
+type tokenClaims struct {
+	Subject   string `json:"sub"`
+	IssuedAt  int64  `json:"iat"`
+	NotBefore int64  `json:"nbf"`
+	Expiry    int64  `json:"exp"`
+}
+
+// parseToken reads the claims of a JWT.
+func parseToken(token string) (tokenClaims, error) {
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		return tokenClaims{}, errors.New("not a JWT")
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return tokenClaims{}, fmt.Errorf("token payload: %w", err)
+	}
+	var c tokenClaims
+	if err := json.Unmarshal(payload, &c); err != nil {
+		return tokenClaims{}, fmt.Errorf("token payload: %w", err)
+	}
+	if c.IssuedAt == 0 {
+		c.IssuedAt = c.NotBefore
+	}
+	return c, nil
+}
+
+// serviceAccount is the namespace and name of a ServiceAccount token's
+// subject ("system:serviceaccount:<namespace>:<name>").
+func (c tokenClaims) serviceAccount() (namespace, name string, ok bool) {
+	rest, ok := strings.CutPrefix(c.Subject, "system:serviceaccount:")
+	if !ok {
+		return "", "", false
+	}
+	namespace, name, ok = strings.Cut(rest, ":")
+	return namespace, name, ok && namespace != "" && name != ""
+}
+
+// renewDue reports whether a token issued at iat and expiring at exp should
+// be renewed at now, once the share after of its lifetime has passed.
+func renewDue(c tokenClaims, now time.Time, after float64) bool {
+	if c.Expiry == 0 || c.IssuedAt == 0 || c.Expiry <= c.IssuedAt {
+		return false
+	}
+	life := time.Duration(c.Expiry-c.IssuedAt) * time.Second
+	return now.After(time.Unix(c.IssuedAt, 0).Add(time.Duration(float64(life) * after)))
+}
+
+// renewToken asks the target for a new token of the source's own
+// ServiceAccount, of the same lifetime as the current one. The invitation
+// allows TokenRequest on that one ServiceAccount only.
+func (t *Target) renewToken(ctx context.Context, c tokenClaims) (string, time.Time, error) {
+	ns, name, ok := c.serviceAccount()
+	if !ok {
+		return "", time.Time{}, fmt.Errorf("the token is not a ServiceAccount's (subject %q)", c.Subject)
+	}
+	ttl := c.Expiry - c.IssuedAt
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	tr, err := t.client.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &ttl},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return "", time.Time{}, fmt.Errorf("requesting a token for ServiceAccount %s/%s: %w", ns, name, err)
+	}
+	return tr.Status.Token, tr.Status.ExpirationTimestamp.Time, nil
+}
+
+// withToken returns the kubeconfig in secret[key] with the current
+// context's user token replaced.
+func withToken(secret *corev1.Secret, key, token string) ([]byte, error) {
+	kc, err := clientcmd.Load(secret.Data[key])
+	if err != nil {
+		return nil, err
+	}
+	ctx, ok := kc.Contexts[kc.CurrentContext]
+	if !ok {
+		return nil, fmt.Errorf("no current context %q", kc.CurrentContext)
+	}
+	user, ok := kc.AuthInfos[ctx.AuthInfo]
+	if !ok {
+		return nil, fmt.Errorf("no user %q", ctx.AuthInfo)
+	}
+	user.Token = token
+	return clientcmd.Write(*kc)
+}

@@ -1,0 +1,83 @@
+package target
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/flotilla-dev/flotilla/api/v1alpha1"
+)
+
+// Health is what one probe of a target found.
+type Health struct {
+	// Reachable: the target's API server answered.
+	Reachable bool
+	// Authorized: it accepted the identity for listing candidates.
+	Authorized bool
+	// Reason and Message explain the first thing that failed.
+	Reason, Message string
+}
+
+// Probe asks the target for what the source needs most, listing its
+// candidates, and classifies the answer. It is bounded by probeTimeout.
+func (t *Target) Probe(ctx context.Context) Health {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	ns := ""
+	if t.Namespace != "" {
+		ns = t.NamespaceFor(t.Namespace)
+	}
+	_, err := t.client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{Limit: 1, LabelSelector: t.selector})
+	return classify(err)
+}
+
+// classify turns the outcome of a call to a target into its health.
+func classify(err error) Health {
+	if err == nil {
+		return Health{Reachable: true, Authorized: true, Reason: v1alpha1.ReasonConnected, Message: "The target answers and lists this source's candidates"}
+	}
+	status, isStatus := err.(apierrors.APIStatus)
+	switch {
+	case apierrors.IsUnauthorized(err):
+		return Health{Reachable: true, Reason: v1alpha1.ReasonUnauthorized,
+			Message: fmt.Sprintf("The target does not accept the credential (expired or revoked token?): %v", err)}
+	case apierrors.IsForbidden(err):
+		return Health{Reachable: true, Reason: v1alpha1.ReasonForbidden,
+			Message: fmt.Sprintf("The target refuses this source's identity (is it invited?): %v", err)}
+	case isStatus && status.Status().Code >= http.StatusInternalServerError && status.Status().Code != http.StatusGatewayTimeout:
+		return Health{Reachable: true, Reason: v1alpha1.ReasonServerError,
+			Message: fmt.Sprintf("The target's API server fails: %v", err)}
+	case isStatus && status.Status().Code != 0 && status.Status().Code < http.StatusInternalServerError:
+		return Health{Reachable: true, Reason: v1alpha1.ReasonServerError,
+			Message: fmt.Sprintf("The target refused the request: %v", err)}
+	}
+	return Health{Reason: v1alpha1.ReasonUnreachable, Message: fmt.Sprintf("The target's API server cannot be reached: %v", err)}
+}
+
+// apply writes the probe's outcome and the informer's state into the
+// conditions of a target's status.
+func (h Health) apply(v view, synced bool) {
+	cond := func(ok bool) metav1.ConditionStatus {
+		if ok {
+			return metav1.ConditionTrue
+		}
+		return metav1.ConditionFalse
+	}
+	setCondition(v, v1alpha1.TargetReachable, cond(h.Reachable), h.Reason, h.Message)
+	if h.Reachable {
+		setCondition(v, v1alpha1.TargetAuthorized, cond(h.Authorized), h.Reason, h.Message)
+	} else {
+		setCondition(v, v1alpha1.TargetAuthorized, metav1.ConditionUnknown, v1alpha1.ReasonUnreachable, "Not known while the target cannot be reached")
+	}
+	switch {
+	case !h.Reachable || !h.Authorized:
+		setCondition(v, v1alpha1.TargetReady, metav1.ConditionFalse, h.Reason, h.Message)
+	case !synced:
+		setCondition(v, v1alpha1.TargetReady, metav1.ConditionFalse, v1alpha1.ReasonConnecting, "Listing this source's candidates in the target")
+	default:
+		setCondition(v, v1alpha1.TargetReady, metav1.ConditionTrue, v1alpha1.ReasonConnected, "Pods are sent to this target")
+	}
+}

@@ -1,0 +1,87 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/flotilla-dev/flotilla/api/v1alpha1"
+)
+
+// AgentNamespace is where an agent run outside a cluster keeps its Secrets
+// and looks for a ClusterTarget's Secret.
+const AgentNamespace = "kube-system"
+
+// AddTarget makes t a ClusterTarget of c named t.Name: self when t is c,
+// otherwise through a Secret holding t's admin kubeconfig.
+func (c *Cluster) AddTarget(ctx context.Context, t *Cluster) error {
+	ct := &v1alpha1.ClusterTarget{ObjectMeta: metav1.ObjectMeta{Name: t.Name}}
+	if t == c {
+		ct.Spec.Self = true
+	} else {
+		data, err := os.ReadFile(t.Kubeconfig)
+		if err != nil {
+			return err
+		}
+		secret := KubeconfigSecret("flotilla-target-"+t.Name, data)
+		if err := c.CRClient().Create(ctx, secret); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating the kubeconfig Secret of target %s: %w", t.Name, err)
+		}
+		ct.Spec.KubeconfigSecretRef = &v1alpha1.SecretKeyRef{LocalSecretKeyRef: v1alpha1.LocalSecretKeyRef{Name: secret.Name}}
+	}
+	if err := c.CRClient().Create(ctx, ct); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating ClusterTarget %s: %w", t.Name, err)
+	}
+	return nil
+}
+
+// KubeconfigSecret is a Secret of the agent's namespace holding a kubeconfig.
+func KubeconfigSecret(name string, kubeconfig []byte) *corev1.Secret {
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: AgentNamespace},
+		Data:       map[string][]byte{"kubeconfig": kubeconfig},
+	}
+}
+
+// WaitTargetReady waits until ClusterTarget name reports Ready.
+func (c *Cluster) WaitTargetReady(ctx context.Context, name string, timeout time.Duration) error {
+	return c.WaitTarget(ctx, client.ObjectKey{Name: name}, timeout, func(s *v1alpha1.TargetStatus) bool {
+		return meta.IsStatusConditionTrue(s.Conditions, v1alpha1.TargetReady)
+	})
+}
+
+// WaitTarget waits until the status of a Target (key with a namespace) or
+// ClusterTarget (key without) satisfies ok.
+func (c *Cluster) WaitTarget(ctx context.Context, key client.ObjectKey, timeout time.Duration, ok func(*v1alpha1.TargetStatus) bool) error {
+	cl := c.CRClient()
+	var last v1alpha1.TargetStatus
+	err := poll(ctx, timeout, func() (bool, error) {
+		var status *v1alpha1.TargetStatus
+		if key.Namespace == "" {
+			ct := &v1alpha1.ClusterTarget{}
+			if err := cl.Get(ctx, key, ct); err != nil {
+				return false, nil
+			}
+			status = &ct.Status
+		} else {
+			t := &v1alpha1.Target{}
+			if err := cl.Get(ctx, key, t); err != nil {
+				return false, nil
+			}
+			status = &t.Status
+		}
+		last = *status
+		return ok(status), nil
+	})
+	if err != nil {
+		return fmt.Errorf("target %s in %s: condition not met (conditions %+v): %w", key, c.Name, last.Conditions, err)
+	}
+	return nil
+}
