@@ -195,9 +195,16 @@ func (c *Controller) reconcile(ctx context.Context, req reconcile.Request, obj c
 	} else {
 		set(v1alpha1.SourceNamespaceMissing, false, v1alpha1.ReasonNamespacesPresent, "Every invited namespace exists")
 	}
-	if err := c.apply(ctx, inv, present(inv.Namespaces, missing)); err != nil {
+	wait, err := c.apply(ctx, inv, present(inv.Namespaces, missing))
+	if err != nil {
 		set(v1alpha1.SourceReady, false, v1alpha1.ReasonApplyFailed, err.Error())
 		return c.report(ctx, obj, before, status)
+	}
+	if wait > 0 {
+		set(v1alpha1.SourceReady, false, v1alpha1.ReasonPolicyPending, "Waiting for the admission policy to take effect before granting access")
+		res, err := c.report(ctx, obj, before, status)
+		res.RequeueAfter = wait
+		return res, err
 	}
 	if inv.Spec.Identity.ManagedServiceAccount != nil {
 		if err := c.ensureKubeconfig(ctx, inv); err != nil {
@@ -274,18 +281,38 @@ func (c *Controller) ensureNamespaces(ctx context.Context, inv Invitation) ([]st
 	return missing, nil
 }
 
-// apply makes the identity, its RBAC in the given namespaces and its
-// admission policy, and removes RBAC left in namespaces no longer covered.
-func (c *Controller) apply(ctx context.Context, inv Invitation, namespaces []string) error {
+// policySettle is how long a new admission policy is given to take effect
+// in the API server (it compiles and loads policies in the background)
+// before the identity it restrains is granted anything.
+const policySettle = 3 * time.Second
+
+// apply makes the identity, its admission policy and then its RBAC in the
+// given namespaces, and removes RBAC left in namespaces no longer covered.
+// While a new policy may not be in force yet, it grants nothing and
+// returns how long to wait.
+func (c *Controller) apply(ctx context.Context, inv Invitation, namespaces []string) (time.Duration, error) {
 	if inv.Spec.Identity.ManagedServiceAccount != nil {
 		ns, name := inv.ServiceAccount()
 		sa := &corev1.ServiceAccount{ObjectMeta: inv.meta(ns)}
 		sa.Name = name
 		if err := c.Client.Create(ctx, sa); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("creating ServiceAccount %s/%s: %w", ns, name, err)
+			return 0, fmt.Errorf("creating ServiceAccount %s/%s: %w", ns, name, err)
 		}
 	}
-	objs := []client.Object{inv.ClusterRole(), inv.ClusterRoleBinding(), inv.Policy(), inv.PolicyBinding()}
+	policy := inv.Policy()
+	for _, o := range []client.Object{policy, inv.PolicyBinding()} {
+		if err := c.upsert(ctx, o); err != nil {
+			return 0, err
+		}
+	}
+	created := policy.GetCreationTimestamp()
+	if created.IsZero() {
+		return policySettle, nil
+	}
+	if age := time.Since(created.Time); age < policySettle {
+		return policySettle - max(age, 0), nil
+	}
+	objs := []client.Object{inv.ClusterRole(), inv.ClusterRoleBinding()}
 	if _, name := inv.ServiceAccount(); name != "" && inv.Spec.Identity.ManagedServiceAccount != nil {
 		objs = append(objs, inv.TokenRole(), inv.TokenRoleBinding())
 	}
@@ -311,7 +338,7 @@ func (c *Controller) apply(ctx context.Context, inv Invitation, namespaces []str
 			errs = append(errs, c.deleteRBAC(ctx, rb.Namespace, rb.Name))
 		}
 	}
-	return errors.Join(errs...)
+	return 0, errors.Join(errs...)
 }
 
 func rbacList(kind string) schema.GroupVersionKind {
@@ -345,6 +372,7 @@ func (c *Controller) upsert(ctx context.Context, obj client.Object) error {
 		return err
 	}
 	obj.SetResourceVersion(existing.GetResourceVersion())
+	obj.SetCreationTimestamp(existing.GetCreationTimestamp())
 	if equalOwned(existing, obj) {
 		return nil
 	}

@@ -26,9 +26,13 @@ type Health struct {
 func (t *Target) Probe(ctx context.Context) Health {
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
+	// A namespaced Target probes its namespace there; an invited source
+	// may list pods only in the invited namespaces.
 	ns := ""
 	if t.Namespace != "" {
 		ns = t.NamespaceFor(t.Namespace)
+	} else if invited := t.Namespaces(); len(invited) > 0 {
+		ns = invited[0]
 	}
 	_, err := t.client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{Limit: 1, LabelSelector: t.selector})
 	return classify(err)
