@@ -1,7 +1,9 @@
 package candidate
 
 import (
+	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -15,7 +17,7 @@ func targets(t *testing.T, n int) []*target.Target {
 	var out []*target.Target
 	for i := range n {
 		// Never started: their caches are empty, which is all Eligible reads.
-		tg, err := target.New(fmt.Sprintf("t%d", i+1), false, &rest.Config{Host: "https://127.0.0.1:1"}, "src")
+		tg, err := target.New(target.Config{Name: fmt.Sprintf("t%d", i+1), REST: &rest.Config{Host: "https://127.0.0.1:1"}, SourceCluster: "src"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -50,4 +52,50 @@ func TestEligibleSpreadsAndIsStable(t *testing.T) {
 			t.Errorf("target %s is first for %d of 3000 pods: %v", name, n, first)
 		}
 	}
+}
+
+func TestEligibleAndInvited(t *testing.T) {
+	newTarget := func(c target.Config) *target.Target {
+		c.REST, c.SourceCluster = &rest.Config{Host: "https://127.0.0.1:1"}, "src"
+		tg, err := target.New(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tg
+	}
+	open := newTarget(target.Config{Name: "open"})
+	// A namespaced Target takes the pods of its namespace only.
+	other := newTarget(target.Config{Name: "elsewhere/t", Namespace: "elsewhere"})
+	mine := newTarget(target.Config{Name: "default/t", Namespace: "default"})
+	// An invited target covers the namespaces its invitation names.
+	invited := newTarget(target.Config{Name: "invited", SummaryName: "flotilla-clustersource.src"})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	invited.Start(ctx)
+	invited.SetNamespaces([]string{"shop"})
+	defer invited.Shutdown()
+	// A mapped target covers the namespace the pod goes to there.
+	mapped := newTarget(target.Config{Name: "mapped", SummaryName: "s", NamespaceMapping: map[string]string{"default": "shop"}})
+	mapped.Start(ctx)
+	mapped.SetNamespaces([]string{"shop"})
+	defer mapped.Shutdown()
+
+	pod := sourcePod(t)
+	pod.Namespace = "default"
+	got := Eligible(pod, "src", []*target.Target{open, other, mine}, 0)
+	if names(got) != "open,default/t" {
+		t.Errorf("eligible: %s", names(got))
+	}
+	yes, no := Invited(pod, []*target.Target{open, invited, mapped})
+	if names(yes) != "open,mapped" || names(no) != "invited" {
+		t.Errorf("invited %s, not invited %s", names(yes), names(no))
+	}
+}
+
+func names(ts []*target.Target) string {
+	var out []string
+	for _, t := range ts {
+		out = append(out, t.Name)
+	}
+	return strings.Join(out, ",")
 }
