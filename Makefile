@@ -9,10 +9,11 @@ TEST_TIMEOUT ?= 60m
 
 all: build
 
-## generate: deepcopy code and CRD manifests (config/crd) from api/v1alpha1, with controller-gen
+## generate: deepcopy code and CRD manifests (config/crd) from api/v1alpha1, and the agent's RBAC (config/rbac) from the +kubebuilder:rbac markers, with controller-gen
 generate:
 	hack/tools.sh controller-gen
 	$(BIN)/controller-gen object paths=./api/... crd:crdVersions=v1 output:crd:dir=config/crd
+	$(BIN)/controller-gen rbac:roleName=flotilla-agent paths=./pkg/... output:rbac:dir=config/rbac
 
 ## tools: build the pinned etcd, kube-apiserver, kube-controller-manager, kwok, helm and controller-gen into ./bin
 tools:

@@ -45,8 +45,7 @@ const Finalizer = protocol.Prefix + "revoke"
 // changed: it repairs objects someone edited and refreshes the kubeconfig.
 const resync = time.Minute
 
-// Controller applies Sources and ClusterSources.
-//
+// RBAC the controller needs.
 // +kubebuilder:rbac:groups=multicluster.flotilla.dev,resources=sources;clustersources,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=multicluster.flotilla.dev,resources=sources/status;clustersources/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=multicluster.flotilla.dev,resources=sources/finalizers;clustersources/finalizers,verbs=update
@@ -57,6 +56,8 @@ const resync = time.Minute
 // +kubebuilder:rbac:groups="",resources=pods,verbs=list;delete
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings;clusterroles;clusterrolebindings,verbs=get;list;create;update;delete;bind;escalate
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicies;validatingadmissionpolicybindings,verbs=get;create;update;delete
+
+// Controller applies Sources and ClusterSources.
 type Controller struct {
 	// Client writes and reads the invitations (cached); Reader reads
 	// everything else uncached, so the agent keeps no cache of Secrets or
@@ -91,6 +92,9 @@ func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 		}
 		return out
 	})
+	if err := mgr.Add(sweeper{c}); err != nil {
+		return err
+	}
 	if err := ctrl.NewControllerManagedBy(mgr).Named("clustersource").For(&v1alpha1.ClusterSource{}).
 		Watches(&corev1.Namespace{}, allClusterSources).
 		Complete(reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
@@ -537,4 +541,50 @@ func equalOwned(existing, want client.Object) bool {
 		return equality.Semantic.DeepDerivative(w.Spec, e.Spec)
 	}
 	return false
+}
+
+// sweeper deletes, once the agent leads, the ClusterSummaries of
+// invitations that are gone: an agent stopped between revoking an
+// invitation and deleting its summary would leave one behind.
+type sweeper struct{ c *Controller }
+
+func (s sweeper) NeedLeaderElection() bool { return true }
+
+func (s sweeper) Start(ctx context.Context) error {
+	if err := s.sweep(ctx); err != nil {
+		klog.FromContext(ctx).Error(err, "Deleting the summaries of deleted invitations")
+	}
+	return nil
+}
+
+func (s sweeper) sweep(ctx context.Context) error {
+	live := map[string]bool{}
+	sources := &v1alpha1.SourceList{}
+	if err := s.c.Client.List(ctx, sources); err != nil {
+		return err
+	}
+	for _, src := range sources.Items {
+		live[Invitation{Kind: "Source", Namespace: src.Namespace, Name: src.Name}.ID()] = true
+	}
+	clusterSources := &v1alpha1.ClusterSourceList{}
+	if err := s.c.Client.List(ctx, clusterSources); err != nil {
+		return err
+	}
+	for _, cs := range clusterSources.Items {
+		live[Invitation{Kind: "ClusterSource", Name: cs.Name}.ID()] = true
+	}
+	summaries := &v1alpha1.ClusterSummaryList{}
+	if err := s.c.Client.List(ctx, summaries, client.HasLabels{InvitationLabel}); err != nil {
+		return err
+	}
+	var errs []error
+	for i := range summaries.Items {
+		sum := &summaries.Items[i]
+		if !live[sum.Labels[InvitationLabel]] {
+			if err := s.c.Client.Delete(ctx, sum); err != nil && !apierrors.IsNotFound(err) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -41,6 +41,12 @@ const retryUnhealthy = 5 * time.Second
 // the cache before the cache is believed again.
 const staleWindow = 30 * time.Second
 
+// RBAC the placement controller needs in the source cluster.
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups="",resources=pods/binding,verbs=create
+// +kubebuilder:rbac:groups="",resources=pods/status,verbs=patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
 // Controller places source pods: it fans candidates out, runs the election,
 // binds the source pod to the winner's virtual node and cleans up the rest.
 // It keeps no state of its own between reconciles: everything it needs is on

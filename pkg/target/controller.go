@@ -49,12 +49,7 @@ const (
 	probeTimeout   = 5 * time.Second
 )
 
-// Controller turns Targets and ClusterTargets into running targets: for each
-// it connects a Target (client, candidate informer), puts it in the Set that
-// placement reads, and runs its virtual node. A target is started, replaced
-// and stopped while the agent runs, each with its own context, so a broken
-// one is reported in its status and never holds up the others.
-//
+// RBAC the controller needs.
 // +kubebuilder:rbac:groups=multicluster.flotilla.dev,resources=targets;clustertargets,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=multicluster.flotilla.dev,resources=targets/status;clustertargets/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=multicluster.flotilla.dev,resources=targets/finalizers;clustertargets/finalizers,verbs=update
@@ -62,6 +57,12 @@ const (
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=nodes/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
+
+// Controller turns Targets and ClusterTargets into running targets: for each
+// it connects a Target (client, candidate informer), puts it in the Set that
+// placement reads, and runs its virtual node. A target is started, replaced
+// and stopped while the agent runs, each with its own context, so a broken
+// one is reported in its status and never holds up the others.
 type Controller struct {
 	// Client reads Targets and ClusterTargets from the manager's cache and
 	// writes their status; Reader reads Secrets, uncached.

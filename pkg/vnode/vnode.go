@@ -128,6 +128,13 @@ func (cfg Config) withDefaults() (Config, error) {
 	return cfg, nil
 }
 
+// RBAC a virtual node needs in the source cluster.
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;create;update;patch
+// +kubebuilder:rbac:groups="",resources=nodes/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=kube-node-lease,resources=leases,verbs=get;create;update;patch
+// +kubebuilder:rbac:groups="",resources=pods/status,verbs=update;patch
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+
 // Run registers the node, keeps it Ready with Lease heartbeats, mirrors the
 // delegates onto the source pods bound to it, and returns when ctx is done
 // (removing nothing: the node stays so pods keep their binding across agent

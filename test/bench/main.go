@@ -38,6 +38,9 @@ type config struct {
 	Timeout       time.Duration
 	AgentMemLimit string `json:"agentGOMEMLIMIT,omitempty"`
 	Profile       bool   `json:"-"`
+	// Invite: every target runs an agent and invites the source through a
+	// ClusterSource; the source reaches it with the invited identity only.
+	Invite bool `json:"invite"`
 	Out           string `json:"-"`
 }
 
@@ -54,6 +57,7 @@ func main() {
 	keep := flag.Bool("keep", false, "Keep the sandbox folder (logs) after the run.")
 	hold := flag.Bool("hold", false, "Keep the clusters up after the run until interrupted, to look around.")
 	flag.StringVar(&cfg.AgentMemLimit, "agent-gomemlimit", "", "GOMEMLIMIT of the agent (e.g. 120MiB), as a chart sets it from the container's memory limit; empty: none.")
+	flag.BoolVar(&cfg.Invite, "invite", true, "Every target runs its own agent and invites the source (ClusterSource, least-privilege identity, ClusterSummary), as in production; false: the source uses admin kubeconfigs and targets run no agent.")
 	flag.BoolVar(&cfg.Profile, "profile", false, "Serve the agent's pprof and save its heap and a CPU profile of the Flotilla run into -out.")
 	flag.Parse()
 	if cfg.Targets < 1 || cfg.Nodes < 1 || cfg.Pods < 1 {
@@ -230,8 +234,30 @@ func run(cfg config, keep, hold bool) (*Report, error) {
 	if cfg.AgentMemLimit != "" {
 		agentEnv = append(agentEnv, "GOMEMLIMIT="+cfg.AgentMemLimit)
 	}
-	agent, err := sandbox.StartAgentEnv(ctx, src, targets, agentEnv, agentArgs...)
-	if err != nil {
+	var agent *sandbox.Agent
+	var targetAgents []*sandbox.Agent
+	if cfg.Invite {
+		for _, t := range targets {
+			a, err := sandbox.StartAgent(ctx, t, nil)
+			if err != nil {
+				return nil, err
+			}
+			targetAgents = append(targetAgents, a)
+		}
+		if agent, err = sandbox.StartAgentEnv(ctx, src, nil, agentEnv, agentArgs...); err != nil {
+			return nil, err
+		}
+		for _, t := range targets {
+			if err := src.Invite(ctx, t, namespace); err != nil {
+				return nil, err
+			}
+		}
+		for _, t := range targets {
+			if err := src.WaitTargetReady(ctx, t.Name, 60*time.Second); err != nil {
+				return nil, err
+			}
+		}
+	} else if agent, err = sandbox.StartAgentEnv(ctx, src, targets, agentEnv, agentArgs...); err != nil {
 		return nil, err
 	}
 	report := &Report{Config: cfg, Date: time.Now().UTC().Format(time.RFC3339)}
@@ -246,6 +272,9 @@ func run(cfg config, keep, hold bool) (*Report, error) {
 	procs := []process{{"agent", agent.PID()}}
 	for _, t := range targets {
 		procs = append(procs, process{t.Name + " scheduler", t.PIDs()[sandbox.Scheduler]})
+	}
+	for i, a := range targetAgents {
+		procs = append(procs, process{targets[i].Name + " agent", a.PID()})
 	}
 	var profiled, peaked chan error
 	stopPeak := func() {}

@@ -28,7 +28,11 @@ func (r *Report) Markdown() string {
 	if r.Config.AgentMemLimit != "" {
 		memLimit = ", agent GOMEMLIMIT=" + r.Config.AgentMemLimit
 	}
-	fmt.Fprintf(&b, "### K=%d targets × M=%d nodes, P=%d pods, rate %s, candidates to %s%s, %s\n\n", r.Config.Targets, r.Config.Nodes, r.Config.Pods, rateText(r.Config.Rate), cands, memLimit, r.Date)
+	access := "admin kubeconfigs"
+	if r.Config.Invite {
+		access = "invited (ClusterSource per target)"
+	}
+	fmt.Fprintf(&b, "### K=%d targets × M=%d nodes, P=%d pods, rate %s, candidates to %s%s, %s, %s\n\n", r.Config.Targets, r.Config.Nodes, r.Config.Pods, rateText(r.Config.Rate), cands, memLimit, access, r.Date)
 	fmt.Fprintln(&b, "| figure | flotilla | baseline (kube-scheduler, one cluster) | ratio |")
 	fmt.Fprintln(&b, "|---|---|---|---|")
 	row := func(name string, fv, bv float64, unit string) {

@@ -10,6 +10,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -43,7 +44,8 @@ func TestInvitation(t *testing.T) {
 	}
 	// The target's agent applies invitations; its tokens live 10 minutes,
 	// the shortest the API server issues.
-	if _, err := sandbox.StartAgent(ctx, tgt, nil, "--invitation-token-ttl=10m"); err != nil {
+	tgtAgent, err := sandbox.StartAgent(ctx, tgt, nil, "--invitation-token-ttl=10m")
+	if err != nil {
 		t.Fatal(err)
 	}
 	tgtCR := tgt.CRClient()
@@ -222,6 +224,93 @@ func TestInvitation(t *testing.T) {
 		if pods, err := tgtAdmin.CoreV1().Pods("private").List(ctx, metav1.ListOptions{}); err != nil || len(pods.Items) != 0 {
 			t.Fatalf("the target got pods of a namespace it did not invite: %v %v", pods, err)
 		}
+	})
+
+	t.Run("the summary tells the source what the target holds; an absurd one is not believed", func(t *testing.T) {
+		sum := &v1alpha1.ClusterSummary{}
+		waitFor(t, 30*time.Second, "the ClusterSummary", func() (bool, string) {
+			if err := tgtCR.Get(ctx, client.ObjectKey{Name: status.Summary}, sum); err != nil {
+				return false, err.Error()
+			}
+			st := sum.Status
+			return st.Nodes == 1 && st.Allocatable.Cpu().Cmp(resource.MustParse("8")) == 0 && st.Invitation == "src" &&
+				strings.Join(st.Namespaces, ",") == "fresh,"+placementNS && st.Free.Cpu().Cmp(resource.MustParse("6")) == 0,
+				fmt.Sprintf("%+v", st)
+		})
+		// With the target's agent stopped, nobody repairs the summary.
+		if err := tgtAgent.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		sum.Status.Nodes = -5
+		sum.Status.Free = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1e12")}
+		if err := tgtCR.Update(ctx, sum); err != nil {
+			t.Fatal(err)
+		}
+		if err := src.WaitTarget(ctx, client.ObjectKey{Name: "tgt"}, 15*time.Second, func(st *v1alpha1.TargetStatus) bool {
+			c := meta.FindStatusCondition(st.Conditions, v1alpha1.TargetReady)
+			return c != nil && c.Status == metav1.ConditionFalse && c.Reason == v1alpha1.ReasonSummaryInvalid && strings.Contains(c.Message, "nodes")
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if err := tgtAgent.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if err := tgtAgent.WaitReady(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := src.WaitTarget(ctx, client.ObjectKey{Name: "tgt"}, 30*time.Second, func(st *v1alpha1.TargetStatus) bool {
+			return meta.IsStatusConditionTrue(st.Conditions, v1alpha1.TargetReady)
+		}); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("a namespaced Source invites into its namespace only, and deleting it takes everything back", func(t *testing.T) {
+		createNamespace(t, tgtAdmin, "team")
+		src2 := &v1alpha1.Source{ObjectMeta: metav1.ObjectMeta{Name: "src2", Namespace: "team"}}
+		src2.Spec.ClusterName = "src2"
+		src2.Spec.Identity.ManagedServiceAccount = &v1alpha1.ManagedServiceAccount{}
+		if err := tgtCR.Create(ctx, src2); err != nil {
+			t.Fatal(err)
+		}
+		var st2 v1alpha1.SourceStatus
+		waitFor(t, 30*time.Second, "the Source Ready", func() (bool, string) {
+			got := &v1alpha1.Source{}
+			if err := tgtCR.Get(ctx, client.ObjectKeyFromObject(src2), got); err != nil {
+				return false, err.Error()
+			}
+			st2 = got.Status
+			return meta.IsStatusConditionTrue(got.Status.Conditions, v1alpha1.SourceReady), fmt.Sprintf("%+v", got.Status.Conditions)
+		})
+		kc, err := tgtAdmin.CoreV1().Secrets("team").Get(ctx, st2.KubeconfigSecret, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		team := clientFromKubeconfig(t, kc.Data[invitation.KubeconfigKey])
+		if _, err := team.CoreV1().Pods(placementNS).Create(ctx, candidatePod("x", "src2"), metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
+			t.Fatalf("a Source of namespace team let its source into %s: %v", placementNS, err)
+		}
+		waiting, err := team.CoreV1().Pods("team").Create(ctx, candidatePod("waiting", "src2"), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("creating a candidate in the invited namespace: %v", err)
+		}
+		if err := tgtCR.Delete(ctx, src2); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 30*time.Second, "access, identity and the waiting candidate gone", func() (bool, string) {
+			if _, err := team.CoreV1().Pods("team").List(ctx, metav1.ListOptions{}); !apierrors.IsUnauthorized(err) && !apierrors.IsForbidden(err) {
+				return false, fmt.Sprintf("still lists pods: %v", err)
+			}
+			if _, err := tgtAdmin.CoreV1().Pods("team").Get(ctx, waiting.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				return false, fmt.Sprintf("waiting candidate: %v", err)
+			}
+			rbs, err := tgtAdmin.RbacV1().RoleBindings("team").List(ctx, metav1.ListOptions{LabelSelector: invitation.InvitationLabel})
+			if err != nil || len(rbs.Items) != 0 {
+				return false, fmt.Sprintf("role bindings left: %v %v", rbs, err)
+			}
+			_, err = tgtAdmin.CoreV1().ServiceAccounts("team").Get(ctx, strings.TrimPrefix(st2.ServiceAccount, "team/"), metav1.GetOptions{})
+			return apierrors.IsNotFound(err), fmt.Sprintf("ServiceAccount: %v", err)
+		})
 	})
 
 	t.Run("the token is renewed and placement goes on", func(t *testing.T) {

@@ -85,3 +85,47 @@ func (c *Cluster) WaitTarget(ctx context.Context, key client.ObjectKey, timeout 
 	}
 	return nil
 }
+
+// Invite makes target t invite c the way an operator would, through CRs
+// only: a ClusterSource in t (a managed ServiceAccount, the given
+// namespaces, created there if missing), whose kubeconfig Secret is copied
+// into c and named by a ClusterTarget of c called t.Name. t's agent must be
+// running; c's agent then reaches t with the invited identity alone.
+func (c *Cluster) Invite(ctx context.Context, t *Cluster, namespaces ...string) error {
+	tcl := t.CRClient()
+	cs := &v1alpha1.ClusterSource{ObjectMeta: metav1.ObjectMeta{Name: c.Name}}
+	cs.Spec.ClusterName = c.Name
+	cs.Spec.Identity.ManagedServiceAccount = &v1alpha1.ManagedServiceAccount{}
+	cs.Spec.Namespaces = namespaces
+	cs.Spec.CreateNamespaces = true
+	if err := tcl.Create(ctx, cs); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating ClusterSource %s in %s: %w", c.Name, t.Name, err)
+	}
+	var secretName string
+	err := poll(ctx, 60*time.Second, func() (bool, error) {
+		got := &v1alpha1.ClusterSource{}
+		if err := tcl.Get(ctx, client.ObjectKeyFromObject(cs), got); err != nil {
+			return false, nil
+		}
+		secretName = got.Status.KubeconfigSecret
+		return meta.IsStatusConditionTrue(got.Status.Conditions, v1alpha1.SourceReady) && secretName != "", nil
+	})
+	if err != nil {
+		return fmt.Errorf("ClusterSource %s in %s not Ready: %w", c.Name, t.Name, err)
+	}
+	secret := &corev1.Secret{}
+	if err := tcl.Get(ctx, client.ObjectKey{Namespace: AgentNamespace, Name: secretName}, secret); err != nil {
+		return err
+	}
+	copied := KubeconfigSecret("flotilla-target-"+t.Name, nil)
+	copied.Data = secret.Data
+	if err := c.CRClient().Create(ctx, copied); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("copying the invitation's kubeconfig into %s: %w", c.Name, err)
+	}
+	ct := &v1alpha1.ClusterTarget{ObjectMeta: metav1.ObjectMeta{Name: t.Name}}
+	ct.Spec.KubeconfigSecretRef = &v1alpha1.SecretKeyRef{LocalSecretKeyRef: v1alpha1.LocalSecretKeyRef{Name: copied.Name}}
+	if err := c.CRClient().Create(ctx, ct); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating ClusterTarget %s: %w", t.Name, err)
+	}
+	return nil
+}
