@@ -70,14 +70,21 @@ func (h Health) apply(v view, synced bool) {
 		}
 		return metav1.ConditionFalse
 	}
-	setCondition(v, v1alpha1.TargetReachable, cond(h.Reachable), h.Reason, h.Message)
+	reachable, authorized := h.Reason, h.Reason
 	if h.Reachable {
-		setCondition(v, v1alpha1.TargetAuthorized, cond(h.Authorized), h.Reason, h.Message)
+		reachable = v1alpha1.ReasonConnected
+	}
+	if h.Authorized {
+		authorized = v1alpha1.ReasonConnected
+	}
+	setCondition(v, v1alpha1.TargetReachable, cond(h.Reachable), reachable, h.Message)
+	if h.Reachable {
+		setCondition(v, v1alpha1.TargetAuthorized, cond(h.Authorized), authorized, h.Message)
 	} else {
 		setCondition(v, v1alpha1.TargetAuthorized, metav1.ConditionUnknown, v1alpha1.ReasonUnreachable, "Not known while the target cannot be reached")
 	}
 	switch {
-	case !h.Reachable || !h.Authorized:
+	case !h.Reachable || !h.Authorized || h.Reason != v1alpha1.ReasonConnected:
 		setCondition(v, v1alpha1.TargetReady, metav1.ConditionFalse, h.Reason, h.Message)
 	case !synced:
 		setCondition(v, v1alpha1.TargetReady, metav1.ConditionFalse, v1alpha1.ReasonConnecting, "Listing this source's candidates in the target")

@@ -77,6 +77,10 @@ func TestAgentLeaderElection(t *testing.T) {
 	waitHTTP(t, "http://"+standby.probe+"/readyz")
 	checkOneCertificate(t, client, leader.webhook, standby.webhook)
 
+	// The cluster is its own target, so admitted pods are placed too.
+	if err := c.AddTarget(t.Context(), c); err != nil {
+		t.Fatal(err)
+	}
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ha", Labels: map[string]string{protocol.NamespaceEnabledLabel: "true"}}}
 	if _, err := client.CoreV1().Namespaces().Create(t.Context(), ns, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -108,6 +112,11 @@ func TestAgentLeaderElection(t *testing.T) {
 		}
 	}
 	mustAdmit("leader killed, standby serving")
+	// A real pod created while nobody leads: admitted now, placed by the
+	// standby once it leads.
+	if _, err := client.CoreV1().Pods(ns.Name).Create(t.Context(), optedInPod("during-failover", "10m"), metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating an opted-in pod while the leader is dead: %v", err)
+	}
 	newHolder := waitLeaseHolder(t, c, holder)
 	if newHolder == holder {
 		t.Fatalf("lease still held by the killed agent %s", holder)
@@ -120,6 +129,9 @@ func TestAgentLeaderElection(t *testing.T) {
 	waitHTTP(t, "http://"+standby.probe+"/readyz")
 	checkOneCertificate(t, client, standby.webhook)
 	mustAdmit("new leader ready")
+	waitPod(t, client, ns.Name, "during-failover", "placed by the new leader", func(p *corev1.Pod) bool {
+		return p.Spec.SchedulerName == protocol.SourceSchedulerName && p.Spec.NodeName == "flotilla-c1" && p.Status.Phase == corev1.PodRunning
+	})
 }
 
 // admitted dry-runs the creation of an opted-in pod and reports whether the
