@@ -72,7 +72,7 @@ type options struct {
 
 func (o *options) bind(fs *flag.FlagSet) {
 	fs.StringVar(&o.clusterName, "cluster-name", "", "Name of this cluster as its targets know it; labels every candidate it sends. Required.")
-	fs.StringVar(&o.namespace, "namespace", "", "The agent's namespace, where a ClusterTarget's kubeconfig Secret is looked for when its reference names none; defaults to the namespace the agent runs in, or kube-system outside a cluster.")
+	fs.StringVar(&o.namespace, "namespace", "", "The agent's namespace: where a ClusterTarget's kubeconfig Secret is looked for when its reference names none, and where a ClusterSource's managed ServiceAccount and its kubeconfig Secret are made; defaults to the namespace the agent runs in, or kube-system outside a cluster.")
 	fs.StringVar(&o.invitationServer, "invitation-server", "", "URL at which sources reach this cluster's API server, written into the kubeconfig of each invitation's managed ServiceAccount; defaults to the server the agent itself talks to.")
 	fs.DurationVar(&o.invitationTokenTTL, "invitation-token-ttl", 24*time.Hour, "Lifetime of the token in the kubeconfig written for an invitation's managed ServiceAccount (at least 10m, the API server's minimum); the source renews it itself before it expires.")
 	fs.DurationVar(&o.summaryInterval, "summary-interval", 5*time.Second, "How often at most each ClusterSummary is written, however fast nodes and pods change.")

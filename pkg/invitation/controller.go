@@ -182,7 +182,6 @@ func (c *Controller) reconcile(ctx context.Context, req reconcile.Request, obj c
 		return c.report(ctx, obj, before, status)
 	}
 	set(v1alpha1.SourceAccepted, true, v1alpha1.ReasonAccepted, "The invitation was understood")
-	status.Namespaces = inv.Namespaces
 	status.Summary = inv.SummaryName()
 	if ns, name := inv.ServiceAccount(); name != "" {
 		status.ServiceAccount = ns + "/" + name
@@ -195,11 +194,15 @@ func (c *Controller) reconcile(ctx context.Context, req reconcile.Request, obj c
 	}
 	if len(missing) > 0 {
 		set(v1alpha1.SourceNamespaceMissing, true, v1alpha1.ReasonNamespacesMissing,
-			fmt.Sprintf("Namespaces %s do not exist and the invitation does not let the agent create them (spec.createNamespaces); the source skips them", strings.Join(missing, ", ")))
+			fmt.Sprintf("Namespaces %s do not exist and the invitation does not let the agent create them (spec.createNamespaces); the source is not told of them until they exist", strings.Join(missing, ", ")))
 	} else {
 		set(v1alpha1.SourceNamespaceMissing, false, v1alpha1.ReasonNamespacesPresent, "Every invited namespace exists")
 	}
-	wait, err := c.apply(ctx, inv, present(inv.Namespaces, missing))
+	// The source watches and uses only the namespaces that exist: one it
+	// could not watch would keep the whole target from syncing.
+	covered := present(inv.Namespaces, missing)
+	status.Namespaces = covered
+	wait, err := c.apply(ctx, inv, covered)
 	if err != nil {
 		set(v1alpha1.SourceReady, false, v1alpha1.ReasonApplyFailed, err.Error())
 		return c.report(ctx, obj, before, status)
@@ -218,11 +221,11 @@ func (c *Controller) reconcile(ctx context.Context, req reconcile.Request, obj c
 		status.KubeconfigSecret = inv.KubeconfigSecretName()
 	}
 	c.Summaries.Set(inv.SummaryName(), summary.Invitation{
-		Name: inv.Ref(), Namespaces: inv.Namespaces, CreateNamespaces: inv.Spec.CreateNamespaces,
+		Name: inv.Ref(), Namespaces: covered, CreateNamespaces: inv.Spec.CreateNamespaces,
 		Labels: map[string]string{InvitationLabel: inv.ID()},
 	})
 	set(v1alpha1.SourceReady, true, v1alpha1.ReasonAccessGranted,
-		fmt.Sprintf("%s may send candidates to %d namespaces", inv.Username(), len(present(inv.Namespaces, missing))))
+		fmt.Sprintf("%s may send candidates to %d namespaces", inv.Username(), len(covered)))
 	return c.report(ctx, obj, before, status)
 }
 
@@ -317,7 +320,8 @@ func (c *Controller) apply(ctx context.Context, inv Invitation, namespaces []str
 		return policySettle - max(age, 0), nil
 	}
 	objs := []client.Object{inv.ClusterRole(), inv.ClusterRoleBinding()}
-	if _, name := inv.ServiceAccount(); name != "" && inv.Spec.Identity.ManagedServiceAccount != nil {
+	if _, name := inv.ServiceAccount(); name != "" {
+		// Any invited ServiceAccount renews its own tokens.
 		objs = append(objs, inv.TokenRole(), inv.TokenRoleBinding())
 	}
 	for _, ns := range namespaces {
@@ -480,6 +484,8 @@ func (c *Controller) revoke(ctx context.Context, inv Invitation) error {
 		ns, name := inv.ServiceAccount()
 		del(&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}})
 		del(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: inv.KubeconfigSecretName()}})
+	}
+	if _, name := inv.ServiceAccount(); name != "" {
 		del(inv.TokenRoleBinding())
 		del(inv.TokenRole())
 	}

@@ -134,7 +134,14 @@ func (d Delegates) Get(source *corev1.Pod) (*corev1.Pod, error) {
 	if !d.Target.HasSynced() {
 		return nil, fmt.Errorf("target %s: candidates not listed yet: %v", d.Target.Name, d.Target.Err())
 	}
-	pod, ok := d.Target.Candidate(d.namespace(source), d.name(source))
+	ns := d.namespace(source)
+	if !d.Target.Covers(ns) {
+		// Not "no delegate": the source no longer watches that namespace
+		// (the invitation changed), so it cannot tell; the pod keeps its
+		// last status rather than being failed.
+		return nil, fmt.Errorf("target %s: the invitation no longer covers namespace %s", d.Target.Name, ns)
+	}
+	pod, ok := d.Target.Candidate(ns, d.name(source))
 	if !ok {
 		return nil, nil
 	}
