@@ -43,6 +43,10 @@ type pool struct {
 
 var shared = &pool{max: maxPooled, strings: map[string]string{}}
 
+// Intern returns the shared copy of s, for other caches of the agent whose
+// strings repeat from object to object.
+func Intern(s string) string { return shared.intern(s) }
+
 // intern returns the pool's copy of s, adding s when it has none.
 func (p *pool) intern(s string) string {
 	if s == "" {

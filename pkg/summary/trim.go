@@ -1,11 +1,11 @@
 package summary
 
 import (
-	"sync"
-
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/flotilla-dev/flotilla/pkg/slim"
 )
 
 // The publisher's caches hold every node and every bound pod of the
@@ -54,8 +54,8 @@ func trimPod(obj any) (any, error) {
 		return obj, nil
 	}
 	u := usageOf(pod)
-	u.namespace = sharedStrings.intern(u.namespace)
-	u.nodeName = sharedStrings.intern(u.nodeName)
+	u.namespace = slim.Intern(u.namespace)
+	u.nodeName = slim.Intern(u.nodeName)
 	return u, nil
 }
 
@@ -124,31 +124,3 @@ func nodeChanged(oldObj, newObj any) bool {
 		!equality.Semantic.DeepEqual(o.Status, n.Status)
 }
 
-// A decoded pod carries its own copy of every string; the namespace and
-// node name of a podUsage repeat from pod to pod, so they share one copy.
-// The pool is bounded: when full it starts over, and strings already
-// shared stay shared (as pkg/slim's pool does for the agent's pods).
-const maxPooled = 1 << 14
-
-type stringPool struct {
-	mu      sync.Mutex
-	strings map[string]string
-}
-
-var sharedStrings = &stringPool{strings: map[string]string{}}
-
-func (p *stringPool) intern(s string) string {
-	if s == "" {
-		return s
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if c, ok := p.strings[s]; ok {
-		return c
-	}
-	if len(p.strings) >= maxPooled {
-		clear(p.strings)
-	}
-	p.strings[s] = s
-	return s
-}
