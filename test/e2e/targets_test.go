@@ -83,6 +83,34 @@ func TestLiveTargets(t *testing.T) {
 		})
 	})
 
+	t.Run("a fixed Secret takes effect without a restart", func(t *testing.T) {
+		data, err := os.ReadFile(t2.Kubeconfig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		secret := sandbox.KubeconfigSecret("wrong-ca", data)
+		if err := cl.Update(ctx, secret); err != nil {
+			t.Fatal(err)
+		}
+		if err := src.WaitTarget(ctx, client.ObjectKey{Name: "wrong-ca"}, 20*time.Second, func(st *v1alpha1.TargetStatus) bool {
+			return meta.IsStatusConditionTrue(st.Conditions, v1alpha1.TargetReady) && st.VirtualNode == "flotilla-wrong-ca"
+		}); err != nil {
+			t.Fatal(err)
+		}
+		// Back out: the next subtests want t2 unused.
+		if err := cl.Delete(ctx, &v1alpha1.ClusterTarget{ObjectMeta: metav1.ObjectMeta{Name: "wrong-ca"}}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 30*time.Second, "target wrong-ca and its node removed", func() (bool, string) {
+			err := cl.Get(ctx, client.ObjectKey{Name: "wrong-ca"}, &v1alpha1.ClusterTarget{})
+			if !apierrors.IsNotFound(err) {
+				return false, fmt.Sprintf("ClusterTarget: %v", err)
+			}
+			_, err = srcClient.CoreV1().Nodes().Get(ctx, "flotilla-wrong-ca", metav1.GetOptions{})
+			return apierrors.IsNotFound(err), fmt.Sprintf("node: %v", err)
+		})
+	})
+
 	t.Run("kubeconfigs that are garbled, run commands or read files are refused", func(t *testing.T) {
 		for name, kubeconfig := range map[string]string{
 			"garbled": "{{{ this is not a kubeconfig",
