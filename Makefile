@@ -14,6 +14,8 @@ generate:
 	hack/tools.sh controller-gen
 	$(BIN)/controller-gen object paths=./api/... crd:crdVersions=v1 output:crd:dir=config/crd
 	$(BIN)/controller-gen rbac:roleName=flotilla-agent paths=./pkg/... output:rbac:dir=config/rbac
+	rm -f charts/flotilla/crds/*.yaml && cp config/crd/*.yaml charts/flotilla/crds/
+	cp config/rbac/role.yaml charts/flotilla/files/agent-rbac.yaml
 
 ## tools: build the pinned etcd, kube-apiserver, kube-controller-manager, kwok, helm and controller-gen into ./bin
 tools:

@@ -55,6 +55,7 @@ type options struct {
 	webhookService    string
 	webhookServiceNS  string
 	webhookConfigName string
+	webhookInjectOnly bool
 
 	kubeAPIQPS   float64
 	kubeAPIBurst int
@@ -92,6 +93,7 @@ func (o *options) bind(fs *flag.FlagSet) {
 	fs.StringVar(&o.webhookService, "webhook-service-name", "", "Service in front of the agent's webhook; with --webhook-url empty and this empty, the agent does not register its webhook.")
 	fs.StringVar(&o.webhookServiceNS, "webhook-service-namespace", "", "Namespace of --webhook-service-name; defaults to the agent's namespace.")
 	fs.StringVar(&o.webhookConfigName, "webhook-configuration-name", "flotilla-agent", "Name of the MutatingWebhookConfiguration the agent keeps up to date.")
+	fs.BoolVar(&o.webhookInjectOnly, "webhook-inject-only", false, "The MutatingWebhookConfiguration --webhook-configuration-name is kept by someone else (the Helm chart, so that uninstalling removes it): the agent only injects its CA into it, and --webhook-url and --webhook-service-name are not used.")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; \"0\" disables it.")
 	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz endpoints bind to.")
 	fs.StringVar(&o.pprofAddr, "pprof-bind-address", "", "Address of Go's /debug/pprof profiles; empty disables them.")

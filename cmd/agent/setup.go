@@ -30,7 +30,9 @@ func setupWebhook(mgr manager.Manager, kube kubernetes.Interface, opts options) 
 		Host:     opts.webhookHost,
 		Port:     opts.webhookPort,
 	}
-	if opts.webhookURL != "" || opts.webhookService != "" {
+	if opts.webhookInjectOnly {
+		webhookOpts.InjectInto = opts.webhookConfigName
+	} else if opts.webhookURL != "" || opts.webhookService != "" {
 		webhookOpts.Registration = &flotillawebhook.Registration{
 			Name:             opts.webhookConfigName,
 			URL:              opts.webhookURL,

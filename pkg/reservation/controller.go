@@ -46,6 +46,11 @@ const staleWindow = 30 * time.Second
 // +kubebuilder:rbac:groups="",resources=pods/binding,verbs=create
 // +kubebuilder:rbac:groups="",resources=pods/status,verbs=patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+//
+// It runs on the leader only: the agent's leader-election Lease lives in the
+// agent's namespace (flotilla-system stands for it).
+// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=flotilla-system,resources=leases,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",namespace=flotilla-system,resources=events,verbs=create;patch
 
 // Controller places source pods: it fans candidates out, runs the election,
 // binds the source pod to the winner's virtual node and cleans up the rest.

@@ -123,4 +123,3 @@ func nodeChanged(oldObj, newObj any) bool {
 		!equality.Semantic.DeepEqual(o.Spec, n.Spec) ||
 		!equality.Semantic.DeepEqual(o.Status, n.Status)
 }
-

@@ -56,7 +56,6 @@ const (
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;update;patch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=nodes/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
 
 // Controller turns Targets and ClusterTargets into running targets: for each
 // it connects a Target (client, candidate informer), puts it in the Set that

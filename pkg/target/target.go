@@ -35,6 +35,10 @@ const callTimeout = 10 * time.Second
 
 const bySourceIndex = "flotilla-source"
 
+// A self target sends candidates into the agent's own cluster with the
+// agent's own identity.
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;patch;delete
+
 // Target is one target cluster as a source sees it.
 type Target struct {
 	// Name is how the source calls the target: a ClusterTarget's name, or

@@ -41,6 +41,10 @@ type Options struct {
 	// Registration, when set, is the MutatingWebhookConfiguration every
 	// replica keeps and the rotator injects the CA into.
 	Registration *Registration
+	// InjectInto, when Registration is nil, names a
+	// MutatingWebhookConfiguration someone else keeps (the Helm chart): the
+	// rotator only injects the CA into it.
+	InjectInto string
 }
 
 // The rotator's cache lists and watches every Secret of the agent's
@@ -73,6 +77,8 @@ func Setup(mgr manager.Manager, kube kubernetes.Interface, opts Options) error {
 	var webhooks []rotator.WebhookInfo
 	if opts.Registration != nil {
 		webhooks = append(webhooks, rotator.WebhookInfo{Name: opts.Registration.Name, Type: rotator.Mutating})
+	} else if opts.InjectInto != "" {
+		webhooks = append(webhooks, rotator.WebhookInfo{Name: opts.InjectInto, Type: rotator.Mutating})
 	}
 	// One replica rotates and injects at a time: cert-controller's
 	// RequireLeaderElection runs the rotator, its cache and its injecting

@@ -1,0 +1,46 @@
+{{/* Names and labels of the chart's objects. */}}
+{{- define "flotilla.fullname" -}}
+{{- if contains "flotilla" .Release.Name -}}
+{{- .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-flotilla" .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "flotilla.agent" -}}{{ include "flotilla.fullname" . }}-agent{{- end -}}
+{{- define "flotilla.scheduler" -}}{{ include "flotilla.fullname" . }}-scheduler{{- end -}}
+{{- define "flotilla.webhookSecret" -}}{{ include "flotilla.agent" . }}-webhook-cert{{- end -}}
+
+{{- define "flotilla.labels" -}}
+app.kubernetes.io/name: flotilla
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "flotilla.selector" -}}
+app.kubernetes.io/name: flotilla
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "flotilla.image" -}}
+{{- $img := index .root.Values.image .component -}}
+{{- printf "%s:%s" $img.repository (default .root.Chart.AppVersion $img.tag) -}}
+{{- end -}}
+
+{{/* GOMEMLIMIT: a share of the agent's memory limit, in MiB. */}}
+{{- define "flotilla.gomemlimit" -}}
+{{- $limit := toString (dig "limits" "memory" "" .Values.agent.resources) -}}
+{{- if and $limit (gt (int .Values.agent.gomemlimitPercent) 0) -}}
+{{- $m := regexFindAll "^([0-9]+)(Ki|Mi|Gi)$" $limit 1 -}}
+{{- if not $m -}}
+{{- fail (printf "agent.resources.limits.memory %q: write it as a whole number of Ki, Mi or Gi to derive GOMEMLIMIT, or set agent.gomemlimitPercent to 0" $limit) -}}
+{{- end -}}
+{{- $n := int (regexReplaceAll "[^0-9]" $limit "") -}}
+{{- $mib := $n -}}
+{{- if hasSuffix "Ki" $limit }}{{ $mib = div $n 1024 }}{{ end -}}
+{{- if hasSuffix "Gi" $limit }}{{ $mib = mul $n 1024 }}{{ end -}}
+{{- printf "%dMiB" (div (mul $mib (int .Values.agent.gomemlimitPercent)) 100) -}}
+{{- end -}}
+{{- end -}}

@@ -1,0 +1,354 @@
+package sandbox
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+)
+
+// ReleaseNamespace is where the sandbox installs Flotilla's chart.
+const ReleaseNamespace = "flotilla-system"
+
+// ReleaseOptions describe a Helm release of charts/flotilla in a sandbox
+// cluster.
+type ReleaseOptions struct {
+	// Name of the release; default "flotilla".
+	Name string
+	// Set are extra --set values.
+	Set []string
+	// AgentEnv is added to the agent's environment; AgentArgs to its flags.
+	AgentEnv, AgentArgs []string
+	// Scheduler runs the release's scheduler too. The cluster's own
+	// scheduler must then not serve the flotilla profile.
+	Scheduler bool
+}
+
+// Release is a Flotilla release installed with the real helm, whose agent
+// (and, when asked, scheduler) pod runs as a local process with what the
+// chart gives the pod: its arguments, environment, mounted ConfigMaps and
+// Secrets, and a token of its ServiceAccount. There is no container runtime
+// here, so the Deployments' own pods stay Pending (a node selector no node
+// matches); the process stands in for one replica. What the sandbox changes
+// is only where things are: listen addresses become free ports on
+// 127.0.0.1, mount paths become folders, and the in-cluster connection
+// becomes a kubeconfig with the ServiceAccount's token.
+type Release struct {
+	Cluster   *Cluster
+	Name      string
+	Agent     *Agent
+	Scheduler *Process
+	// WebhookURL is where the API server calls the agent's webhook.
+	WebhookURL string
+}
+
+// InstallRelease installs (or upgrades) the chart in c and starts its agent,
+// waiting until it is ready.
+func (c *Cluster) InstallRelease(ctx context.Context, opts ReleaseOptions) (*Release, error) {
+	if opts.Name == "" {
+		opts.Name = "flotilla"
+	}
+	ports, err := FreePorts(4)
+	if err != nil {
+		return nil, err
+	}
+	r := &Release{Cluster: c, Name: opts.Name, WebhookURL: fmt.Sprintf("https://localhost:%d/mutate-pods", ports[2])}
+	set := append([]string{
+		"clusterName=" + c.Name,
+		"webhook.url=" + r.WebhookURL,
+		// The Deployments' pods wait: their processes run here instead.
+		"agent.nodeSelector.flotilla\\.dev/sandbox=runs-as-process",
+		"scheduler.nodeSelector.flotilla\\.dev/sandbox=runs-as-process",
+	}, opts.Set...)
+	if _, err := c.Helm(ctx, append([]string{"upgrade", "--install", opts.Name, ChartDir(), "-n", ReleaseNamespace, "--create-namespace", "--wait=false"}, setArgs(set)...)...); err != nil {
+		return nil, err
+	}
+	manifest, err := c.Helm(ctx, "get", "manifest", opts.Name, "-n", ReleaseNamespace)
+	if err != nil {
+		return nil, err
+	}
+	deployments, err := deploymentsOf(manifest)
+	if err != nil {
+		return nil, err
+	}
+	agentDep, ok := deployments["agent"]
+	if !ok {
+		return nil, fmt.Errorf("release %s renders no agent Deployment", opts.Name)
+	}
+	pod, err := c.podProcess(ctx, opts.Name+"-agent", agentDep)
+	if err != nil {
+		return nil, err
+	}
+	r.Agent = &Agent{Cluster: c, ProbeAddr: "127.0.0.1:" + strconv.Itoa(ports[0]), MetricsAddr: "127.0.0.1:" + strconv.Itoa(ports[1])}
+	args := replaceFlags(pod.args, map[string]string{
+		"--health-probe-bind-address": r.Agent.ProbeAddr,
+		"--metrics-bind-address":      r.Agent.MetricsAddr,
+		"--webhook-port":              strconv.Itoa(ports[2]),
+	})
+	args = append(args, "--webhook-bind-host=127.0.0.1", "--kubeconfig="+pod.kubeconfig)
+	p, err := c.RunEnv("agent", filepath.Join(c.binDir, "flotilla-agent"), append(pod.env, opts.AgentEnv...), append(args, opts.AgentArgs...)...)
+	if err != nil {
+		return nil, err
+	}
+	r.Agent.Process = p
+	if err := r.Agent.WaitReady(ctx); err != nil {
+		return nil, err
+	}
+	if opts.Scheduler {
+		schedDep, ok := deployments["scheduler"]
+		if !ok {
+			return nil, fmt.Errorf("release %s renders no scheduler Deployment", opts.Name)
+		}
+		pod, err := c.podProcess(ctx, opts.Name+"-scheduler", schedDep)
+		if err != nil {
+			return nil, err
+		}
+		// Its configuration file names no kubeconfig (in a pod it is the
+		// in-cluster one); here it is the ServiceAccount's.
+		if err := setSchedulerKubeconfig(pod, pod.kubeconfig); err != nil {
+			return nil, err
+		}
+		args := append(pod.args,
+			"--bind-address=127.0.0.1",
+			"--secure-port="+strconv.Itoa(ports[3]),
+			"--cert-dir="+filepath.Join(pod.dir, "certs"),
+			"--authentication-kubeconfig="+pod.kubeconfig,
+			"--authorization-kubeconfig="+pod.kubeconfig,
+		)
+		if r.Scheduler, err = c.Run("release-scheduler", filepath.Join(c.binDir, "flotilla-scheduler"), args...); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// Uninstall runs helm uninstall after stopping the release's processes.
+func (r *Release) Uninstall(ctx context.Context) error {
+	for _, p := range []*Process{r.Scheduler, r.agentProcess()} {
+		if p != nil {
+			if err := p.Stop(); err != nil {
+				return err
+			}
+		}
+	}
+	_, err := r.Cluster.Helm(ctx, "uninstall", r.Name, "-n", ReleaseNamespace, "--wait", "--timeout", "60s")
+	return err
+}
+
+func (r *Release) agentProcess() *Process {
+	if r.Agent == nil {
+		return nil
+	}
+	return r.Agent.Process
+}
+
+// Helm runs the pinned helm against the cluster and returns its output.
+func (c *Cluster) Helm(ctx context.Context, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(c.binDir, "helm"), append(args, "--kubeconfig", c.Kubeconfig)...)
+	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+filepath.Join(c.dir, "helm", "cache"),
+		"HELM_CONFIG_HOME="+filepath.Join(c.dir, "helm", "config"), "HELM_DATA_HOME="+filepath.Join(c.dir, "helm", "data"))
+	var out, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &stderr
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("helm %s: %w: %s", strings.Join(args, " "), err, stderr.String())
+	}
+	return out.Bytes(), nil
+}
+
+// ChartDir is charts/flotilla of the checkout.
+func ChartDir() string {
+	root, err := RepoRoot()
+	if err != nil {
+		return "charts/flotilla"
+	}
+	return filepath.Join(root, "charts", "flotilla")
+}
+
+func setArgs(values []string) []string {
+	var out []string
+	for _, v := range values {
+		out = append(out, "--set", v)
+	}
+	return out
+}
+
+// deploymentsOf finds the Deployments of a manifest by their component label.
+func deploymentsOf(manifest []byte) (map[string]*appsv1.Deployment, error) {
+	out := map[string]*appsv1.Deployment{}
+	dec := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(manifest)))
+	for {
+		doc, err := dec.Read()
+		if err == io.EOF {
+			return out, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		var meta metav1.TypeMeta
+		if err := yaml.Unmarshal(doc, &meta); err != nil || meta.Kind != "Deployment" {
+			continue
+		}
+		d := &appsv1.Deployment{}
+		if err := yaml.UnmarshalStrict(doc, d); err != nil {
+			return nil, fmt.Errorf("decoding a Deployment of the release: %w", err)
+		}
+		out[d.Labels["app.kubernetes.io/component"]] = d
+	}
+}
+
+// podProcess is what a process needs to stand in for a Deployment's pod.
+type podProcess struct {
+	dir        string
+	args, env  []string
+	kubeconfig string
+	// files maps a mount path to its folder here.
+	mounts map[string]string
+}
+
+func (c *Cluster) podProcess(ctx context.Context, name string, d *appsv1.Deployment) (*podProcess, error) {
+	spec := d.Spec.Template.Spec
+	if len(spec.Containers) != 1 {
+		return nil, fmt.Errorf("Deployment %s has %d containers; the sandbox runs one", d.Name, len(spec.Containers))
+	}
+	container := spec.Containers[0]
+	p := &podProcess{dir: filepath.Join(c.dir, "release", name), mounts: map[string]string{}}
+	if err := os.MkdirAll(p.dir, 0o700); err != nil {
+		return nil, err
+	}
+	client := c.Client()
+	// The ServiceAccount's own token, as the kubelet would mount it.
+	tr, err := client.CoreV1().ServiceAccounts(d.Namespace).CreateToken(ctx, spec.ServiceAccountName, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](48 * 3600)},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("a token of ServiceAccount %s/%s: %w", d.Namespace, spec.ServiceAccountName, err)
+	}
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["in-cluster"] = &clientcmdapi.Cluster{Server: c.Host, CertificateAuthorityData: c.pki.caCert}
+	kc.AuthInfos["sa"] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
+	kc.Contexts["in-cluster"] = &clientcmdapi.Context{Cluster: "in-cluster", AuthInfo: "sa", Namespace: d.Namespace}
+	kc.CurrentContext = "in-cluster"
+	p.kubeconfig = filepath.Join(p.dir, "kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, p.kubeconfig); err != nil {
+		return nil, err
+	}
+	volumes := map[string]corev1.Volume{}
+	for _, v := range spec.Volumes {
+		volumes[v.Name] = v
+	}
+	for _, m := range container.VolumeMounts {
+		v, ok := volumes[m.Name]
+		if !ok {
+			return nil, fmt.Errorf("Deployment %s mounts unknown volume %s", d.Name, m.Name)
+		}
+		local := filepath.Join(p.dir, "volumes", m.Name)
+		if err := os.MkdirAll(local, 0o700); err != nil {
+			return nil, err
+		}
+		switch {
+		case v.EmptyDir != nil:
+		case v.ConfigMap != nil:
+			cm, err := client.CoreV1().ConfigMaps(d.Namespace).Get(ctx, v.ConfigMap.Name, metav1.GetOptions{})
+			if err != nil {
+				return nil, fmt.Errorf("ConfigMap %s of Deployment %s: %w", v.ConfigMap.Name, d.Name, err)
+			}
+			for k, data := range cm.Data {
+				if err := os.WriteFile(filepath.Join(local, k), []byte(data), 0o600); err != nil {
+					return nil, err
+				}
+			}
+		case v.Secret != nil:
+			s, err := client.CoreV1().Secrets(d.Namespace).Get(ctx, v.Secret.SecretName, metav1.GetOptions{})
+			if err != nil {
+				return nil, fmt.Errorf("Secret %s of Deployment %s: %w", v.Secret.SecretName, d.Name, err)
+			}
+			for k, data := range s.Data {
+				if err := os.WriteFile(filepath.Join(local, k), data, 0o600); err != nil {
+					return nil, err
+				}
+			}
+		default:
+			return nil, fmt.Errorf("Deployment %s: the sandbox cannot stand in for volume %s", d.Name, v.Name)
+		}
+		p.mounts[m.MountPath] = local
+	}
+	for _, a := range append(slicesClone(container.Command[min(1, len(container.Command)):]), container.Args...) {
+		for path, local := range p.mounts {
+			a = strings.ReplaceAll(a, path, local)
+		}
+		p.args = append(p.args, a)
+	}
+	for _, e := range container.Env {
+		switch {
+		case e.ValueFrom == nil:
+			p.env = append(p.env, e.Name+"="+e.Value)
+		case e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.namespace":
+			p.env = append(p.env, e.Name+"="+d.Namespace)
+		default:
+			return nil, fmt.Errorf("Deployment %s: the sandbox cannot resolve env %s", d.Name, e.Name)
+		}
+	}
+	return p, nil
+}
+
+func slicesClone(s []string) []string { return append([]string(nil), s...) }
+
+// replaceFlags sets --flag=value for each flag present in args.
+func replaceFlags(args []string, values map[string]string) []string {
+	out := make([]string, 0, len(args))
+	for _, a := range args {
+		name, _, _ := strings.Cut(a, "=")
+		if v, ok := values[name]; ok {
+			a = name + "=" + v
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+// setSchedulerKubeconfig points the KubeSchedulerConfiguration mounted for
+// the scheduler at kubeconfig.
+func setSchedulerKubeconfig(p *podProcess, kubeconfig string) error {
+	for _, a := range p.args {
+		path, ok := strings.CutPrefix(a, "--config=")
+		if !ok {
+			continue
+		}
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		cfg := map[string]any{}
+		if err := yaml.Unmarshal(raw, &cfg); err != nil {
+			return fmt.Errorf("the release's scheduler configuration: %w", err)
+		}
+		conn, _ := cfg["clientConnection"].(map[string]any)
+		if conn == nil {
+			conn = map[string]any{}
+		}
+		conn["kubeconfig"] = kubeconfig
+		cfg["clientConnection"] = conn
+		out, err := yaml.Marshal(cfg)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(path, out, 0o600)
+	}
+	return fmt.Errorf("the release's scheduler has no --config")
+}
