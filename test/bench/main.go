@@ -40,8 +40,8 @@ type config struct {
 	Profile       bool   `json:"-"`
 	// Invite: every target runs an agent and invites the source through a
 	// ClusterSource; the source reaches it with the invited identity only.
-	Invite bool `json:"invite"`
-	Out           string `json:"-"`
+	Invite bool   `json:"invite"`
+	Out    string `json:"-"`
 }
 
 func main() {

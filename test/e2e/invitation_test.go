@@ -10,8 +10,8 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -234,7 +234,7 @@ func TestInvitation(t *testing.T) {
 			}
 			st := sum.Status
 			return st.Nodes == 1 && st.Allocatable.Cpu().Cmp(resource.MustParse("8")) == 0 && st.Invitation == "src" &&
-				strings.Join(st.Namespaces, ",") == "fresh,"+placementNS && st.Free.Cpu().Cmp(resource.MustParse("6")) == 0,
+					strings.Join(st.Namespaces, ",") == "fresh,"+placementNS && st.Free.Cpu().Cmp(resource.MustParse("6")) == 0,
 				fmt.Sprintf("%+v", st)
 		})
 		// With the target's agent stopped, nobody repairs the summary.
