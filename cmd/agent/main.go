@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/flotilla-dev/flotilla/api/v1alpha1"
+	"github.com/flotilla-dev/flotilla/pkg/cleanup"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
 	"github.com/flotilla-dev/flotilla/pkg/slim"
 )
@@ -36,6 +37,10 @@ import (
 type options struct {
 	clusterName string
 	namespace   string
+
+	cleanup            bool
+	cleanupDeployments string
+	cleanupLeases      string
 
 	invitationServer   string
 	invitationTokenTTL time.Duration
@@ -74,6 +79,9 @@ type options struct {
 func (o *options) bind(fs *flag.FlagSet) {
 	fs.StringVar(&o.clusterName, "cluster-name", "", "Name of this cluster as its targets know it; labels every candidate it sends. Required.")
 	fs.StringVar(&o.namespace, "namespace", "", "The agent's namespace: where a ClusterTarget's kubeconfig Secret is looked for when its reference names none, and where a ClusterSource's managed ServiceAccount and its kubeconfig Secret are made; defaults to the namespace the agent runs in, or kube-system outside a cluster.")
+	fs.BoolVar(&o.cleanup, "cleanup", false, "Instead of running, remove what the agent made that its Helm release does not own (virtual nodes, finalizers, the access granted to sources, ClusterSummaries, Leases) and exit: the chart's pre-delete hook.")
+	fs.StringVar(&o.cleanupDeployments, "cleanup-deployments", "", "With --cleanup: comma-separated Deployments of --namespace scaled to zero first, so that nothing makes those objects again.")
+	fs.StringVar(&o.cleanupLeases, "cleanup-leases", "", "With --cleanup: comma-separated leader-election Leases of --namespace to delete.")
 	fs.StringVar(&o.invitationServer, "invitation-server", "", "URL at which sources reach this cluster's API server, written into the kubeconfig of each invitation's managed ServiceAccount; defaults to the server the agent itself talks to.")
 	fs.DurationVar(&o.invitationTokenTTL, "invitation-token-ttl", 24*time.Hour, "Lifetime of the token in the kubeconfig written for an invitation's managed ServiceAccount (at least 10m, the API server's minimum); the source renews it itself before it expires.")
 	fs.DurationVar(&o.summaryInterval, "summary-interval", 5*time.Second, "How often at most each ClusterSummary is written, however fast nodes and pods change.")
@@ -140,6 +148,9 @@ func main() {
 }
 
 func run(opts options) error {
+	if opts.cleanup {
+		return runCleanup(opts)
+	}
 	if err := opts.validate(); err != nil {
 		return err
 	}
@@ -229,4 +240,29 @@ func leaderElectionNamespace(flagValue string) string {
 		return string(ns)
 	}
 	return "kube-system"
+}
+
+// runCleanup is --cleanup: the chart's pre-delete hook.
+func runCleanup(opts options) error {
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("loading kubeconfig: %w", err)
+	}
+	scheme := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(v1alpha1.AddToScheme(scheme))
+	cl, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return err
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	ctx := ctrl.SetupSignalHandler()
+	return cleanup.Run(ctx, cl, cl, kube, cleanup.Options{
+		Namespace:   leaderElectionNamespace(opts.namespace),
+		Deployments: splitList(opts.cleanupDeployments),
+		Leases:      splitList(opts.cleanupLeases),
+	})
 }

@@ -472,8 +472,12 @@ func ServerOf(cfg *rest.Config) (string, []byte, error) {
 // candidates that wait; bound ones run on.
 func (c *Controller) revoke(ctx context.Context, inv Invitation) error {
 	log := klog.FromContext(ctx)
-	c.Summaries.Remove(inv.SummaryName())
 	var errs []error
+	if c.Summaries != nil {
+		c.Summaries.Remove(inv.SummaryName())
+	} else if err := c.Client.Delete(ctx, &v1alpha1.ClusterSummary{ObjectMeta: metav1.ObjectMeta{Name: inv.SummaryName()}}); err != nil && !apierrors.IsNotFound(err) {
+		errs = append(errs, err)
+	}
 	del := func(o client.Object) {
 		if err := c.Client.Delete(ctx, o); err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, err)
@@ -593,4 +597,48 @@ func (s sweeper) sweep(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// RevokeAll revokes every invitation and releases its finalizer, for an
+// uninstall: afterwards nothing the agent made for a source is left and the
+// Sources and ClusterSources can be deleted without the agent.
+func (c *Controller) RevokeAll(ctx context.Context) error {
+	var errs []error
+	sources := &v1alpha1.SourceList{}
+	if err := c.Client.List(ctx, sources); err != nil {
+		return err
+	}
+	for i := range sources.Items {
+		src := &sources.Items[i]
+		inv := Invitation{Kind: "Source", Namespace: src.Namespace, Name: src.Name, Spec: src.Spec.SourceCommon,
+			Namespaces: []string{src.Namespace}, AgentNamespace: c.AgentNamespace}
+		errs = append(errs, c.revokeAndRelease(ctx, src, inv))
+	}
+	clusterSources := &v1alpha1.ClusterSourceList{}
+	if err := c.Client.List(ctx, clusterSources); err != nil {
+		return err
+	}
+	for i := range clusterSources.Items {
+		cs := &clusterSources.Items[i]
+		inv := Invitation{Kind: "ClusterSource", Name: cs.Name, Spec: cs.Spec.SourceCommon, AgentNamespace: c.AgentNamespace}
+		ns, err := c.namespacesOf(ctx, cs)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		inv.Namespaces = ns
+		errs = append(errs, c.revokeAndRelease(ctx, cs, inv))
+	}
+	errs = append(errs, sweeper{c}.sweep(ctx))
+	return errors.Join(errs...)
+}
+
+func (c *Controller) revokeAndRelease(ctx context.Context, obj client.Object, inv Invitation) error {
+	if err := c.revoke(ctx, inv); err != nil {
+		return err
+	}
+	patch := client.MergeFrom(obj.DeepCopyObject().(client.Object))
+	if controllerutil.RemoveFinalizer(obj, Finalizer) {
+		return client.IgnoreNotFound(c.Client.Patch(ctx, obj, patch))
+	}
+	return nil
 }

@@ -583,3 +583,40 @@ func setCondition(v view, typ string, status metav1.ConditionStatus, reason, mes
 		Type: typ, Status: status, Reason: reason, Message: message, ObservedGeneration: v.obj.GetGeneration(),
 	})
 }
+
+// ReleaseAll deletes the virtual node of every Target and ClusterTarget and
+// releases their finalizers, for an uninstall: the agent is gone, so nobody
+// would drain them. Pods bound to the deleted nodes are then removed by the
+// cluster's pod garbage collector; delegates in the targets stay until the
+// targets revoke the invitation.
+func ReleaseAll(ctx context.Context, cl client.Client, kube kubernetes.Interface) error {
+	var errs []error
+	release := func(obj client.Object, node string) {
+		if err := kube.CoreV1().Nodes().Delete(ctx, node, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("deleting virtual node %s: %w", node, err))
+		}
+		patch := client.MergeFrom(obj.DeepCopyObject().(client.Object))
+		if controllerutil.RemoveFinalizer(obj, Finalizer) {
+			if err := cl.Patch(ctx, obj, patch); err != nil && !apierrors.IsNotFound(err) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	targets := &v1alpha1.TargetList{}
+	if err := cl.List(ctx, targets); err != nil {
+		return err
+	}
+	for i := range targets.Items {
+		t := &targets.Items[i]
+		release(t, protocol.VirtualNodeName(t.Namespace, t.Name))
+	}
+	clusterTargets := &v1alpha1.ClusterTargetList{}
+	if err := cl.List(ctx, clusterTargets); err != nil {
+		return err
+	}
+	for i := range clusterTargets.Items {
+		t := &clusterTargets.Items[i]
+		release(t, protocol.VirtualNodeName("", t.Name))
+	}
+	return errors.Join(errs...)
+}

@@ -9,9 +9,15 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
+	crclient "sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/flotilla-dev/flotilla/api/v1alpha1"
+	"github.com/flotilla-dev/flotilla/pkg/invitation"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
 	"github.com/flotilla-dev/flotilla/test/sandbox"
 )
@@ -108,6 +114,110 @@ func TestChart(t *testing.T) {
 			t.Fatalf("after the upgrade: %s", msg)
 		}
 	})
+
+	t.Run("helm uninstall leaves nothing of Flotilla behind, and no webhook blocks pods", func(t *testing.T) {
+		// Something of each kind the agent makes: an invitation (RBAC,
+		// policy, ServiceAccount, summary) besides the target and its node.
+		cs := &v1alpha1.ClusterSource{ObjectMeta: metav1.ObjectMeta{Name: "other"}}
+		cs.Spec.ClusterName = "other"
+		cs.Spec.Identity.ManagedServiceAccount = &v1alpha1.ManagedServiceAccount{}
+		cs.Spec.Namespaces = []string{placementNS}
+		cl := c.CRClient()
+		if err := cl.Create(ctx, cs); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 30*time.Second, "the ClusterSource Ready", func() (bool, string) {
+			got := &v1alpha1.ClusterSource{}
+			if err := cl.Get(ctx, crclient.ObjectKeyFromObject(cs), got); err != nil {
+				return false, err.Error()
+			}
+			return meta.IsStatusConditionTrue(got.Status.Conditions, v1alpha1.SourceReady), fmt.Sprintf("%+v", got.Status.Conditions)
+		})
+		if err := release.Uninstall(ctx); err != nil {
+			t.Fatal(err)
+		}
+		checkNothingLeft(t, c)
+		if _, err := c.Client().CoreV1().Pods(placementNS).Create(ctx, optedInPod("after-uninstall", "100m"), metav1.CreateOptions{}); err != nil {
+			t.Fatalf("an opted-in pod after the uninstall: %v", err)
+		}
+		// The CRs can be deleted without the agent.
+		for _, o := range []crclient.Object{cs, &v1alpha1.ClusterTarget{ObjectMeta: metav1.ObjectMeta{Name: "c1"}}} {
+			if err := cl.Delete(ctx, o); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waitFor(t, 30*time.Second, "the CRs gone", func() (bool, string) {
+			err1 := cl.Get(ctx, crclient.ObjectKeyFromObject(cs), &v1alpha1.ClusterSource{})
+			err2 := cl.Get(ctx, crclient.ObjectKey{Name: "c1"}, &v1alpha1.ClusterTarget{})
+			return apierrors.IsNotFound(err1) && apierrors.IsNotFound(err2), fmt.Sprintf("%v, %v", err1, err2)
+		})
+	})
+}
+
+// checkNothingLeft lists what an uninstall must not leave behind.
+func checkNothingLeft(t *testing.T, c *sandbox.Cluster) {
+	t.Helper()
+	ctx := t.Context()
+	client := c.Client()
+	cl := c.CRClient()
+	var left []string
+	mwcs, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range mwcs.Items {
+		left = append(left, "MutatingWebhookConfiguration "+m.Name)
+	}
+	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "type=virtual-kubelet"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes.Items {
+		left = append(left, "virtual node "+n.Name)
+	}
+	leases, err := client.CoordinationV1().Leases(sandbox.ReleaseNamespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range leases.Items {
+		left = append(left, "Lease "+l.Name)
+	}
+	vaps, err := client.AdmissionregistrationV1().ValidatingAdmissionPolicies().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range vaps.Items {
+		left = append(left, "ValidatingAdmissionPolicy "+v.Name)
+	}
+	roles, err := client.RbacV1().ClusterRoles().List(ctx, metav1.ListOptions{LabelSelector: invitation.InvitationLabel})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range roles.Items {
+		left = append(left, "ClusterRole "+r.Name)
+	}
+	summaries := &v1alpha1.ClusterSummaryList{}
+	if err := cl.List(ctx, summaries); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range summaries.Items {
+		left = append(left, "ClusterSummary "+s.Name)
+	}
+	for _, list := range []crclient.ObjectList{&v1alpha1.ClusterTargetList{}, &v1alpha1.TargetList{}, &v1alpha1.ClusterSourceList{}, &v1alpha1.SourceList{}} {
+		if err := cl.List(ctx, list); err != nil {
+			t.Fatal(err)
+		}
+		_ = meta.EachListItem(list, func(o runtime.Object) error {
+			obj := o.(crclient.Object)
+			if len(obj.GetFinalizers()) > 0 {
+				left = append(left, fmt.Sprintf("%T %s with finalizers %v", obj, obj.GetName(), obj.GetFinalizers()))
+			}
+			return nil
+		})
+	}
+	if len(left) > 0 {
+		t.Fatalf("helm uninstall left: %s", strings.Join(left, "; "))
+	}
 }
 
 func caBundleOf(t *testing.T, client kubernetes.Interface) string {

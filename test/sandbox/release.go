@@ -11,11 +11,14 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -138,7 +141,10 @@ func (c *Cluster) InstallRelease(ctx context.Context, opts ReleaseOptions) (*Rel
 	return r, nil
 }
 
-// Uninstall runs helm uninstall after stopping the release's processes.
+// Uninstall stops the release's processes (as scaling its Deployments to
+// zero would) and runs helm uninstall, standing in for the pod of its
+// pre-delete hook Job: the process runs to its end, then the Job is marked
+// complete (no kubelet here reports it), and helm goes on.
 func (r *Release) Uninstall(ctx context.Context) error {
 	for _, p := range []*Process{r.Scheduler, r.agentProcess()} {
 		if p != nil {
@@ -147,8 +153,73 @@ func (r *Release) Uninstall(ctx context.Context) error {
 			}
 		}
 	}
-	_, err := r.Cluster.Helm(ctx, "uninstall", r.Name, "-n", ReleaseNamespace, "--wait", "--timeout", "60s")
-	return err
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.Cluster.Helm(ctx, "uninstall", r.Name, "-n", ReleaseNamespace, "--wait", "--timeout", "120s")
+		done <- err
+	}()
+	jobs := r.Cluster.Client().BatchV1().Jobs(ReleaseNamespace)
+	ran := map[types.UID]bool{}
+	for {
+		select {
+		case err := <-done:
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+		list, err := jobs.List(ctx, metav1.ListOptions{})
+		if err != nil {
+			continue
+		}
+		for i := range list.Items {
+			job := &list.Items[i]
+			if ran[job.UID] || job.Annotations["helm.sh/hook"] == "" {
+				continue
+			}
+			ran[job.UID] = true
+			if err := r.runHook(ctx, job); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// runHook runs a hook Job's pod as a process to its end and reports the Job
+// complete, as the Job controller would once the kubelet said so.
+func (r *Release) runHook(ctx context.Context, job *batchv1.Job) error {
+	c := r.Cluster
+	pod, err := c.podProcessOf(ctx, job.Name, job.ObjectMeta, job.Spec.Template.Spec)
+	if err != nil {
+		return err
+	}
+	binary := "flotilla-agent"
+	cmd := exec.CommandContext(ctx, filepath.Join(c.binDir, binary), append(pod.args, "--kubeconfig="+pod.kubeconfig)...)
+	cmd.Env = append(os.Environ(), pod.env...)
+	out, err := cmd.CombinedOutput()
+	logPath := filepath.Join(c.logDir, c.Name+"-"+job.Name+".log")
+	_ = os.WriteFile(logPath, out, 0o644)
+	if err != nil {
+		return fmt.Errorf("hook %s failed (log %s): %w", job.Name, logPath, err)
+	}
+	jobs := c.Client().BatchV1().Jobs(job.Namespace)
+	return poll(ctx, 30*time.Second, func() (bool, error) {
+		job, err := jobs.Get(ctx, job.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		now := metav1.Now()
+		if job.Status.StartTime == nil {
+			job.Status.StartTime = &now
+		}
+		job.Status.CompletionTime, job.Status.Succeeded, job.Status.Active, job.Status.Ready = &now, 1, 0, ptr.To[int32](0)
+		job.Status.Conditions = []batchv1.JobCondition{
+			{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue, LastProbeTime: now, LastTransitionTime: now},
+			{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastProbeTime: now, LastTransitionTime: now},
+		}
+		_, err = jobs.UpdateStatus(ctx, job, metav1.UpdateOptions{})
+		return err == nil, nil
+	})
 }
 
 func (r *Release) agentProcess() *Process {
@@ -222,9 +293,14 @@ type podProcess struct {
 }
 
 func (c *Cluster) podProcess(ctx context.Context, name string, d *appsv1.Deployment) (*podProcess, error) {
-	spec := d.Spec.Template.Spec
+	return c.podProcessOf(ctx, name, d.ObjectMeta, d.Spec.Template.Spec)
+}
+
+// podProcessOf stands in for one pod of owner (a Deployment or a Job).
+func (c *Cluster) podProcessOf(ctx context.Context, name string, owner metav1.ObjectMeta, spec corev1.PodSpec) (*podProcess, error) {
+	d := struct{ Name, Namespace string }{owner.Name, owner.Namespace}
 	if len(spec.Containers) != 1 {
-		return nil, fmt.Errorf("Deployment %s has %d containers; the sandbox runs one", d.Name, len(spec.Containers))
+		return nil, fmt.Errorf("%s has %d containers; the sandbox runs one", d.Name, len(spec.Containers))
 	}
 	container := spec.Containers[0]
 	p := &podProcess{dir: filepath.Join(c.dir, "release", name), mounts: map[string]string{}}
