@@ -21,11 +21,12 @@ generate:
 tools:
 	hack/tools.sh
 
-## build: build flotilla-agent, flotilla-scheduler and flotilla-sandbox into ./bin
+## build: build flotilla-agent, flotilla-scheduler, flotilla-sandbox and kubectl-flotilla into ./bin
 build:
 	$(GO) build -o $(BIN)/flotilla-agent ./cmd/agent
 	$(GO) build -o $(BIN)/flotilla-scheduler ./cmd/scheduler
 	$(GO) build -o $(BIN)/flotilla-sandbox ./hack/sandbox
+	$(GO) build -o $(BIN)/kubectl-flotilla ./cmd/kubectl-flotilla
 
 vet:
 	$(GO) vet ./...
