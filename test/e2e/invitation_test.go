@@ -174,14 +174,15 @@ func TestInvitation(t *testing.T) {
 		}
 	})
 
-	// The source: the Secret copied over, and a ClusterTarget naming it.
+	// The source: its release, the Secret copied over into the release's
+	// namespace, and a ClusterTarget naming it.
+	if _, err := sandbox.StartAgent(ctx, src, nil, "--token-renew-after=0.02"); err != nil {
+		t.Fatal(err)
+	}
 	srcCR := src.CRClient()
 	copied := sandbox.KubeconfigSecret("tgt-invitation", nil)
 	copied.Data = secret.Data
 	if err := srcCR.Create(ctx, copied); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := sandbox.StartAgent(ctx, src, nil, "--token-renew-after=0.02"); err != nil {
 		t.Fatal(err)
 	}
 	createClusterTarget(t, srcCR, "tgt", copied.Name)

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"path/filepath"
-	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -24,9 +22,11 @@ type Agent struct {
 	ProbeAddr, MetricsAddr string
 }
 
-// StartAgent runs flotilla-agent in cluster c with the given targets (c
-// itself is passed as self), registers its webhook by URL on localhost, and
-// waits until the webhook mutates opted-in pods. Extra flags are appended.
+// StartAgent installs Flotilla's chart in cluster c with the real helm and
+// runs the release's agent (see Release), gives it the given targets as
+// ClusterTargets (c itself as self, the others through a Secret with their
+// admin kubeconfig), and waits until the webhook mutates opted-in pods and
+// every target is Ready. Extra flags are appended to the chart's.
 func StartAgent(ctx context.Context, c *Cluster, targets []*Cluster, extra ...string) (*Agent, error) {
 	return StartAgentEnv(ctx, c, targets, nil, extra...)
 }
@@ -34,41 +34,15 @@ func StartAgent(ctx context.Context, c *Cluster, targets []*Cluster, extra ...st
 // StartAgentEnv is StartAgent with env ("KEY=value", e.g. GOMEMLIMIT) added
 // to the agent's environment.
 func StartAgentEnv(ctx context.Context, c *Cluster, targets []*Cluster, env []string, extra ...string) (*Agent, error) {
-	ports, err := FreePorts(3)
+	r, err := c.InstallRelease(ctx, ReleaseOptions{AgentEnv: env, AgentArgs: extra})
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{
-		Cluster:     c,
-		ProbeAddr:   "127.0.0.1:" + strconv.Itoa(ports[0]),
-		MetricsAddr: "127.0.0.1:" + strconv.Itoa(ports[1]),
-	}
-	args := []string{
-		"--kubeconfig=" + c.Kubeconfig,
-		"--cluster-name=" + c.Name,
-		"--health-probe-bind-address=" + a.ProbeAddr,
-		"--metrics-bind-address=" + a.MetricsAddr,
-		"--webhook-bind-host=127.0.0.1",
-		"--webhook-port=" + strconv.Itoa(ports[2]),
-		// By name: the serving certificate holds DNS names only.
-		"--webhook-url=" + fmt.Sprintf("https://localhost:%d/mutate-pods", ports[2]),
-		"--webhook-cert-dir=" + filepath.Join(c.dir, "agent-webhook"),
-		// The default lease timings: a loaded sandbox answers slowly, and an
-		// agent that loses its lease exits (as it must), which nothing here
-		// would restart.
-	}
+	a := r.Agent
 	for _, t := range targets {
 		if err := c.AddTarget(ctx, t); err != nil {
 			return nil, err
 		}
-	}
-	p, err := c.RunEnv("agent", filepath.Join(c.binDir, "flotilla-agent"), env, append(args, extra...)...)
-	if err != nil {
-		return nil, err
-	}
-	a.Process = p
-	if err := a.WaitReady(ctx); err != nil {
-		return nil, err
 	}
 	for _, t := range targets {
 		if err := c.WaitTargetReady(ctx, t.Name, 60*time.Second); err != nil {

@@ -15,9 +15,9 @@ import (
 	"github.com/flotilla-dev/flotilla/api/v1alpha1"
 )
 
-// AgentNamespace is where an agent run outside a cluster keeps its Secrets
-// and looks for a ClusterTarget's Secret.
-const AgentNamespace = "kube-system"
+// AgentNamespace is the agent's namespace, the release's: where it keeps
+// its Secrets and looks for a ClusterTarget's Secret.
+const AgentNamespace = ReleaseNamespace
 
 // AddTarget makes t a ClusterTarget of c named t.Name: self when t is c,
 // otherwise through a Secret holding t's admin kubeconfig.
