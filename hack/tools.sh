@@ -56,12 +56,13 @@ install_at() {
   stamp "$name" "$version"
 }
 
-want="${*:-etcd kube-apiserver kube-controller-manager kwok helm controller-gen}"
+want="${*:-etcd kube-apiserver kube-controller-manager kubectl kwok helm controller-gen}"
 for tool in $want; do
   case "$tool" in
     etcd) build_pinned etcd go.etcd.io/etcd/server/v3 "$ETCD_VERSION" "-s -w" ;;
     kube-apiserver) build_pinned kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "$K8S_VERSION" "$(k8s_ldflags)" ;;
     kube-controller-manager) build_pinned kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager "$K8S_VERSION" "$(k8s_ldflags)" ;;
+    kubectl) build_pinned kubectl k8s.io/kubernetes/cmd/kubectl "$K8S_VERSION" "$(k8s_ldflags)" ;;
     kwok) install_at kwok sigs.k8s.io/kwok/cmd/kwok "$KWOK_VERSION" "-X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION" ;;
     helm) install_at helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION" "-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" ;;
     controller-gen) install_at controller-gen sigs.k8s.io/controller-tools/cmd/controller-gen "$CONTROLLER_GEN_VERSION" ;;
