@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -59,19 +60,42 @@ func loadClusters(dir string) ([]cluster, error) {
 }
 
 func run(dir string, replicas int32) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	clusters, err := loadClusters(dir)
 	if err != nil {
 		return err
 	}
-	for _, c := range clusters {
-		if err := ensureNamespace(ctx, c.client); err != nil {
-			return fmt.Errorf("cluster %s: %w", c.name, err)
-		}
+	bin, err := binDir()
+	if err != nil {
+		return err
 	}
 	home := clusters[0]
-	fmt.Printf("\nCreating Deployment demo/hello (%d replicas) in %s ...\n", replicas, home.name)
+	kubectl := filepath.Join(bin, "kubectl")
+	plugin := filepath.Join(bin, "kubectl-flotilla")
+
+	fmt.Printf("\nEvery cluster runs Flotilla's Helm release (helm install flotilla charts/flotilla -n flotilla-system --set clusterName=<name>).\n")
+	fmt.Printf("\n1. %s runs pods of namespace demo, opted in, here first and elsewhere when they do not fit:\n", home.name)
+	if err := ensureNamespace(ctx, home, kubectl); err != nil {
+		return err
+	}
+	self := "apiVersion: multicluster.flotilla.dev/v1alpha1\nkind: ClusterTarget\nmetadata:\n  name: " + home.name + "\nspec:\n  self: true\n"
+	if err := runShown(ctx, self, kubectl, "--kubeconfig", home.kubeconfig, "apply", "-f", "-"); err != nil {
+		return err
+	}
+	for _, t := range clusters[1:] {
+		fmt.Printf("\n2. %s invites %s into namespace demo; %s joins it:\n", t.name, home.name, home.name)
+		file := filepath.Join(dir, t.name+"-invites-"+home.name+".yaml")
+		if err := runShown(ctx, "", plugin, "--kubeconfig", t.kubeconfig, "invite", home.name, "--namespaces", "demo", "--create-namespaces", "-o", file); err != nil {
+			return err
+		}
+		if err := runShown(ctx, "", plugin, "--kubeconfig", home.kubeconfig, "join", t.name, "--kubeconfig-from", file, "--labels", "topology.kubernetes.io/region="+t.name); err != nil {
+			return err
+		}
+		_ = os.Remove(file) // it holds a credential
+	}
+
+	fmt.Printf("\n3. A Deployment of %d pods of 3 CPUs in %s, whose nodes have 4 CPUs each:\n", replicas, home.name)
 	start := time.Now()
 	if err := applyDemo(ctx, home.client, replicas); err != nil {
 		return err
@@ -81,22 +105,72 @@ func run(dir string, replicas int32) error {
 		return err
 	}
 	printPlacement(home, clusters, pods, start)
+
+	fmt.Printf("\n4. What %s knows of its targets:\n", home.name)
+	if err := runShown(ctx, "", plugin, "--kubeconfig", home.kubeconfig, "status"); err != nil {
+		return err
+	}
 	fmt.Println("\nkubeconfigs (export KUBECONFIG=<path> to look around):")
 	for _, c := range clusters {
 		fmt.Printf("  %-4s %s\n", c.name, c.kubeconfig)
 	}
-	fmt.Println("Stop the clusters with: make demo-down")
+	fmt.Printf(`
+Try next:
+  export PATH=%[1]s:$PATH KUBECONFIG=%[2]s
+  kubectl get nodes -L topology.kubernetes.io/region     # a virtual node per target
+  kubectl get clustertargets                              # their health
+  kubectl -n demo scale deployment hello --replicas=10    # more pods than the three clusters hold
+  kubectl flotilla explain -n demo <pending pod>          # each target's answer
+Stop the clusters with: make demo-down
+`, bin, home.kubeconfig)
 	return nil
 }
 
-// ensureNamespace creates the demo namespace, opted in to Flotilla. Every
-// cluster needs it: candidates live in the namespace of their source pod.
-func ensureNamespace(ctx context.Context, client kubernetes.Interface) error {
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "demo", Labels: map[string]string{protocol.NamespaceEnabledLabel: "true"}}}
-	if _, err := client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating namespace demo: %w", err)
+// runShown prints a command as a user would type it, then runs it.
+func runShown(ctx context.Context, stdin, name string, args ...string) error {
+	shown := append([]string{filepath.Base(name)}, args...)
+	if filepath.Base(name) == "kubectl-flotilla" {
+		shown[0] = "kubectl flotilla"
+	}
+	fmt.Printf("  $ %s\n", strings.Join(shown, " "))
+	if stdin != "" {
+		fmt.Printf("%s", indent(stdin, "      "))
+	}
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Stdin = strings.NewReader(stdin)
+	out, err := cmd.CombinedOutput()
+	fmt.Print(indent(string(out), "    "))
+	if err != nil {
+		return fmt.Errorf("%s: %w", strings.Join(shown, " "), err)
 	}
 	return nil
+}
+
+func indent(s, prefix string) string {
+	if s == "" {
+		return ""
+	}
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return prefix + strings.Join(lines, "\n"+prefix) + "\n"
+}
+
+// binDir is ./bin of the checkout (or $FLOTILLA_BIN).
+func binDir() (string, error) {
+	if d := os.Getenv("FLOTILLA_BIN"); d != "" {
+		return d, nil
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(wd, "bin"), nil
+}
+
+// ensureNamespace creates the demo namespace in the source, opted in to
+// Flotilla; the targets create it themselves (their invitations allow it).
+func ensureNamespace(ctx context.Context, home cluster, kubectl string) error {
+	ns := "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: demo\n  labels:\n    " + protocol.NamespaceEnabledLabel + ": \"true\"\n"
+	return runShown(ctx, ns, kubectl, "--kubeconfig", home.kubeconfig, "apply", "-f", "-")
 }
 
 func applyDemo(ctx context.Context, client kubernetes.Interface, replicas int32) error {
@@ -122,7 +196,7 @@ func applyDemo(ctx context.Context, client kubernetes.Interface, replicas int32)
 					Name:  "hello",
 					Image: "registry.example/hello:1",
 					Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
-						corev1.ResourceCPU: *resourceQuantity("500m"),
+						corev1.ResourceCPU: *resourceQuantity("3"),
 					}},
 				}}},
 			},

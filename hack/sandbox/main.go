@@ -42,7 +42,7 @@ func main() {
 	clusters := fs.String("clusters", "c1,c2,c3", "Comma-separated names of the clusters to start.")
 	nodes := fs.Int("nodes", 3, "Fake nodes per cluster; node i of cluster c is in zone <c>-z<i%3>.")
 	timeout := fs.Duration("timeout", 5*time.Minute, "How long `up` waits for the clusters.")
-	agents := fs.Bool("agents", true, "Run a flotilla-agent in every cluster, targeting every cluster (itself included).")
+	agents := fs.Bool("agents", true, "Install Flotilla's chart in every cluster and run its agent; no targets or invitations (the demo makes them, as a user would).")
 	_ = fs.Parse(os.Args[2:])
 	abs, err := filepath.Abs(*dir)
 	if err != nil {
@@ -137,7 +137,8 @@ func serve(dir, clusters string, nodes int, agents bool) error {
 	for _, name := range strings.Split(clusters, ",") {
 		spec := sandbox.ClusterSpec{Name: strings.TrimSpace(name)}
 		for i := range nodes {
-			spec.Nodes = append(spec.Nodes, sandbox.NodeSpec{Labels: map[string]string{
+			// Small nodes: a Deployment soon outgrows one cluster.
+			spec.Nodes = append(spec.Nodes, sandbox.NodeSpec{CPU: "4", Labels: map[string]string{
 				"topology.kubernetes.io/region": spec.Name,
 				"topology.kubernetes.io/zone":   fmt.Sprintf("%s-z%d", spec.Name, i%3),
 			}})
@@ -151,7 +152,7 @@ func serve(dir, clusters string, nodes int, agents bool) error {
 	}
 	if agents {
 		for _, c := range s.Clusters {
-			if _, err := sandbox.StartAgent(ctx, c, s.Clusters); err != nil {
+			if _, err := sandbox.StartAgent(ctx, c, nil); err != nil {
 				_ = os.WriteFile(filepath.Join(dir, errorFile), []byte(err.Error()), 0o644)
 				_ = s.Stop()
 				return err
