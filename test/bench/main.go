@@ -178,8 +178,8 @@ func run(cfg config, keep, hold bool) (*Report, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeout+10*time.Minute)
 	defer cancel()
 	opts := sandbox.Options{Clusters: []sandbox.ClusterSpec{{Name: "src", Nodes: []sandbox.NodeSpec{{}}}}}
-	var base sandbox.ClusterSpec
-	base.Name = "base"
+	// The baseline is plain kube-scheduler in one cluster: no Flotilla.
+	base := sandbox.ClusterSpec{Name: "base", WithoutRelease: true}
 	for k := 1; k <= cfg.Targets; k++ {
 		spec := sandbox.ClusterSpec{Name: fmt.Sprintf("t%d", k)}
 		for m := range cfg.Nodes {
@@ -271,7 +271,7 @@ func run(cfg config, keep, hold bool) (*Report, error) {
 	fmt.Fprintln(os.Stderr, "bench: flotilla run")
 	procs := []process{{"agent", agent.PID()}}
 	for _, t := range targets {
-		procs = append(procs, process{t.Name + " scheduler", t.PIDs()[sandbox.Scheduler]})
+		procs = append(procs, process{t.Name + " scheduler", t.PIDs()[sandbox.CandidateScheduler]})
 	}
 	for i, a := range targetAgents {
 		procs = append(procs, process{targets[i].Name + " agent", a.PID()})

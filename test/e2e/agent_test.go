@@ -29,7 +29,8 @@ import (
 // API server must trust whichever replica it reaches, the standby as much as
 // the leader, through the fail-over too.
 func TestAgentLeaderElection(t *testing.T) {
-	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{{Name: "c1", Nodes: []sandbox.NodeSpec{{}}}}})
+	// The agent binary with its own flags, not the chart: no release.
+	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{{Name: "c1", Nodes: []sandbox.NodeSpec{{}}, WithoutRelease: true}}})
 	c := s.Cluster("c1")
 	client := c.Client()
 	fwd := startForwarder(t)

@@ -22,24 +22,14 @@ import (
 	"github.com/flotilla-dev/flotilla/test/sandbox"
 )
 
-// onlyDefaultProfile is the scheduler of a cluster whose candidates the
-// release's own scheduler takes.
-const onlyDefaultProfile = `apiVersion: kubescheduler.config.k8s.io/v1
-kind: KubeSchedulerConfiguration
-clientConnection:
-  kubeconfig: %s
-leaderElection:
-  leaderElect: false
-profiles:
-- schedulerName: default-scheduler
-`
-
 // TestChart installs charts/flotilla with the real helm and runs its agent
 // and scheduler with the chart's arguments, configuration and
 // ServiceAccounts: RBAC the chart forgot fails here.
 func TestChart(t *testing.T) {
 	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
-		{Name: "c1", Nodes: []sandbox.NodeSpec{{CPU: "4"}}, SchedulerConfig: onlyDefaultProfile},
+		// The release's scheduler takes the candidates: the cluster's own
+		// scheduler serves only default-scheduler.
+		{Name: "c1", Nodes: []sandbox.NodeSpec{{CPU: "4"}}},
 	}})
 	ctx := t.Context()
 	c := s.Cluster("c1")
@@ -57,6 +47,9 @@ func TestChart(t *testing.T) {
 	})
 
 	release, err := c.InstallRelease(ctx, sandbox.ReleaseOptions{Scheduler: true})
+	if err != nil || release.Scheduler == nil || !release.Scheduler.Running() {
+		t.Fatalf("the release's scheduler does not run: %v", err)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -184,7 +184,7 @@ func TestPlacement(t *testing.T) {
 		// the queue and reserve again with new nonces.
 		burstWithRestart(t, s, "sched-restart", func() {
 			for _, name := range []string{"c1", "c3"} {
-				if err := s.Cluster(name).Restart(ctx, sandbox.Scheduler); err != nil {
+				if err := s.Cluster(name).Restart(ctx, sandbox.CandidateScheduler); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -31,7 +31,9 @@ var pluginLogLevel = []string{"--v=3"}
 // TestPlugin drives the candidate protocol against the FlotillaCandidate
 // plugin of a real scheduler, playing the source by hand.
 func TestPlugin(t *testing.T) {
-	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{{Name: "t1", Nodes: []sandbox.NodeSpec{{}}, SchedulerArgs: pluginLogLevel}}})
+	// The plugin on its own: the cluster's scheduler serves the flotilla
+	// profile, no release.
+	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{{Name: "t1", Nodes: []sandbox.NodeSpec{{}}, SchedulerArgs: pluginLogLevel, WithoutRelease: true}}})
 	client := s.Cluster("t1").Client()
 
 	t.Run("an allowed reservation binds to its node", func(t *testing.T) {
@@ -124,7 +126,7 @@ func TestPluginPermitTimeout(t *testing.T) {
 	if config == sandbox.DefaultSchedulerConfig {
 		t.Fatal("DefaultSchedulerConfig no longer sets permitTimeoutSeconds: 30")
 	}
-	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{{Name: "t1", Nodes: []sandbox.NodeSpec{{}}, SchedulerConfig: config, SchedulerArgs: pluginLogLevel}}})
+	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{{Name: "t1", Nodes: []sandbox.NodeSpec{{}}, SchedulerConfig: config, SchedulerArgs: pluginLogLevel, WithoutRelease: true}}})
 	c := createCandidate(t, s.Cluster("t1").Client(), "unanswered", "source-uid-c")
 
 	first := c.waitFor(t, "Reserved", func(st protocol.State) bool { return st.Phase == protocol.PhaseReserved })

@@ -28,6 +28,10 @@ const (
 	APIServer         Component = "kube-apiserver"
 	ControllerManager Component = "kube-controller-manager"
 	Scheduler         Component = "scheduler"
+	// CandidateScheduler is Flotilla's scheduler, the one that schedules
+	// candidates: the process standing in for the pod of the cluster's
+	// Flotilla release, or, in a cluster without one, Scheduler itself.
+	CandidateScheduler Component = "flotilla-scheduler"
 	Kwok              Component = "kwok"
 )
 
@@ -277,22 +281,40 @@ func (c *Cluster) defineProcesses() error {
 	return os.WriteFile(filepath.Join(c.dir, "kwok.yaml"), nil, 0o644)
 }
 
-// schedulerConfig is the KubeSchedulerConfiguration of the cluster's
-// scheduler: the default profile for ordinary pods and the flotilla profile
-// for candidates, plus whatever the cluster spec adds.
+// schedulerConfig is the KubeSchedulerConfiguration of the cluster's own
+// scheduler: the default profile for ordinary pods, and the flotilla profile
+// for candidates when no Flotilla release runs its own scheduler.
 func (c *Cluster) schedulerConfig() string {
-	if c.spec.SchedulerConfig != "" {
+	switch {
+	case c.spec.SchedulerConfig != "":
 		return fmt.Sprintf(c.spec.SchedulerConfig, c.Kubeconfig)
+	case c.spec.WithoutRelease:
+		return fmt.Sprintf(DefaultSchedulerConfig, c.Kubeconfig)
 	}
-	return fmt.Sprintf(DefaultSchedulerConfig, c.Kubeconfig)
+	return fmt.Sprintf(PlainSchedulerConfig, c.Kubeconfig)
 }
+
+// PlainSchedulerConfig is the scheduler of a cluster whose Flotilla release
+// schedules the candidates; %s is replaced by the kubeconfig path.
+const PlainSchedulerConfig = `apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+clientConnection:
+  kubeconfig: %s
+  qps: 200
+  burst: 400
+leaderElection:
+  leaderElect: false
+profiles:
+- schedulerName: default-scheduler
+`
 
 // SchedulerFeatureGates are the feature gates of every sandbox scheduler,
 // the ones docs/operations.md recommends.
 const SchedulerFeatureGates = "NominatedNodeNameForExpectation=false"
 
-// DefaultSchedulerConfig is the scheduler configuration of a sandbox cluster;
-// %s is replaced by the kubeconfig path.
+// DefaultSchedulerConfig is the scheduler configuration of a sandbox cluster
+// without a Flotilla release: one scheduler serves ordinary pods and
+// candidates. %s is replaced by the kubeconfig path.
 const DefaultSchedulerConfig = `apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
 clientConnection:
@@ -391,6 +413,8 @@ func (c *Cluster) waitHealthy(ctx context.Context, comp Component) error {
 		url = "https://127.0.0.1:" + strconv.Itoa(c.ports["kcm"]) + "/healthz"
 	case Scheduler:
 		url = "https://127.0.0.1:" + strconv.Itoa(c.ports["scheduler"]) + "/healthz"
+	case CandidateScheduler:
+		url = "https://127.0.0.1:" + strconv.Itoa(c.ports["candidate-scheduler"]) + "/healthz"
 	default:
 		// kwok has no health endpoint here; its nodes turning Ready shows it works.
 		return nil

@@ -38,9 +38,11 @@ type ReleaseOptions struct {
 	Set []string
 	// AgentEnv is added to the agent's environment; AgentArgs to its flags.
 	AgentEnv, AgentArgs []string
-	// Scheduler runs the release's scheduler too. The cluster's own
-	// scheduler must then not serve the flotilla profile.
+	// Scheduler runs the release's scheduler too, unless it runs already.
+	// The cluster's own scheduler must then not serve the flotilla profile.
 	Scheduler bool
+	// WithoutAgent installs the release but runs no agent.
+	WithoutAgent bool
 }
 
 // Release is a Flotilla release installed with the real helm, whose agent
@@ -90,6 +92,14 @@ func (c *Cluster) InstallRelease(ctx context.Context, opts ReleaseOptions) (*Rel
 	if err != nil {
 		return nil, err
 	}
+	if opts.Scheduler {
+		if err := c.runReleaseScheduler(ctx, r, deployments, ports[3]); err != nil {
+			return nil, err
+		}
+	}
+	if opts.WithoutAgent {
+		return r, nil
+	}
 	agentDep, ok := deployments["agent"]
 	if !ok {
 		return nil, fmt.Errorf("release %s renders no agent Deployment", opts.Name)
@@ -113,32 +123,49 @@ func (c *Cluster) InstallRelease(ctx context.Context, opts ReleaseOptions) (*Rel
 	if err := r.Agent.WaitReady(ctx); err != nil {
 		return nil, err
 	}
-	if opts.Scheduler {
-		schedDep, ok := deployments["scheduler"]
-		if !ok {
-			return nil, fmt.Errorf("release %s renders no scheduler Deployment", opts.Name)
-		}
-		pod, err := c.podProcess(ctx, opts.Name+"-scheduler", schedDep)
-		if err != nil {
-			return nil, err
-		}
-		// Its configuration file names no kubeconfig (in a pod it is the
-		// in-cluster one); here it is the ServiceAccount's.
-		if err := setSchedulerKubeconfig(pod, pod.kubeconfig); err != nil {
-			return nil, err
-		}
-		args := append(pod.args,
-			"--bind-address=127.0.0.1",
-			"--secure-port="+strconv.Itoa(ports[3]),
-			"--cert-dir="+filepath.Join(pod.dir, "certs"),
-			"--authentication-kubeconfig="+pod.kubeconfig,
-			"--authorization-kubeconfig="+pod.kubeconfig,
-		)
-		if r.Scheduler, err = c.Run("release-scheduler", filepath.Join(c.binDir, "flotilla-scheduler"), args...); err != nil {
-			return nil, err
-		}
-	}
 	return r, nil
+}
+
+// runReleaseScheduler runs the release's scheduler as CandidateScheduler,
+// unless it runs already.
+func (c *Cluster) runReleaseScheduler(ctx context.Context, r *Release, deployments map[string]*appsv1.Deployment, port int) error {
+	c.mu.Lock()
+	running := c.procs[CandidateScheduler]
+	c.mu.Unlock()
+	if running != nil {
+		r.Scheduler = running
+		return nil
+	}
+	schedDep, ok := deployments["scheduler"]
+	if !ok {
+		return fmt.Errorf("release %s renders no scheduler Deployment", r.Name)
+	}
+	pod, err := c.podProcess(ctx, r.Name+"-scheduler", schedDep)
+	if err != nil {
+		return err
+	}
+	// Its configuration file names no kubeconfig (in a pod it is the
+	// in-cluster one); here it is the ServiceAccount's.
+	if err := setSchedulerKubeconfig(pod, pod.kubeconfig); err != nil {
+		return err
+	}
+	args := append(pod.args,
+		"--bind-address=127.0.0.1",
+		"--secure-port="+strconv.Itoa(port),
+		"--cert-dir="+filepath.Join(pod.dir, "certs"),
+		"--authentication-kubeconfig="+pod.kubeconfig,
+		"--authorization-kubeconfig="+pod.kubeconfig,
+	)
+	p, err := c.Run(string(CandidateScheduler), filepath.Join(c.binDir, "flotilla-scheduler"), args...)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.procs[CandidateScheduler] = p
+	c.ports["candidate-scheduler"] = port
+	c.mu.Unlock()
+	r.Scheduler = p
+	return c.waitHealthy(ctx, CandidateScheduler)
 }
 
 // Uninstall stops the release's processes (as scaling its Deployments to
@@ -146,7 +173,11 @@ func (c *Cluster) InstallRelease(ctx context.Context, opts ReleaseOptions) (*Rel
 // pre-delete hook Job: the process runs to its end, then the Job is marked
 // complete (no kubelet here reports it), and helm goes on.
 func (r *Release) Uninstall(ctx context.Context) error {
-	for _, p := range []*Process{r.Scheduler, r.agentProcess()} {
+	c := r.Cluster
+	c.mu.Lock()
+	sched := c.procs[CandidateScheduler]
+	c.mu.Unlock()
+	for _, p := range []*Process{sched, r.agentProcess()} {
 		if p != nil {
 			if err := p.Stop(); err != nil {
 				return err

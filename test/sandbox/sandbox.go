@@ -38,6 +38,12 @@ type ClusterSpec struct {
 	SchedulerConfig string
 	// SchedulerArgs are appended to the scheduler's flags.
 	SchedulerArgs []string
+	// WithoutRelease starts the cluster without Flotilla's Helm release;
+	// its own scheduler then serves the flotilla profile too. By default a
+	// cluster with a scheduler gets the release at start, whose scheduler
+	// (CandidateScheduler) schedules candidates under the chart's
+	// ServiceAccount; StartAgent adds the release's agent.
+	WithoutRelease bool
 }
 
 // Sandbox is a set of running clusters.
@@ -177,7 +183,15 @@ func (c *Cluster) settle(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("waiting for the default ServiceAccount: %w", err)
 	}
-	return c.WaitNodesReady(ctx, 90*time.Second)
+	if err := c.WaitNodesReady(ctx, 90*time.Second); err != nil {
+		return err
+	}
+	if !c.spec.WithoutScheduler && !c.spec.WithoutRelease {
+		if _, err := c.InstallRelease(ctx, ReleaseOptions{Scheduler: true, WithoutAgent: true}); err != nil {
+			return fmt.Errorf("installing Flotilla's release: %w", err)
+		}
+	}
+	return nil
 }
 
 // WaitNodesReady waits until every node of the cluster is Ready.

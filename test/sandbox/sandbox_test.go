@@ -154,8 +154,8 @@ func TestTeardownLeavesNoProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	pids := s.Cluster("solo").PIDs()
-	if len(pids) != 5 {
-		t.Fatalf("want 5 processes (etcd, apiserver, controller-manager, scheduler, kwok), got %v", pids)
+	if len(pids) != 6 {
+		t.Fatalf("want 6 processes (etcd, apiserver, controller-manager, scheduler, kwok, the release's flotilla-scheduler), got %v", pids)
 	}
 	if err := s.Stop(); err != nil {
 		t.Fatal(err)
