@@ -53,11 +53,7 @@ func (inv Invitation) ID() string {
 	if inv.Kind == "Source" {
 		raw = "source." + inv.Namespace + "." + inv.Name
 	}
-	if len(raw) <= 63 {
-		return raw
-	}
-	sum := sha256.Sum256([]byte(raw))
-	return raw[:52] + "-" + hex.EncodeToString(sum[:])[:10]
+	return truncate(raw, 63)
 }
 
 // Ref is how statuses and summaries name the invitation.

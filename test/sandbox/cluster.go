@@ -32,7 +32,7 @@ const (
 	// candidates: the process standing in for the pod of the cluster's
 	// Flotilla release, or, in a cluster without one, Scheduler itself.
 	CandidateScheduler Component = "flotilla-scheduler"
-	Kwok              Component = "kwok"
+	Kwok               Component = "kwok"
 )
 
 // startOrder is the order in which a cluster's processes come up and the
@@ -315,17 +315,7 @@ const SchedulerFeatureGates = "NominatedNodeNameForExpectation=false"
 // DefaultSchedulerConfig is the scheduler configuration of a sandbox cluster
 // without a Flotilla release: one scheduler serves ordinary pods and
 // candidates. %s is replaced by the kubeconfig path.
-const DefaultSchedulerConfig = `apiVersion: kubescheduler.config.k8s.io/v1
-kind: KubeSchedulerConfiguration
-clientConnection:
-  kubeconfig: %s
-  qps: 200
-  burst: 400
-leaderElection:
-  leaderElect: false
-profiles:
-- schedulerName: default-scheduler
-- schedulerName: flotilla
+const DefaultSchedulerConfig = PlainSchedulerConfig + `- schedulerName: flotilla
   plugins:
     multiPoint:
       enabled:

@@ -9,13 +9,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	batchv1 "k8s.io/api/batch/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -395,7 +396,7 @@ func (c *Cluster) podProcessOf(ctx context.Context, name string, owner metav1.Ob
 		}
 		p.mounts[m.MountPath] = local
 	}
-	for _, a := range append(slicesClone(container.Command[min(1, len(container.Command)):]), container.Args...) {
+	for _, a := range append(slices.Clone(container.Command[min(1, len(container.Command)):]), container.Args...) {
 		for path, local := range p.mounts {
 			a = strings.ReplaceAll(a, path, local)
 		}
@@ -413,8 +414,6 @@ func (c *Cluster) podProcessOf(ctx context.Context, name string, owner metav1.Ob
 	}
 	return p, nil
 }
-
-func slicesClone(s []string) []string { return append([]string(nil), s...) }
 
 // replaceFlags sets --flag=value for each flag present in args.
 func replaceFlags(args []string, values map[string]string) []string {

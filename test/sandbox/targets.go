@@ -22,22 +22,36 @@ const AgentNamespace = ReleaseNamespace
 // AddTarget makes t a ClusterTarget of c named t.Name: self when t is c,
 // otherwise through a Secret holding t's admin kubeconfig.
 func (c *Cluster) AddTarget(ctx context.Context, t *Cluster) error {
-	ct := &v1alpha1.ClusterTarget{ObjectMeta: metav1.ObjectMeta{Name: t.Name}}
-	if t == c {
-		ct.Spec.Self = true
-	} else {
+	if t != c {
 		data, err := os.ReadFile(t.Kubeconfig)
 		if err != nil {
 			return err
 		}
-		secret := KubeconfigSecret("flotilla-target-"+t.Name, data)
-		if err := c.CRClient().Create(ctx, secret); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("creating the kubeconfig Secret of target %s: %w", t.Name, err)
-		}
-		ct.Spec.KubeconfigSecretRef = &v1alpha1.SecretKeyRef{LocalSecretKeyRef: v1alpha1.LocalSecretKeyRef{Name: secret.Name}}
+		return c.joinWithSecret(ctx, t.Name, map[string][]byte{"kubeconfig": data})
 	}
+	ct := &v1alpha1.ClusterTarget{ObjectMeta: metav1.ObjectMeta{Name: t.Name}}
+	ct.Spec.Self = true
 	if err := c.CRClient().Create(ctx, ct); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating ClusterTarget %s: %w", t.Name, err)
+	}
+	return nil
+}
+
+// joinWithSecret stores a target's kubeconfig Secret data (the kubeconfig,
+// and the summary key of an invitation) as Secret flotilla-target-<target>
+// of the agent's namespace, and makes a ClusterTarget of that name naming
+// it. Either may exist already.
+func (c *Cluster) joinWithSecret(ctx context.Context, target string, data map[string][]byte) error {
+	cl := c.CRClient()
+	secret := KubeconfigSecret("flotilla-target-"+target, nil)
+	secret.Data = data
+	if err := cl.Create(ctx, secret); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating the kubeconfig Secret of target %s in %s: %w", target, c.Name, err)
+	}
+	ct := &v1alpha1.ClusterTarget{ObjectMeta: metav1.ObjectMeta{Name: target}}
+	ct.Spec.KubeconfigSecretRef = &v1alpha1.SecretKeyRef{LocalSecretKeyRef: v1alpha1.LocalSecretKeyRef{Name: secret.Name}}
+	if err := cl.Create(ctx, ct); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating ClusterTarget %s in %s: %w", target, c.Name, err)
 	}
 	return nil
 }
@@ -117,15 +131,5 @@ func (c *Cluster) Invite(ctx context.Context, t *Cluster, namespaces ...string) 
 	if err := tcl.Get(ctx, client.ObjectKey{Namespace: AgentNamespace, Name: secretName}, secret); err != nil {
 		return err
 	}
-	copied := KubeconfigSecret("flotilla-target-"+t.Name, nil)
-	copied.Data = secret.Data
-	if err := c.CRClient().Create(ctx, copied); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("copying the invitation's kubeconfig into %s: %w", c.Name, err)
-	}
-	ct := &v1alpha1.ClusterTarget{ObjectMeta: metav1.ObjectMeta{Name: t.Name}}
-	ct.Spec.KubeconfigSecretRef = &v1alpha1.SecretKeyRef{LocalSecretKeyRef: v1alpha1.LocalSecretKeyRef{Name: copied.Name}}
-	if err := c.CRClient().Create(ctx, ct); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating ClusterTarget %s: %w", t.Name, err)
-	}
-	return nil
+	return c.joinWithSecret(ctx, t.Name, secret.Data)
 }
