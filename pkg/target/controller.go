@@ -83,6 +83,11 @@ type Controller struct {
 	Recorder   events.EventRecorder
 	// VNodeWorkers is each virtual node's number of workers.
 	VNodeWorkers int
+	// KubeletAddress and KubeletPort are where the agent serves the kubelet
+	// API of its virtual nodes (their InternalIP and daemonEndpoints); an
+	// empty address leaves the nodes without one.
+	KubeletAddress string
+	KubeletPort    int32
 	// ResyncPeriod is how often a Ready target is probed; default 10s.
 	ResyncPeriod time.Duration
 	// TokenRenewAfter is the share of a token's lifetime after which it is
@@ -377,6 +382,9 @@ func (c *Controller) runVirtualNode(ctx context.Context, t *Target) {
 			Delegates: Delegates{Target: t, SourceCluster: c.SourceCluster},
 			Pods:      c.SourcePods,
 			Workers:   c.VNodeWorkers,
+
+			Address:     c.KubeletAddress,
+			KubeletPort: c.KubeletPort,
 		})
 		if ctx.Err() != nil {
 			return

@@ -85,7 +85,8 @@ func newNode(cfg Config, now time.Time) *corev1.Node {
 				condition(corev1.NodePIDPressure, corev1.ConditionFalse, "VirtualNode", "a virtual node has no PID pressure"),
 				condition(corev1.NodeNetworkUnavailable, corev1.ConditionFalse, "VirtualNode", "a virtual node's network is its target's"),
 			},
-			Addresses: []corev1.NodeAddress{{Type: corev1.NodeHostName, Address: cfg.NodeName}},
+			Addresses:       nodeAddresses(cfg),
+			DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: cfg.KubeletPort}},
 			NodeInfo: corev1.NodeSystemInfo{
 				OperatingSystem: "linux",
 				Architecture:    "amd64",
@@ -93,6 +94,16 @@ func newNode(cfg Config, now time.Time) *corev1.Node {
 			},
 		},
 	}
+}
+
+// nodeAddresses are the node's: its InternalIP, the agent's address that serves
+// the kubelet API, when there is one, and its name as hostname.
+func nodeAddresses(cfg Config) []corev1.NodeAddress {
+	var out []corev1.NodeAddress
+	if cfg.Address != "" {
+		out = append(out, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: cfg.Address})
+	}
+	return append(out, corev1.NodeAddress{Type: corev1.NodeHostName, Address: cfg.NodeName})
 }
 
 // mergeTaints returns existing with every taint of want in it (a taint of

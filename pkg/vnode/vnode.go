@@ -80,6 +80,14 @@ type Config struct {
 	// EventRecorder records events on source pods; default one that writes
 	// to Client as component "flotilla-vnode".
 	EventRecorder record.EventRecorder
+
+	// Address is the node's InternalIP: where the source's API server
+	// reaches the agent's kubelet API for logs, exec, attach and
+	// port-forward. Empty: the node has no InternalIP, and those fail.
+	Address string
+	// KubeletPort is the port of the agent's kubelet API, published as the
+	// node's daemonEndpoints; 0 when Address is empty.
+	KubeletPort int32
 }
 
 // Defaults of Config.
