@@ -96,14 +96,15 @@ func newNode(cfg Config, now time.Time) *corev1.Node {
 	}
 }
 
-// nodeAddresses are the node's: its InternalIP, the agent's address that serves
-// the kubelet API, when there is one, and its name as hostname.
+// nodeAddresses are the node's: the InternalIP of the agent that serves its
+// kubelet API when there is one, its name as hostname otherwise. Not both:
+// an API server that prefers Hostname (the upstream default order) would
+// dial the node's name, which no DNS resolves.
 func nodeAddresses(cfg Config) []corev1.NodeAddress {
-	var out []corev1.NodeAddress
 	if cfg.Address != "" {
-		out = append(out, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: cfg.Address})
+		return []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: cfg.Address}}
 	}
-	return append(out, corev1.NodeAddress{Type: corev1.NodeHostName, Address: cfg.NodeName})
+	return []corev1.NodeAddress{{Type: corev1.NodeHostName, Address: cfg.NodeName}}
 }
 
 // mergeTaints returns existing with every taint of want in it (a taint of
