@@ -21,6 +21,8 @@ type Placement struct {
 	Target    *target.Target
 	Candidate *corev1.Pod
 	Err       error
+	// Created: this FanOut created the candidate.
+	Created bool
 }
 
 // FanOut makes sure every target has the source pod's candidate. Targets are
@@ -45,7 +47,7 @@ func FanOut(ctx context.Context, source *corev1.Pod, sourceCluster string, targe
 		wg.Go(func() {
 			c, err := Build(source, sourceCluster, t.Name, t.NamespaceFor(source.Namespace), t.Self)
 			if err == nil {
-				err = t.Create(ctx, c)
+				out[i].Created, err = t.Create(ctx, c)
 			}
 			if err != nil {
 				out[i].Err = err

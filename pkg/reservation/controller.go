@@ -197,6 +197,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	eligible := candidate.Eligible(pod, c.SourceCluster, invited, c.MaxCandidates)
 	placements := candidate.FanOut(ctx, pod, c.SourceCluster, eligible)
+	c.reportFanOut(pod, placements)
 	observed := make([]Observed, 0, len(placements))
 	unhealthy := false
 	for _, p := range placements {
@@ -241,7 +242,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 	}
 	if d.Bound != "" {
-		return c.bind(ctx, pod, d.Bound, targets)
+		return c.bind(ctx, pod, d.Bound, nodeOf(observed, d.Bound), election.Generation, targets)
 	}
 	if d.Elect == nil && d.Allow == nil {
 		if reasons := Reasons(observed); reasons != "" {
@@ -281,6 +282,27 @@ func (c *Controller) reportUninvited(ctx context.Context, pod *corev1.Pod, targe
 	}
 	c.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, ReasonNotInvited, "Fan out", "%s", msg)
 }
+
+// reportFanOut tells the pod's owner which targets were sent a candidate by
+// this reconcile, if any: once when the pod is first fanned out, again only
+// when the set widens.
+func (c *Controller) reportFanOut(pod *corev1.Pod, placements []candidate.Placement) {
+	var sent []string
+	for _, p := range placements {
+		if p.Created {
+			sent = append(sent, p.Target.Name)
+		}
+	}
+	if len(sent) == 0 {
+		return
+	}
+	c.Recorder.Eventf(pod, nil, corev1.EventTypeNormal, ReasonFannedOut, "Fan out",
+		"Sent a candidate to %d of %d targets: %s", len(sent), len(placements), strings.Join(sent, ", "))
+}
+
+// ReasonFannedOut is the reason of the Event that says which targets were
+// sent a candidate of a pod.
+const ReasonFannedOut = "FannedOut"
 
 // ReasonNotInvited is the reason of the PodScheduled condition and Event of
 // a pod whose namespace a target's invitation does not cover.
@@ -331,8 +353,9 @@ func (c *Controller) writeElection(ctx context.Context, pod *corev1.Pod, e proto
 }
 
 // bind binds the source pod to the elected target's virtual node, then
-// deletes the other candidates.
-func (c *Controller) bind(ctx context.Context, pod *corev1.Pod, targetName string, targets []*target.Target) (reconcile.Result, error) {
+// deletes the other candidates. The Scheduled event tells which target was
+// elected and which of its nodes runs the pod.
+func (c *Controller) bind(ctx context.Context, pod *corev1.Pod, targetName, targetNode string, generation int64, targets []*target.Target) (reconcile.Result, error) {
 	node := protocol.VirtualNodeName("", targetName)
 	if _, done := c.bound.Load(pod.UID); done {
 		return c.cleanUp(ctx, pod.Namespace, pod.Name, pod.UID, targetName, targets)
@@ -344,7 +367,8 @@ func (c *Controller) bind(ctx context.Context, pod *corev1.Pod, targetName strin
 	err := c.Kube.CoreV1().Pods(pod.Namespace).Bind(ctx, binding, metav1.CreateOptions{})
 	switch {
 	case err == nil:
-		c.Recorder.Eventf(pod, nil, corev1.EventTypeNormal, "Scheduled", "Bind", "Running in target %s, bound to virtual node %s", targetName, node)
+		c.Recorder.Eventf(pod, nil, corev1.EventTypeNormal, "Scheduled", "Bind", "Elected target %s (election %d), whose node %s runs it; bound to virtual node %s",
+			targetName, generation, targetNode, node)
 	case apierrors.IsConflict(err):
 		// Already bound (by an earlier reconcile whose result the cache
 		// does not show yet): that one reported it.

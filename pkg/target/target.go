@@ -305,24 +305,25 @@ func (t *Target) Candidates() []*corev1.Pod {
 	return out
 }
 
-// Create creates a candidate; an existing one is not an error.
-func (t *Target) Create(ctx context.Context, candidate *corev1.Pod) error {
+// Create creates a candidate; an existing one is not an error. created
+// tells whether this call made it.
+func (t *Target) Create(ctx context.Context, candidate *corev1.Pod) (created bool, err error) {
 	key := "create/" + candidate.Namespace + "/" + candidate.Name + "/" + candidate.Labels[protocol.SourceUIDLabel]
 	if t.writes.has(key) {
-		return nil
+		return false, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
-	_, err := t.client.CoreV1().Pods(candidate.Namespace).Create(ctx, candidate, metav1.CreateOptions{})
+	_, err = t.client.CoreV1().Pods(candidate.Namespace).Create(ctx, candidate, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		t.writes.add(key)
-		return t.observe(nil)
+		return false, t.observe(nil)
 	}
 	if err != nil {
-		return t.observe(fmt.Errorf("target %s: creating candidate %s/%s: %w", t.Name, candidate.Namespace, candidate.Name, err))
+		return false, t.observe(fmt.Errorf("target %s: creating candidate %s/%s: %w", t.Name, candidate.Namespace, candidate.Name, err))
 	}
 	t.writes.add(key)
-	return t.observe(nil)
+	return true, t.observe(nil)
 }
 
 // Delete deletes a candidate if it still has the given UID (empty: any).
