@@ -59,6 +59,7 @@ type Target struct {
 	namespaces map[string]string
 
 	client   kubernetes.Interface
+	rest     *rest.Config
 	cr       crclient.Client
 	selector string
 	// summaryName is the ClusterSummary the target publishes for this
@@ -132,6 +133,7 @@ func New(c Config) (*Target, error) {
 	t.NodeName = protocol.VirtualNodeName(c.Namespace, nameOnly(c.Name))
 	t.namespaces = c.NamespaceMapping
 	t.client, t.selector, t.summaryName, t.writes = client, selector, c.SummaryName, newRecent()
+	t.rest = cfg
 	t.informers.t = t
 	return t, nil
 }
@@ -370,3 +372,9 @@ func (t *Target) Annotate(ctx context.Context, namespace, name string, annotatio
 	t.writes.add(key)
 	return t.observe(nil)
 }
+
+// RESTConfig is a copy of the configuration the target's client uses, with
+// the round-tripper that sends the current (renewed) bearer token, for
+// callers that need more than a clientset: streams of exec, attach and
+// port-forward.
+func (t *Target) RESTConfig() *rest.Config { return rest.CopyConfig(t.rest) }
