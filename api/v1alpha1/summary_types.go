@@ -38,6 +38,12 @@ type ClusterSummaryStatus struct {
 	// +optional
 	CreateNamespaces bool `json:"createNamespaces,omitempty"`
 
+	// Quota is what the invitation lets the source's pods hold at once
+	// (cpu, memory, pods), when it sets a quota: the source shows no more
+	// than this as its virtual node's capacity.
+	// +optional
+	Quota corev1.ResourceList `json:"quota,omitempty"`
+
 	// Nodes is the number of schedulable, Ready nodes.
 	// +optional
 	Nodes int32 `json:"nodes,omitempty"`

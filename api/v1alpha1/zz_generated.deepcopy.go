@@ -161,6 +161,13 @@ func (in *ClusterSummaryStatus) DeepCopyInto(out *ClusterSummaryStatus) {
 		*out = make([]string, len(*in))
 		copy(*out, *in)
 	}
+	if in.Quota != nil {
+		in, out := &in.Quota, &out.Quota
+		*out = make(corev1.ResourceList, len(*in))
+		for key, val := range *in {
+			(*out)[key] = val.DeepCopy()
+		}
+	}
 	if in.Allocatable != nil {
 		in, out := &in.Allocatable, &out.Allocatable
 		*out = make(corev1.ResourceList, len(*in))

@@ -30,6 +30,9 @@ func setupWebhook(mgr manager.Manager, kube kubernetes.Interface, opts options) 
 		Host:     opts.webhookHost,
 		Port:     opts.webhookPort,
 	}
+	if opts.notReadyToleration >= 0 {
+		webhookOpts.NotReadyTolerationSeconds = &opts.notReadyToleration
+	}
 	if opts.webhookInjectOnly {
 		webhookOpts.InjectInto = opts.webhookConfigName
 	} else if opts.webhookURL != "" || opts.webhookService != "" {
@@ -61,6 +64,7 @@ func setupPlacement(mgr manager.Manager, cfg *rest.Config, kube kubernetes.Inter
 		return fmt.Errorf("the source pod informer is a %T, not a SharedIndexInformer", informer)
 	}
 	targets := target.NewSet()
+	kubeletAddress, kubeletPort := opts.kubelet.published()
 	if err := (&target.Controller{
 		Client:          mgr.GetClient(),
 		Reader:          mgr.GetAPIReader(),
@@ -72,9 +76,15 @@ func setupPlacement(mgr manager.Manager, cfg *rest.Config, kube kubernetes.Inter
 		SourcePods:      sourcePods,
 		Recorder:        mgr.GetEventRecorder("flotilla-agent"),
 		VNodeWorkers:    opts.vnodeWorkers,
+		NotReadyAfter:   opts.notReadyAfter,
 		TokenRenewAfter: opts.tokenRenewAfter,
+		KubeletAddress:  kubeletAddress,
+		KubeletPort:     kubeletPort,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the targets controller: %w", err)
+	}
+	if err := setupKubelet(mgr, kube, sourcePods, targets, opts); err != nil {
+		return fmt.Errorf("setting up the kubelet API: %w", err)
 	}
 	return (&reservation.Controller{
 		Client:        mgr.GetClient(),

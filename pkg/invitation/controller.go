@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -222,11 +223,33 @@ func (c *Controller) reconcile(ctx context.Context, req reconcile.Request, obj c
 	}
 	c.Summaries.Set(inv.SummaryName(), summary.Invitation{
 		Name: inv.Ref(), Namespaces: covered, CreateNamespaces: inv.Spec.CreateNamespaces,
+		Quota:  quotaOf(inv.Spec.Quota),
 		Labels: map[string]string{InvitationLabel: inv.ID()},
 	})
 	set(v1alpha1.SourceReady, true, v1alpha1.ReasonAccessGranted,
 		fmt.Sprintf("%s may send candidates to %d namespaces", inv.Username(), len(covered)))
 	return c.report(ctx, obj, before, status)
+}
+
+// quotaOf is an invitation's quota as a resource list; nil when it sets none.
+func quotaOf(q *v1alpha1.SourceQuota) corev1.ResourceList {
+	if q == nil {
+		return nil
+	}
+	out := corev1.ResourceList{}
+	if q.CPU != nil {
+		out[corev1.ResourceCPU] = q.CPU.DeepCopy()
+	}
+	if q.Memory != nil {
+		out[corev1.ResourceMemory] = q.Memory.DeepCopy()
+	}
+	if q.Pods != nil {
+		out[corev1.ResourcePods] = *resource.NewQuantity(int64(*q.Pods), resource.DecimalSI)
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }
 
 func present(all, missing []string) []string {

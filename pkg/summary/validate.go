@@ -72,6 +72,7 @@ func Validate(s *v1alpha1.ClusterSummaryStatus) error {
 	errs = append(errs, validateResources(allocatable, s.Allocatable)...)
 	errs = append(errs, validateResources(free, s.Free)...)
 	errs = append(errs, validateResources(largest, s.LargestFree)...)
+	errs = append(errs, validateResources(root.Child("quota"), s.Quota)...)
 	errs = append(errs, notAbove(free, s.Free, allocatable, s.Allocatable)...)
 	errs = append(errs, notAbove(largest, s.LargestFree, free, s.Free)...)
 

@@ -43,6 +43,10 @@ const TargetNamespaceLabel = protocol.Prefix + "target-namespace"
 // Defaults of Controller.
 const (
 	DefaultResyncPeriod = 10 * time.Second
+	// DefaultNotReadyAfter is how long a target may fail to answer before
+	// its virtual node turns NotReady: long enough to ride out a restart of
+	// its API server, short enough that pods move within a minute or two.
+	DefaultNotReadyAfter = 20 * time.Second
 	// notReadyResync is how often a target that is not Ready is looked at
 	// again, so a fixed Secret or a target back up shows within seconds.
 	notReadyResync = 3 * time.Second
@@ -90,6 +94,9 @@ type Controller struct {
 	KubeletPort    int32
 	// ResyncPeriod is how often a Ready target is probed; default 10s.
 	ResyncPeriod time.Duration
+	// NotReadyAfter is how long a target's API must fail to answer before
+	// its virtual node turns NotReady; default 20s.
+	NotReadyAfter time.Duration
 	// TokenRenewAfter is the share of a token's lifetime after which it is
 	// renewed; default 0.5.
 	TokenRenewAfter float64
@@ -106,6 +113,27 @@ type running struct {
 	hash   string
 	cancel context.CancelFunc
 	done   chan struct{}
+	// status is what its virtual node says of the target.
+	status *vnode.Status
+
+	mu sync.Mutex
+	// answered is when the target last answered a probe (or started).
+	answered time.Time
+}
+
+// observeHealth turns the probes' outcomes into the virtual node's Ready:
+// false once the target has not answered for notReadyAfter.
+func (r *running) observeHealth(h Health, now time.Time, notReadyAfter time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if h.Reachable && h.Authorized {
+		r.answered = now
+		r.status.SetReady(true, "", "")
+		return
+	}
+	if now.Sub(r.answered) >= notReadyAfter {
+		r.status.SetReady(false, h.Reason, h.Message)
+	}
 }
 
 // SetupWithManager registers the controllers of both kinds.
@@ -114,6 +142,9 @@ func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 	c.started = make(chan struct{})
 	if c.ResyncPeriod <= 0 {
 		c.ResyncPeriod = DefaultResyncPeriod
+	}
+	if c.NotReadyAfter <= 0 {
+		c.NotReadyAfter = DefaultNotReadyAfter
 	}
 	if c.TokenRenewAfter <= 0 || c.TokenRenewAfter >= 1 {
 		c.TokenRenewAfter = 0.5
@@ -280,6 +311,7 @@ func (c *Controller) connect(ctx context.Context, v view) (reconcile.Result, err
 		h = r.t.Probe(ctx)
 	}
 	h.apply(v, r.t.HasSynced())
+	r.observeHealth(h, time.Now(), c.NotReadyAfter)
 	resync := c.ResyncPeriod
 	if !meta.IsStatusConditionTrue(v.status.Conditions, v1alpha1.TargetReady) {
 		resync = notReadyResync
@@ -348,15 +380,26 @@ func (c *Controller) get(name string) *running {
 // handlers), its informer starts, and its virtual node runs until stopped.
 func (c *Controller) start(t *Target, hash string) *running {
 	ctx, cancel := context.WithCancel(c.base)
-	r := &running{t: t, hash: hash, cancel: cancel, done: make(chan struct{})}
+	r := &running{t: t, hash: hash, cancel: cancel, done: make(chan struct{}), status: vnode.NewStatus(), answered: time.Now()}
 	c.mu.Lock()
 	c.running[t.Name] = r
 	c.mu.Unlock()
 	c.Targets.Add(t)
 	t.Start(ctx)
+	var wg sync.WaitGroup
+	if t.SummaryName() != "" {
+		wg.Go(func() {
+			t.watchSummary(ctx, func(s *v1alpha1.ClusterSummaryStatus) {
+				t.SetNamespaces(s.Namespaces)
+				allocatable, free := Capacity(s)
+				r.status.SetResources(allocatable, free, NodeLabels(s))
+			})
+		})
+	}
+	wg.Go(func() { c.runVirtualNode(ctx, t, r.status) })
 	go func() {
 		defer close(r.done)
-		c.runVirtualNode(ctx, t)
+		wg.Wait()
 	}()
 	klog.FromContext(ctx).Info("Target started", "target", t.Name, "node", t.NodeName)
 	return r
@@ -364,7 +407,7 @@ func (c *Controller) start(t *Target, hash string) *running {
 
 // runVirtualNode runs the target's virtual node until ctx ends, starting it
 // again with backoff when it fails.
-func (c *Controller) runVirtualNode(ctx context.Context, t *Target) {
+func (c *Controller) runVirtualNode(ctx context.Context, t *Target, status *vnode.Status) {
 	labels := maps.Clone(t.Labels)
 	if labels == nil {
 		labels = map[string]string{}
@@ -385,6 +428,7 @@ func (c *Controller) runVirtualNode(ctx context.Context, t *Target) {
 
 			Address:     c.KubeletAddress,
 			KubeletPort: c.KubeletPort,
+			Status:      status,
 		})
 		if ctx.Err() != nil {
 			return

@@ -60,7 +60,7 @@ type Target struct {
 
 	client   kubernetes.Interface
 	rest     *rest.Config
-	cr       crclient.Client
+	cr       crclient.WithWatch
 	selector string
 	// summaryName is the ClusterSummary the target publishes for this
 	// source; empty when the kubeconfig came without one.
@@ -122,7 +122,7 @@ func New(c Config) (*Target, error) {
 	// Flotilla's kinds (the ClusterSummary) have no protobuf.
 	crCfg := rest.CopyConfig(cfg)
 	crCfg.ContentType, crCfg.AcceptContentTypes = runtime.ContentTypeJSON, runtime.ContentTypeJSON
-	if t.cr, err = crclient.New(crCfg, crclient.Options{Scheme: scheme}); err != nil {
+	if t.cr, err = crclient.NewWithWatch(crCfg, crclient.Options{Scheme: scheme}); err != nil {
 		return nil, fmt.Errorf("target %s: creating client: %w", c.Name, err)
 	}
 	selector := labels.SelectorFromSet(labels.Set{

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	corev1listers "k8s.io/client-go/listers/core/v1"
@@ -45,6 +46,7 @@ type mirror struct {
 	pods      corev1listers.PodLister // source pods bound to this node
 	client    kubernetes.Interface
 	recorder  record.EventRecorder
+	status    *Status
 	now       func() time.Time
 	queue     workqueue.TypedRateLimitingInterface[string]
 
@@ -60,6 +62,7 @@ func newMirror(cfg Config, pods corev1listers.PodLister, recorder record.EventRe
 		pods:      pods,
 		client:    cfg.Client,
 		recorder:  recorder,
+		status:    cfg.Status,
 		now:       time.Now,
 		// Per-pod backoff of failures only: client-go's default limiter also
 		// passes every first enqueue through a 10 per second bucket, and a
@@ -122,6 +125,7 @@ func (m *mirror) run(ctx context.Context, workers int) {
 		<-ctx.Done()
 		m.queue.ShutDown()
 	}()
+	go m.followReadiness(ctx)
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
@@ -130,6 +134,36 @@ func (m *mirror) run(ctx context.Context, workers int) {
 		})
 	}
 	wg.Wait()
+}
+
+// followReadiness looks at every pod of the node again when the target
+// stops or starts answering, and tells each pod's owner.
+func (m *mirror) followReadiness(ctx context.Context) {
+	for {
+		flip := m.status.readyFlips()
+		select {
+		case <-ctx.Done():
+			return
+		case <-flip:
+		}
+		state := m.status.Get()
+		pods, err := m.pods.List(labels.Everything())
+		if err != nil {
+			continue
+		}
+		for _, pod := range pods {
+			if pod.Spec.NodeName != m.node || pod.DeletionTimestamp != nil || isTerminal(pod.Status.Phase) || !isSourcePod(pod) {
+				continue
+			}
+			if state.Ready {
+				m.recorder.Eventf(pod, corev1.EventTypeNormal, ReasonTargetReady, "Target %s answers again", m.target)
+			} else {
+				m.recorder.Eventf(pod, corev1.EventTypeWarning, ReasonTargetLost,
+					"Target %s does not answer (%s); the pod is evicted once its node.kubernetes.io/not-ready toleration runs out, and its controller recreates it elsewhere", m.target, state.Message)
+			}
+			m.queue.Add(podKey(pod.Namespace, pod.Name))
+		}
+	}
 }
 
 func (m *mirror) processNext(ctx context.Context) bool {
@@ -163,13 +197,20 @@ func (m *mirror) sync(ctx context.Context, key string) error {
 	if source == nil || source.Spec.NodeName != m.node {
 		return nil
 	}
+	if !isSourcePod(source) {
+		return m.reject(ctx, source)
+	}
+	ready := m.status.Get().Ready
 	delegate, err := m.delegates.Get(source)
 	if err != nil {
 		return fmt.Errorf("getting the delegate of pod %s in target %s: %w", key, m.target, err)
 	}
 	if source.DeletionTimestamp != nil {
 		if err := m.deleteDelegate(ctx, source, delegate); err != nil {
-			return err
+			if ready {
+				return err
+			}
+			return m.release(ctx, source, err)
 		}
 	}
 
@@ -179,6 +220,12 @@ func (m *mirror) sync(ctx context.Context, key string) error {
 		if source.DeletionTimestamp != nil && delegate == nil {
 			return m.finishDeletion(ctx, source)
 		}
+		return nil
+	}
+	if !ready {
+		// The cache of a target that does not answer is stale: its status
+		// would undo what the node lifecycle controller says of the pods
+		// of a NotReady node. The pod is looked at again when it answers.
 		return nil
 	}
 	status := desiredStatus(source, delegate, m.target, m.now())
@@ -208,6 +255,53 @@ func (m *mirror) sync(ctx context.Context, key string) error {
 	default:
 		return fmt.Errorf("writing the status of pod %s: %w", key, err)
 	}
+}
+
+// release finishes the deletion of a source pod whose delegate could not be
+// deleted because the target does not answer, once the pod's grace period
+// is over: the source never hangs on a target that is away. The delegate
+// is deleted when the target answers again (the placement controller
+// cleans up every candidate of a pod that is gone).
+func (m *mirror) release(ctx context.Context, source *corev1.Pod, cause error) error {
+	if wait := source.DeletionTimestamp.Sub(m.now()); wait > 0 {
+		m.queue.AddAfter(podKey(source.Namespace, source.Name), wait)
+		return nil
+	}
+	klog.FromContext(ctx).Info("Target does not answer; deleting the source pod without waiting for its delegate",
+		"pod", klog.KObj(source), "target", m.target, "cause", cause.Error())
+	m.recorder.Eventf(source, corev1.EventTypeWarning, ReasonDelegateOrphaned,
+		"Target %s does not answer: the pod is deleted here, and its delegate there once the target answers again", m.target)
+	return m.finishDeletion(ctx, source)
+}
+
+// reject fails a pod bound to the virtual node that is not a source pod (a
+// DaemonSet's pod tolerating every taint, a pod with spec.nodeName set), as
+// a kubelet rejects a pod it cannot admit: its controller sees a failed pod
+// and the reason, instead of a pod Pending forever.
+func (m *mirror) reject(ctx context.Context, pod *corev1.Pod) error {
+	if isTerminal(pod.Status.Phase) {
+		if pod.DeletionTimestamp != nil {
+			return m.finishDeletion(ctx, pod)
+		}
+		return nil
+	}
+	msg := fmt.Sprintf("Virtual node %s stands for target %s and runs only pods that Flotilla placed there; this pod was bound to it by another scheduler or its spec.nodeName", m.node, m.target)
+	klog.FromContext(ctx).Info("Rejecting a pod that is not a source pod", "pod", klog.KObj(pod))
+	m.recorder.Eventf(pod, corev1.EventTypeWarning, ReasonRejected, "%s", msg)
+	update := *pod
+	update.Status = terminatedStatus(pod, ReasonRejected, msg, "Never started: "+msg, true, m.now())
+	_, err := m.client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, &update, metav1.UpdateOptions{})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("rejecting pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	return nil
+}
+
+// isSourcePod reports whether a pod bound to a virtual node was placed
+// there by Flotilla: only the webhook gives a pod the source scheduler
+// name, which no scheduler serves.
+func isSourcePod(pod *corev1.Pod) bool {
+	return pod.Spec.SchedulerName == protocol.SourceSchedulerName
 }
 
 // deleteGone deletes the delegate of a source pod deleted from the API

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -56,30 +58,66 @@ func Taint() corev1.Taint {
 	}
 }
 
-// newNode is the Node the virtual node registers. The fixed labels win over
-// cfg.Labels, so a target's labels cannot disguise the node.
-func newNode(cfg Config, now time.Time) *corev1.Node {
-	labels := make(map[string]string, len(cfg.Labels)+4)
+// FreeAnnotation on a virtual node shows what its target has free for this
+// source, as its summary last said (e.g. "cpu=3,memory=6Gi,pods=200").
+const FreeAnnotation = protocol.Prefix + "free"
+
+// Reasons of a virtual node's Ready condition.
+const (
+	ReasonTargetReady = "TargetReady"
+	// ReasonTargetNotReady is the reason when the target's State names
+	// none.
+	ReasonTargetNotReady = "TargetNotReady"
+)
+
+// newNode is the Node the virtual node registers and then writes as its
+// state changes. Labels: the fixed ones win over cfg.Labels, which win over
+// the state's, so neither a target's labels nor its nodes' can disguise the
+// node.
+func newNode(cfg Config, state State, now time.Time) *corev1.Node {
+	labels := make(map[string]string, len(state.Labels)+len(cfg.Labels)+4)
+	maps.Copy(labels, state.Labels)
 	maps.Copy(labels, cfg.Labels)
 	labels[TypeLabel] = TypeValue
 	labels[RoleLabel] = RoleValue
 	labels[TargetLabel] = cfg.Target
 	labels[corev1.LabelHostname] = cfg.NodeName
 
+	capacity := cfg.Capacity
+	if state.Capacity != nil {
+		capacity = state.Capacity
+	}
+	var annotations map[string]string
+	if state.Free != nil {
+		annotations = map[string]string{FreeAnnotation: formatResources(state.Free)}
+	}
+
 	at := metav1.NewTime(now)
 	condition := func(t corev1.NodeConditionType, s corev1.ConditionStatus, reason, message string) corev1.NodeCondition {
 		return corev1.NodeCondition{Type: t, Status: s, Reason: reason, Message: message, LastHeartbeatTime: at, LastTransitionTime: at}
 	}
+	ready := condition(corev1.NodeReady, corev1.ConditionTrue, ReasonTargetReady,
+		fmt.Sprintf("Target %s answers the Flotilla agent", cfg.Target))
+	if !state.Ready {
+		reason := state.Reason
+		if reason == "" {
+			reason = ReasonTargetNotReady
+		}
+		ready = condition(corev1.NodeReady, corev1.ConditionFalse, reason,
+			fmt.Sprintf("Target %s does not answer the Flotilla agent: %s", cfg.Target, state.Message))
+	}
+	if !state.Since.IsZero() {
+		ready.LastTransitionTime = metav1.NewTime(state.Since)
+	}
 	return &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: cfg.NodeName, Labels: labels},
+		ObjectMeta: metav1.ObjectMeta{Name: cfg.NodeName, Labels: labels, Annotations: annotations},
 		Spec:       corev1.NodeSpec{Taints: []corev1.Taint{Taint()}},
 		Status: corev1.NodeStatus{
 			Phase:       corev1.NodeRunning,
-			Capacity:    cfg.Capacity.DeepCopy(),
-			Allocatable: cfg.Capacity.DeepCopy(),
+			Capacity:    capacity.DeepCopy(),
+			Allocatable: capacity.DeepCopy(),
 			Conditions: []corev1.NodeCondition{
-				condition(corev1.NodeReady, corev1.ConditionTrue, "VirtualNodeReady",
-					fmt.Sprintf("the Flotilla agent runs the virtual node of target %s", cfg.Target)),
+				ready,
 				condition(corev1.NodeMemoryPressure, corev1.ConditionFalse, "VirtualNode", "a virtual node has no memory pressure"),
 				condition(corev1.NodeDiskPressure, corev1.ConditionFalse, "VirtualNode", "a virtual node has no disk pressure"),
 				condition(corev1.NodePIDPressure, corev1.ConditionFalse, "VirtualNode", "a virtual node has no PID pressure"),
@@ -94,6 +132,16 @@ func newNode(cfg Config, now time.Time) *corev1.Node {
 			},
 		},
 	}
+}
+
+// formatResources renders a resource list as "name=quantity,...", sorted.
+func formatResources(rl corev1.ResourceList) string {
+	parts := make([]string, 0, len(rl))
+	for _, name := range slices.Sorted(maps.Keys(rl)) {
+		q := rl[name]
+		parts = append(parts, string(name)+"="+q.String())
+	}
+	return strings.Join(parts, ",")
 }
 
 // nodeAddresses are the node's: the InternalIP of the agent that serves its

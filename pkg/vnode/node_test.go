@@ -46,7 +46,7 @@ func TestNewNode(t *testing.T) {
 			if err == nil {
 				t.Fatal("withDefaults accepted a config without client and delegates")
 			}
-			n := newNode(cfg, at)
+			n := newNode(cfg, State{Ready: true}, at)
 			if n.Name != tt.cfg.NodeName {
 				t.Errorf("name = %q, want %q", n.Name, tt.cfg.NodeName)
 			}
@@ -78,6 +78,90 @@ func TestNewNode(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestNewNodeFollowsState checks that the node shows what its target
+// publishes: capacity, free resources, its nodes' labels under the target's
+// own, and Ready only while the target answers.
+func TestNewNodeFollowsState(t *testing.T) {
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	since := at.Add(-time.Minute)
+	cfg := Config{NodeName: "flotilla-eu", Target: "eu", Capacity: DefaultCapacity(),
+		Labels: map[string]string{"topology.kubernetes.io/region": "eu-west-1"}}
+	capacity := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("8"), corev1.ResourceMemory: resource.MustParse("16Gi"), corev1.ResourcePods: resource.MustParse("220")}
+	state := State{
+		Ready: false, Reason: "Unreachable", Message: "connection refused", Since: since,
+		Capacity: capacity,
+		Free:     corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3"), corev1.ResourcePods: resource.MustParse("200")},
+		Labels: map[string]string{
+			"topology.kubernetes.io/region": "us-east-1", // the Target's label wins
+			"topology.kubernetes.io/zone":   "eu-west-1a",
+			"type":                          "kwok", // the fixed label wins
+		},
+	}
+	n := newNode(cfg, state, at)
+	if diff := cmp.Diff(capacity, n.Status.Allocatable); diff != "" {
+		t.Errorf("allocatable (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(capacity, n.Status.Capacity); diff != "" {
+		t.Errorf("capacity (-want +got):\n%s", diff)
+	}
+	if got, want := n.Annotations[FreeAnnotation], "cpu=3,pods=200"; got != want {
+		t.Errorf("free annotation = %q, want %q", got, want)
+	}
+	for k, want := range map[string]string{"topology.kubernetes.io/region": "eu-west-1", "topology.kubernetes.io/zone": "eu-west-1a", "type": "virtual-kubelet"} {
+		if n.Labels[k] != want {
+			t.Errorf("label %s = %q, want %q", k, n.Labels[k], want)
+		}
+	}
+	var ready *corev1.NodeCondition
+	for i := range n.Status.Conditions {
+		if n.Status.Conditions[i].Type == corev1.NodeReady {
+			ready = &n.Status.Conditions[i]
+		}
+	}
+	if ready == nil || ready.Status != corev1.ConditionFalse || ready.Reason != "Unreachable" ||
+		!strings.Contains(ready.Message, "connection refused") || !ready.LastTransitionTime.Time.Equal(since) {
+		t.Errorf("Ready condition = %+v, want False, reason Unreachable, the cause, since %v", ready, since)
+	}
+
+	state.Ready, state.Capacity, state.Free = true, nil, nil
+	n = newNode(cfg, state, at)
+	if diff := cmp.Diff(DefaultCapacity(), n.Status.Allocatable); diff != "" {
+		t.Errorf("allocatable without a summary (-want +got):\n%s", diff)
+	}
+	if _, ok := n.Annotations[FreeAnnotation]; ok {
+		t.Error("free annotation without a summary")
+	}
+}
+
+func TestStatusCoalescesAndSignalsFlips(t *testing.T) {
+	s := NewStatus()
+	flip := s.readyFlips()
+	s.SetResources(corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}, nil, nil)
+	s.SetResources(corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")}, nil, nil)
+	select {
+	case <-flip:
+		t.Fatal("a change of resources signalled a flip of Ready")
+	default:
+	}
+	if len(s.changed) != 1 {
+		t.Fatalf("%d pending changes, want 1 (coalesced)", len(s.changed))
+	}
+	<-s.changed
+	s.SetResources(corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")}, nil, nil)
+	if len(s.changed) != 0 {
+		t.Fatal("setting the same resources signalled a change")
+	}
+	s.SetReady(false, "Unreachable", "down")
+	select {
+	case <-flip:
+	default:
+		t.Fatal("Ready turning false did not signal a flip")
+	}
+	if st := s.Get(); st.Ready || st.Since.IsZero() || st.Capacity.Cpu().String() != "2" {
+		t.Errorf("state = %+v", st)
 	}
 }
 

@@ -16,6 +16,17 @@ const (
 	// when the delegate of a bound source pod that is not being deleted no
 	// longer exists in the target.
 	ReasonDelegateLost = "DelegateLost"
+	// ReasonDelegateOrphaned is the Warning event reason when a source pod
+	// is deleted while its target does not answer: its delegate is deleted
+	// once the target answers again.
+	ReasonDelegateOrphaned = "DelegateOrphaned"
+	// ReasonRejected is the pod reason, and the Warning event reason, of a
+	// pod bound to a virtual node that Flotilla did not place there.
+	ReasonRejected = "VirtualNodeRejected"
+	// ReasonTargetLost is the Warning event reason on the pods of a virtual
+	// node whose target stops answering; ReasonTargetReady, the Normal one
+	// when it answers again.
+	ReasonTargetLost = "TargetLost"
 	// ReasonContainerStatusUnknown is a kubelet's reason for a container
 	// whose end it could not observe; the virtual node uses it for the
 	// containers of a delegate that vanished before they were seen to stop.
@@ -52,8 +63,13 @@ func desiredStatus(source, delegate *corev1.Pod, target string, now time.Time) c
 		return terminatedStatus(source, "", "", msg, false, now)
 	default:
 		msg := fmt.Sprintf("The delegate of this pod in target %s no longer exists", target)
-		return terminatedStatus(source, ReasonDelegateLost, msg,
+		out := terminatedStatus(source, ReasonDelegateLost, msg,
 			fmt.Sprintf("The container could not be located: its delegate in target %s no longer exists", target), true, now)
+		// As a kubelet or the taint manager marks the pods it stops, so a
+		// Job's podFailurePolicy can tell a lost delegate from a failure of
+		// the pod's own (a ReplicaSet replaces a failed pod either way).
+		setCondition(&out, corev1.PodCondition{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: ReasonDelegateLost, Message: msg}, metav1.NewTime(now))
+		return out
 	}
 }
 

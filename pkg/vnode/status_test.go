@@ -101,6 +101,10 @@ func mirrored(mutate ...func(*corev1.PodStatus)) corev1.PodStatus {
 
 func TestDesiredStatus(t *testing.T) {
 	notStarted := false
+	// A lost delegate is a disruption, which a Job's podFailurePolicy can
+	// tell from a failure of the pod's own.
+	lostCondition := corev1.PodCondition{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: ReasonDelegateLost,
+		Message: "The delegate of this pod in target tgt no longer exists", LastTransitionTime: metav1.NewTime(now)}
 	tests := []struct {
 		name     string
 		source   *corev1.Pod
@@ -206,6 +210,7 @@ func TestDesiredStatus(t *testing.T) {
 			s.Message = "The delegate of this pod in target tgt no longer exists"
 			s.Conditions[2] = corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionFalse, Reason: reasonPodCompleted, LastTransitionTime: metav1.NewTime(now)}
 			s.Conditions[3] = corev1.PodCondition{Type: corev1.ContainersReady, Status: corev1.ConditionFalse, Reason: reasonPodCompleted, LastTransitionTime: metav1.NewTime(now)}
+			s.Conditions = append(s.Conditions, lostCondition)
 			s.ContainerStatuses[0].Ready = false
 			s.ContainerStatuses[0].Started = &notStarted
 			s.ContainerStatuses[0].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
@@ -226,6 +231,7 @@ func TestDesiredStatus(t *testing.T) {
 				{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: t0},
 				{Type: corev1.ContainersReady, Status: corev1.ConditionFalse, Reason: reasonPodCompleted, LastTransitionTime: metav1.NewTime(now)},
 				{Type: corev1.PodReady, Status: corev1.ConditionFalse, Reason: reasonPodCompleted, LastTransitionTime: metav1.NewTime(now)},
+				lostCondition,
 			},
 			ContainerStatuses: []corev1.ContainerStatus{{
 				Name: "app", Image: "nginx", Started: &notStarted,

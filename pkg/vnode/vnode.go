@@ -88,6 +88,9 @@ type Config struct {
 	// KubeletPort is the port of the agent's kubelet API, published as the
 	// node's daemonEndpoints; 0 when Address is empty.
 	KubeletPort int32
+	// Status is what the node says about its target as it changes: Ready or
+	// not, capacity, labels. Nil: always Ready, with Capacity.
+	Status *Status
 }
 
 // Defaults of Config.
@@ -129,6 +132,9 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if cfg.Workers <= 0 {
 		cfg.Workers = DefaultWorkers
+	}
+	if cfg.Status == nil {
+		cfg.Status = NewStatus()
 	}
 	if err := errors.Join(errs...); err != nil {
 		return cfg, fmt.Errorf("virtual node %q: %w", cfg.NodeName, err)
@@ -174,11 +180,12 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 
 	nodes := cfg.Client.CoreV1().Nodes()
-	want := newNode(cfg, time.Now())
+	want := newNode(cfg, cfg.Status.Get(), time.Now())
 	if err := adoptNode(ctx, nodes, want); err != nil {
 		return fmt.Errorf("virtual node %s: %w", cfg.NodeName, err)
 	}
-	nc, err := node.NewNodeController(node.NaiveNodeProvider{}, want, nodes,
+	p := provider{status: cfg.Status, node: func(s State) *corev1.Node { return newNode(cfg, s, time.Now()) }}
+	nc, err := node.NewNodeController(p, want, nodes,
 		node.WithNodeEnableLeaseV1WithRenewInterval(cfg.Client.CoordinationV1().Leases(corev1.NamespaceNodeLease),
 			int32(math.Ceil(cfg.LeaseDuration.Seconds())), cfg.LeaseRenewInterval),
 		node.WithNodeStatusUpdateInterval(cfg.StatusUpdateInterval),
@@ -261,7 +268,7 @@ func recreateNode(nodes typedcorev1.NodeInterface, cfg Config) node.ErrorHandler
 			return err
 		}
 		klog.FromContext(ctx).Info("Virtual node was deleted, registering it again")
-		if _, err := nodes.Create(ctx, newNode(cfg, time.Now()), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		if _, err := nodes.Create(ctx, newNode(cfg, cfg.Status.Get(), time.Now()), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("registering node %s again: %w", cfg.NodeName, err)
 		}
 		return nil

@@ -25,6 +25,10 @@ const Path = "/mutate-pods"
 // Mutator is the admission handler for pod CREATE.
 type Mutator struct {
 	Decoder admission.Decoder
+	// NotReadyTolerationSeconds is how long a source pod stays on a virtual
+	// node whose target does not answer (NotReady) before it is evicted;
+	// nil: forever.
+	NotReadyTolerationSeconds *int64
 }
 
 // Handle admits a pod, mutating it only when it opted in.
@@ -36,7 +40,7 @@ func (m *Mutator) Handle(_ context.Context, req admission.Request) admission.Res
 	if !OptedIn(pod) {
 		return admission.Allowed("not opted in to multi-cluster scheduling")
 	}
-	changed, err := MakeSource(pod)
+	changed, err := MakeSource(pod, m.NotReadyTolerationSeconds)
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
@@ -58,8 +62,10 @@ func OptedIn(pod *corev1.Pod) bool {
 }
 
 // MakeSource turns an opted-in pod into a source pod. It is idempotent: on
-// reinvocation the saved spec is kept as it was first saved.
-func MakeSource(pod *corev1.Pod) (bool, error) {
+// reinvocation the saved spec is kept as it was first saved. notReadySeconds
+// is how long the pod tolerates a virtual node that is NotReady, its target
+// not answering (nil: forever).
+func MakeSource(pod *corev1.Pod, notReadySeconds *int64) (bool, error) {
 	changed := false
 	if _, saved := pod.Annotations[protocol.SourceSpecAnnotation]; !saved {
 		// The source's service-account token is no part of what runs in a
@@ -89,39 +95,57 @@ func MakeSource(pod *corev1.Pod) (bool, error) {
 		})
 		changed = true
 	}
-	// A virtual node goes NotReady or unreachable when the agent is away,
-	// which says nothing about the pod running in its target: the pod must
-	// not be evicted for it. The taint manager applies the shortest matching
-	// toleration, so the 300s defaults added by admission must go.
-	for _, key := range []string{corev1.TaintNodeNotReady, corev1.TaintNodeUnreachable} {
-		if !toleratesForever(pod.Spec.Tolerations, key) {
-			var kept []corev1.Toleration
-			for _, t := range pod.Spec.Tolerations {
-				if t.Key != key || t.Effect != corev1.TaintEffectNoExecute {
-					kept = append(kept, t)
-				}
-			}
-			pod.Spec.Tolerations = append(kept, corev1.Toleration{Key: key, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute})
-			changed = true
-		}
+	// A virtual node is unreachable (its Lease not renewed) when the agent
+	// is away, which says nothing about the pod running in its target: the
+	// pod is never evicted for it. It is NotReady when the target's API
+	// does not answer the agent: the pod is evicted after notReadySeconds,
+	// so its controller recreates it elsewhere. The taint manager applies
+	// the shortest matching toleration, so the defaults that admission adds
+	// give way; a toleration the pod's author wrote stays.
+	if setNoExecuteToleration(pod, corev1.TaintNodeUnreachable, nil) {
+		changed = true
+	}
+	if setNoExecuteToleration(pod, corev1.TaintNodeNotReady, notReadySeconds) {
+		changed = true
 	}
 	return changed, nil
 }
 
-// toleratesForever reports whether the only NoExecute tolerations of key
-// tolerate it without a time limit.
-func toleratesForever(ts []corev1.Toleration, key string) bool {
+// defaultTolerationSeconds is what the DefaultTolerationSeconds admission
+// plugin gives a pod that does not tolerate not-ready or unreachable nodes.
+const defaultTolerationSeconds = 300
+
+// setNoExecuteToleration makes the pod tolerate the NoExecute taint key for
+// seconds (nil: forever), replacing the tolerations of key that admission
+// added by default; when the pod's author wrote one of their own, it stays.
+func setNoExecuteToleration(pod *corev1.Pod, key string, seconds *int64) (changed bool) {
+	want := corev1.Toleration{Key: key, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: seconds}
+	var kept []corev1.Toleration
 	found := false
-	for _, t := range ts {
-		if t.Key != key || t.Effect != corev1.TaintEffectNoExecute {
-			continue
+	for _, t := range pod.Spec.Tolerations {
+		if t.Key == key && t.Effect == corev1.TaintEffectNoExecute {
+			switch {
+			case t.MatchToleration(&want) && equalSeconds(t.TolerationSeconds, seconds):
+				found = true
+			case t.TolerationSeconds != nil && *t.TolerationSeconds == defaultTolerationSeconds:
+				changed = true
+				continue // admission's default
+			default:
+				found = true // the author's
+			}
 		}
-		if t.TolerationSeconds != nil {
-			return false
-		}
-		found = true
+		kept = append(kept, t)
 	}
-	return found
+	if !found {
+		kept = append(kept, want)
+		changed = true
+	}
+	pod.Spec.Tolerations = kept
+	return changed
+}
+
+func equalSeconds(a, b *int64) bool {
+	return (a == nil) == (b == nil) && (a == nil || *a == *b)
 }
 
 func toleratesVirtualNodes(ts []corev1.Toleration) bool {

@@ -24,7 +24,7 @@ func TestMakeSourceIsIdempotent(t *testing.T) {
 	if !OptedIn(pod) {
 		t.Fatal("labelled pod not opted in")
 	}
-	changed, err := MakeSource(pod)
+	changed, err := MakeSource(pod, ptr.To[int64](60))
 	if err != nil || !changed {
 		t.Fatalf("first admission: changed=%v err=%v", changed, err)
 	}
@@ -39,17 +39,59 @@ func TestMakeSourceIsIdempotent(t *testing.T) {
 		t.Errorf("source pod not prepared: %+v", pod.Spec)
 	}
 	for _, tol := range pod.Spec.Tolerations {
-		if tol.TolerationSeconds != nil {
-			t.Errorf("a source pod must not be evicted from a virtual node after a time limit: %+v", tol)
+		switch tol.Key {
+		case corev1.TaintNodeUnreachable:
+			if tol.TolerationSeconds != nil {
+				t.Errorf("a source pod must not be evicted when the agent is away: %+v", tol)
+			}
+		case corev1.TaintNodeNotReady:
+			if tol.TolerationSeconds == nil || *tol.TolerationSeconds != 60 {
+				t.Errorf("a source pod must be evicted 60s after its target stops answering: %+v", tol)
+			}
 		}
 	}
 	before := pod.Annotations[protocol.SourceSpecAnnotation]
-	changed, err = MakeSource(pod)
+	changed, err = MakeSource(pod, ptr.To[int64](60))
 	if err != nil || changed {
 		t.Fatalf("reinvocation changed the pod (changed=%v err=%v)", changed, err)
 	}
 	if pod.Annotations[protocol.SourceSpecAnnotation] != before || len(pod.Spec.Tolerations) != 3 {
 		t.Error("reinvocation rewrote the saved spec or duplicated the toleration")
+	}
+}
+
+// TestMakeSourceKeepsTheAuthorsToleration checks that a not-ready
+// toleration the pod's author chose is not replaced by the agent's default.
+func TestMakeSourceKeepsTheAuthorsToleration(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		author *int64
+		want   *int64
+	}{
+		{"shorter", ptr.To[int64](5), ptr.To[int64](5)},
+		{"forever", nil, nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			pod := &corev1.Pod{Spec: corev1.PodSpec{Tolerations: []corev1.Toleration{
+				{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: tt.author},
+			}}}
+			if _, err := MakeSource(pod, ptr.To[int64](60)); err != nil {
+				t.Fatal(err)
+			}
+			n := 0
+			for _, tol := range pod.Spec.Tolerations {
+				if tol.Key != corev1.TaintNodeNotReady {
+					continue
+				}
+				n++
+				if !equalSeconds(tol.TolerationSeconds, tt.want) {
+					t.Errorf("toleration %+v, want seconds %v", tol, tt.want)
+				}
+			}
+			if n != 1 {
+				t.Errorf("%d not-ready tolerations, want the author's alone: %+v", n, pod.Spec.Tolerations)
+			}
+		})
 	}
 }
 
@@ -85,7 +127,7 @@ func TestMakeSourceSavesSpecWithoutToken(t *testing.T) {
 			Containers:     []corev1.Container{{Name: "c", Image: "i", VolumeMounts: append([]corev1.VolumeMount(nil), mounts...)}},
 		},
 	}
-	if _, err := MakeSource(pod); err != nil {
+	if _, err := MakeSource(pod, nil); err != nil {
 		t.Fatal(err)
 	}
 	var saved corev1.PodSpec

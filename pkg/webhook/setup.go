@@ -45,6 +45,9 @@ type Options struct {
 	// MutatingWebhookConfiguration someone else keeps (the Helm chart): the
 	// rotator only injects the CA into it.
 	InjectInto string
+	// NotReadyTolerationSeconds is the source pods' toleration of a NotReady
+	// virtual node (see Mutator); nil: forever.
+	NotReadyTolerationSeconds *int64
 }
 
 // The rotator's cache lists and watches every Secret of the agent's
@@ -113,7 +116,7 @@ func Setup(mgr manager.Manager, kube kubernetes.Interface, opts Options) error {
 		case <-files.synced:
 		}
 		mgr.GetWebhookServer().Register(Path, &admission.Webhook{
-			Handler: &Mutator{Decoder: admission.NewDecoder(mgr.GetScheme())},
+			Handler: &Mutator{Decoder: admission.NewDecoder(mgr.GetScheme()), NotReadyTolerationSeconds: opts.NotReadyTolerationSeconds},
 		})
 		serving.Store(true)
 		return nil

@@ -1,0 +1,93 @@
+package target
+
+import (
+	"context"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/flotilla-dev/flotilla/api/v1alpha1"
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
+	"github.com/flotilla-dev/flotilla/pkg/summary"
+)
+
+// watchSummary calls onChange with the status of the invitation's
+// ClusterSummary each time the target publishes a believable one, until ctx
+// is done. It watches that one object (the invited identity may read only
+// it), so a change shows within the target's publishing interval.
+func (t *Target) watchSummary(ctx context.Context, onChange func(*v1alpha1.ClusterSummaryStatus)) {
+	byName := fields.OneTermEqualSelector("metadata.name", t.summaryName).String()
+	lw := &toolscache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			opts.FieldSelector = byName
+			list := &v1alpha1.ClusterSummaryList{}
+			err := t.cr.List(ctx, list, &client.ListOptions{Raw: &opts})
+			return list, err
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			opts.FieldSelector = byName
+			return t.cr.Watch(ctx, &v1alpha1.ClusterSummaryList{}, &client.ListOptions{Raw: &opts})
+		},
+	}
+	changed := func(obj any) {
+		sum, ok := obj.(*v1alpha1.ClusterSummary)
+		if !ok || sum.Name != t.summaryName {
+			return
+		}
+		if err := summary.Validate(&sum.Status); err != nil {
+			// The probe reports it in the Target's status.
+			klog.FromContext(ctx).V(2).Info("Ignoring a ClusterSummary that is not believable", "target", t.Name, "error", err.Error())
+			return
+		}
+		onChange(&sum.Status)
+	}
+	_, informer := toolscache.NewInformerWithOptions(toolscache.InformerOptions{
+		ListerWatcher: lw,
+		ObjectType:    &v1alpha1.ClusterSummary{},
+		Handler: toolscache.ResourceEventHandlerFuncs{
+			AddFunc:    changed,
+			UpdateFunc: func(_, obj any) { changed(obj) },
+		},
+	})
+	informer.RunWithContext(ctx)
+}
+
+// Capacity is what a target's virtual node shows of its summary: the
+// allocatable and free totals, each bounded by the invitation's quota.
+func Capacity(s *v1alpha1.ClusterSummaryStatus) (allocatable, free corev1.ResourceList) {
+	return bounded(s.Allocatable, s.Quota), bounded(s.Free, s.Quota)
+}
+
+// bounded is rl with each resource no more than the quota's, where the
+// quota names it.
+func bounded(rl, quota corev1.ResourceList) corev1.ResourceList {
+	out := make(corev1.ResourceList, len(rl))
+	for name, q := range rl {
+		if limit, ok := quota[name]; ok && limit.Cmp(q) < 0 {
+			q = limit
+		}
+		out[name] = q.DeepCopy()
+	}
+	return out
+}
+
+// NodeLabels are the labels of a target's nodes that its virtual node
+// carries: the labels common to all of them (region, zone, provider,
+// capacity type, OS, architecture), except node roles and Flotilla's own.
+func NodeLabels(s *v1alpha1.ClusterSummaryStatus) map[string]string {
+	out := make(map[string]string, len(s.CommonLabels))
+	for k, v := range s.CommonLabels {
+		if strings.HasPrefix(k, "node-role.kubernetes.io/") || strings.HasPrefix(k, protocol.Prefix) {
+			continue
+		}
+		out[k] = v
+	}
+	return out
+}
