@@ -49,6 +49,8 @@ type options struct {
 	workers            int
 	vnodeWorkers       int
 	maxCands           int
+	notReadyToleration int64
+	notReadyAfter      time.Duration
 
 	kubelet kubeletOptions
 
@@ -90,6 +92,8 @@ func (o *options) bind(fs *flag.FlagSet) {
 	fs.Float64Var(&o.tokenRenewAfter, "token-renew-after", 0.5, "Share of a target token's lifetime after which the source renews it (TokenRequest on its own ServiceAccount), between 0 and 1.")
 	fs.IntVar(&o.workers, "workers", 64, "Source pods placed concurrently. Most of a placement is waiting on API calls, so this is worth more than the cores.")
 	fs.IntVar(&o.vnodeWorkers, "vnode-workers", 16, "Per virtual node: source pods whose status is mirrored concurrently.")
+	fs.Int64Var(&o.notReadyToleration, "not-ready-toleration-seconds", 60, "How long a source pod stays on a virtual node that is NotReady (its target's API does not answer) before it is evicted and its controller recreates it elsewhere; the webhook writes it as the pod's node.kubernetes.io/not-ready toleration unless the pod has one of its own. -1: never evicted.")
+	fs.DurationVar(&o.notReadyAfter, "virtual-node-not-ready-after", 20*time.Second, "How long a target's API must fail to answer before its virtual node turns NotReady.")
 	fs.IntVar(&o.maxCands, "max-candidates", 0, "Targets that get a candidate of a pod at first (0: all). Pods spread over targets by hashing; the set widens by this many while every target in it cannot run the pod.")
 	fs.Float64Var(&o.kubeAPIQPS, "kube-api-qps", 200, "Sustained queries per second of the agent to each API server (its own and each target's).")
 	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", 400, "Burst of queries of the agent to each API server.")
@@ -125,6 +129,12 @@ func (o *options) validate() error {
 	}
 	if o.tokenRenewAfter <= 0 || o.tokenRenewAfter >= 1 {
 		return fmt.Errorf("--token-renew-after %g: want a share of the lifetime between 0 and 1", o.tokenRenewAfter)
+	}
+	if o.notReadyToleration < -1 {
+		return fmt.Errorf("--not-ready-toleration-seconds %d: want seconds, or -1 for never", o.notReadyToleration)
+	}
+	if o.notReadyAfter <= 0 {
+		return fmt.Errorf("--virtual-node-not-ready-after %s: want a positive duration", o.notReadyAfter)
 	}
 	if err := o.kubelet.validate(); err != nil {
 		return err

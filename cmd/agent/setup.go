@@ -30,6 +30,9 @@ func setupWebhook(mgr manager.Manager, kube kubernetes.Interface, opts options) 
 		Host:     opts.webhookHost,
 		Port:     opts.webhookPort,
 	}
+	if opts.notReadyToleration >= 0 {
+		webhookOpts.NotReadyTolerationSeconds = &opts.notReadyToleration
+	}
 	if opts.webhookInjectOnly {
 		webhookOpts.InjectInto = opts.webhookConfigName
 	} else if opts.webhookURL != "" || opts.webhookService != "" {
@@ -73,6 +76,7 @@ func setupPlacement(mgr manager.Manager, cfg *rest.Config, kube kubernetes.Inter
 		SourcePods:      sourcePods,
 		Recorder:        mgr.GetEventRecorder("flotilla-agent"),
 		VNodeWorkers:    opts.vnodeWorkers,
+		NotReadyAfter:   opts.notReadyAfter,
 		TokenRenewAfter: opts.tokenRenewAfter,
 		KubeletAddress:  kubeletAddress,
 		KubeletPort:     kubeletPort,
