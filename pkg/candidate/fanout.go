@@ -23,12 +23,25 @@ type Placement struct {
 	Err       error
 	// Created: this FanOut created the candidate.
 	Created bool
+	// AdoptErr is set when the target holds the candidate but the objects
+	// it uses could not be tied to it yet; try again later.
+	AdoptErr error
+}
+
+// Preparer gets a target ready for the candidate of one source pod. FanOut
+// calls Prepare before it creates the candidate in a target, and creates
+// none there when it fails; it calls Adopt for a candidate the target
+// holds, after it was created.
+type Preparer interface {
+	Prepare(ctx context.Context, t *target.Target) error
+	Adopt(ctx context.Context, t *target.Target, candidate *corev1.Pod) error
 }
 
 // FanOut makes sure every target has the source pod's candidate. Targets are
 // called in parallel and each call is bounded, so an unreachable target only
-// shows up as that target's error.
-func FanOut(ctx context.Context, source *corev1.Pod, sourceCluster string, targets []*target.Target) []Placement {
+// shows up as that target's error. prep, if not nil, prepares each target
+// for the candidate.
+func FanOut(ctx context.Context, source *corev1.Pod, sourceCluster string, targets []*target.Target, prep Preparer) []Placement {
 	out := make([]Placement, len(targets))
 	name := CandidateNameOf(source, sourceCluster)
 	var wg sync.WaitGroup
@@ -36,6 +49,9 @@ func FanOut(ctx context.Context, source *corev1.Pod, sourceCluster string, targe
 		out[i].Target = t
 		if c, ok := t.Candidate(t.NamespaceFor(source.Namespace), name); ok && types.UID(c.Labels[protocol.SourceUIDLabel]) == source.UID {
 			out[i].Candidate = c
+			if prep != nil && c.DeletionTimestamp == nil {
+				wg.Go(func() { out[i].AdoptErr = prep.Adopt(ctx, t, c) })
+			}
 			continue
 		}
 		if !t.HasSynced() {
@@ -45,6 +61,12 @@ func FanOut(ctx context.Context, source *corev1.Pod, sourceCluster string, targe
 			out[i].Err = errNotSynced(t)
 		}
 		wg.Go(func() {
+			if prep != nil {
+				if err := prep.Prepare(ctx, t); err != nil {
+					out[i].Err = err
+					return
+				}
+			}
 			c, err := Build(source, sourceCluster, t.Name, t.NamespaceFor(source.Namespace), t.Self)
 			if err == nil {
 				out[i].Created, err = t.Create(ctx, c)

@@ -62,6 +62,14 @@ const (
 	SchedulerName = "flotilla"
 )
 
+// On the copies of a source pod's ConfigMaps and Secrets in a target.
+const (
+	// CopyLabel (value "true") marks a ConfigMap or Secret as a copy the
+	// source sent for its candidates; SourceClusterLabel names the source,
+	// whose copies alone it may change.
+	CopyLabel = Prefix + "copy"
+)
+
 // VirtualNodeTaintKey is the taint of every virtual node; source pods tolerate
 // it, ordinary pods and DaemonSets stay off.
 const VirtualNodeTaintKey = "virtual-kubelet.io/provider"

@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/flotilla-dev/flotilla/pkg/candidate"
+	"github.com/flotilla-dev/flotilla/pkg/objects"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
 	"github.com/flotilla-dev/flotilla/pkg/target"
 )
@@ -67,6 +68,9 @@ type Controller struct {
 	// MaxCandidates is how many targets get a candidate at first (0: all);
 	// see candidate.Eligible for how the set widens.
 	MaxCandidates int
+	// Objects copies the ConfigMaps and Secrets a pod references into each
+	// target before its candidate goes there; nil copies nothing.
+	Objects *objects.Copier
 
 	// bound holds the UIDs of source pods this process bound and whose
 	// binding the cache may not show yet, so a stale reconcile does not
@@ -113,6 +117,20 @@ func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 	c.Targets.OnAdd(func(*target.Target) {
 		go c.requeueUnbound(context.Background(), changes)
 	})
+	if c.Objects != nil {
+		// A pod that waits for an object is placed once it exists.
+		c.Objects.Watcher.OnChange(func(kind objects.Kind, namespace, name string) {
+			pods, err := objects.Users(context.Background(), c.Client, kind, namespace, name)
+			if err != nil {
+				return
+			}
+			for i := range pods {
+				if pods[i].Spec.NodeName == "" {
+					changes <- event.TypedGenericEvent[*corev1.Pod]{Object: &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: pods[i].Name}}}
+				}
+			}
+		})
+	}
 	workers := c.Workers
 	if workers <= 0 {
 		workers = 16
@@ -192,17 +210,30 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, nil
 	}
 	invited, uninvited := candidate.Invited(pod, targets)
-	if len(uninvited) > 0 {
+	prep, missing := c.objectsOf(ctx, pod)
+	switch {
+	case missing != nil:
+		// The object's appearance brings the pod back.
+		c.reportUnscheduled(ctx, pod, ReasonObjectMissing, "Fan out", missing.Error()+"; no target gets a candidate until it exists")
+	case len(uninvited) > 0:
 		c.reportUninvited(ctx, pod, uninvited)
 	}
 	eligible := candidate.Eligible(pod, c.SourceCluster, invited, c.MaxCandidates)
-	placements := candidate.FanOut(ctx, pod, c.SourceCluster, eligible)
+	placements := candidate.FanOut(ctx, pod, c.SourceCluster, eligible, prep)
 	c.reportFanOut(pod, placements)
 	observed := make([]Observed, 0, len(placements))
 	unhealthy := false
 	for _, p := range placements {
 		o := observe(p)
-		if o.Err != nil {
+		if o.Err != nil && missing == nil {
+			unhealthy = true
+		}
+		var refused *objects.RefusedError
+		if errors.As(p.Err, &refused) {
+			c.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, ReasonObjectConflict, "Fan out", "%v", refused)
+		}
+		if p.AdoptErr != nil {
+			log.Info("Tying copies to their candidate failed; will retry", "target", p.Target.Name, "error", p.AdoptErr.Error())
 			unhealthy = true
 		}
 		observed = append(observed, o)
@@ -244,7 +275,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if d.Bound != "" {
 		return c.bind(ctx, pod, d.Bound, nodeOf(observed, d.Bound), election.Generation, targets)
 	}
-	if d.Elect == nil && d.Allow == nil {
+	if d.Elect == nil && d.Allow == nil && missing == nil {
 		if reasons := Reasons(observed); reasons != "" {
 			c.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, "NoTargetAvailable", "Elect", "No target can run this pod: %s", reasons)
 		}
@@ -255,32 +286,56 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	return reconcile.Result{}, nil
 }
 
+// objectsOf is what the pod needs copied into the targets (nil: nothing),
+// and the objects it needs that the source does not hold.
+func (c *Controller) objectsOf(ctx context.Context, pod *corev1.Pod) (candidate.Preparer, *objects.MissingError) {
+	if c.Objects == nil {
+		return nil, nil
+	}
+	needs, err := c.Objects.For(pod)
+	if err != nil {
+		// The saved spec does not decode: building the candidate fails
+		// too, and says so.
+		logr.FromContextOrDiscard(ctx).V(2).Info("Listing the objects of the pod failed", "error", err.Error())
+		return nil, nil
+	}
+	if needs == nil {
+		return nil, nil
+	}
+	return needs, needs.Missing()
+}
+
 // reportUninvited tells the pod's owner, once, which targets were skipped
-// because their invitation does not cover its namespace: a PodScheduled=False
-// condition (replaced when the pod is bound) and an Event.
+// because their invitation does not cover its namespace.
 func (c *Controller) reportUninvited(ctx context.Context, pod *corev1.Pod, targets []*target.Target) {
 	var parts []string
 	for _, t := range targets {
 		parts = append(parts, fmt.Sprintf("target %s does not invite this cluster into namespace %s", t.Name, t.NamespaceFor(pod.Namespace)))
 	}
-	msg := "Skipped: " + strings.Join(parts, "; ")
+	c.reportUnscheduled(ctx, pod, ReasonNotInvited, "Fan out", "Skipped: "+strings.Join(parts, "; "))
+}
+
+// reportUnscheduled tells the pod's owner, once per message, why it is not
+// placed: a PodScheduled=False condition (replaced when the pod is bound)
+// and a Warning Event.
+func (c *Controller) reportUnscheduled(ctx context.Context, pod *corev1.Pod, reason, action, msg string) {
 	for _, cond := range pod.Status.Conditions {
-		if cond.Type == corev1.PodScheduled && cond.Message == msg {
+		if cond.Type == corev1.PodScheduled && cond.Reason == reason && cond.Message == msg {
 			return
 		}
 	}
 	patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.PodCondition{{
-		Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: ReasonNotInvited, Message: msg,
+		Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: reason, Message: msg,
 		LastTransitionTime: metav1.Now(),
 	}}}})
 	if err != nil {
 		return
 	}
 	if _, err := c.Kube.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
-		logr.FromContextOrDiscard(ctx).Info("Reporting uninvited targets failed", "error", err.Error())
+		logr.FromContextOrDiscard(ctx).Info("Reporting why the pod is not placed failed", "reason", reason, "error", err.Error())
 		return
 	}
-	c.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, ReasonNotInvited, "Fan out", "%s", msg)
+	c.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, reason, action, "%s", msg)
 }
 
 // reportFanOut tells the pod's owner which targets were sent a candidate by
@@ -307,6 +362,16 @@ const ReasonFannedOut = "FannedOut"
 // ReasonNotInvited is the reason of the PodScheduled condition and Event of
 // a pod whose namespace a target's invitation does not cover.
 const ReasonNotInvited = "NotInvited"
+
+// ReasonObjectMissing is the reason of the PodScheduled condition and Event
+// of a pod that references a ConfigMap or Secret the source does not hold.
+const ReasonObjectMissing = "ObjectMissing"
+
+// ReasonObjectConflict is the reason of the Event of a pod whose candidate
+// a target did not get because it refused the copy of an object the pod
+// references: mostly, an object of that name that is not this cluster's
+// copy is in the way there.
+const ReasonObjectConflict = "ObjectConflict"
 
 // observe turns a placement into what the election looks at. A malformed
 // state annotation is a peer's mistake: it counts as no report.
