@@ -23,6 +23,11 @@ import (
 	"k8s.io/klog/v2"
 )
 
+// A self target reaches the agent's own cluster with the agent's identity,
+// which then needs the streams of pods there too.
+// +kubebuilder:rbac:groups="",resources=pods/log,verbs=get
+// +kubebuilder:rbac:groups="",resources=pods/exec;pods/attach;pods/portforward,verbs=create
+
 // proxy implements the kubelet API's pod handlers by calling the delegate's
 // target, with the target's credentials.
 type proxy struct {
