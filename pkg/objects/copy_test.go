@@ -1,0 +1,89 @@
+package objects
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/cache"
+	"k8s.io/client-go/rest"
+
+	"github.com/flotilla-dev/flotilla/pkg/target"
+)
+
+func TestClassify(t *testing.T) {
+	tg, err := target.New(target.Config{Name: "t1", REST: &rest.Config{Host: "https://127.0.0.1:1"}, SourceCluster: "src"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm := schema.GroupResource{Resource: "configmaps"}
+	tests := []struct {
+		name     string
+		err      error
+		refused  bool
+		inTheWay bool
+	}{
+		{name: "written", err: nil},
+		{name: "gone: the caller makes it again", err: apierrors.NewNotFound(cm, "cfg")},
+		// A failed JSON-patch test and the admission policy's denial.
+		{name: "someone else's object", err: apierrors.NewInvalid(schema.GroupKind{Kind: "ConfigMap"}, "cfg", nil), refused: true, inTheWay: true},
+		{name: "not allowed to write", err: apierrors.NewForbidden(cm, "cfg", errors.New("RBAC")), refused: true},
+		{name: "unreachable: retried", err: fmt.Errorf("dial tcp: connection refused")},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := classify(tg, "shop", ConfigMap, "cfg", tc.err)
+			var refused *RefusedError
+			if errors.As(got, &refused) != tc.refused {
+				t.Fatalf("classify(%v) = %v, refused want %v", tc.err, got, tc.refused)
+			}
+			if tc.refused && (refused.InTheWay != tc.inTheWay || !strings.Contains(got.Error(), "target t1") || !strings.Contains(got.Error(), "ConfigMap shop/cfg")) {
+				t.Errorf("classify(%v) = %q: want target, object and in the way %v", tc.err, got, tc.inTheWay)
+			}
+			if tc.err == nil && got != nil || apierrors.IsNotFound(tc.err) && !apierrors.IsNotFound(got) {
+				t.Errorf("classify(%v) = %v: want it passed through", tc.err, got)
+			}
+		})
+	}
+}
+
+func TestOwnersRememberedPerCopyAndCandidate(t *testing.T) {
+	tg, err := target.New(target.Config{Name: "t1", REST: &rest.Config{Host: "https://127.0.0.1:1"}, SourceCluster: "src"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &Copier{owned: cache.NewExpiring()}
+	a, b := candidatePod("a"), candidatePod("b")
+	c.remember(tg, "shop", Secret, "db", []*corev1.Pod{a})
+	if !c.remembered(tg, "shop", Secret, "db", []*corev1.Pod{a}) {
+		t.Error("a written owner is not remembered")
+	}
+	for _, tc := range []struct {
+		kind   Kind
+		name   string
+		owners []*corev1.Pod
+	}{{Secret, "db", []*corev1.Pod{a, b}}, {ConfigMap, "db", []*corev1.Pod{a}}, {Secret, "other", []*corev1.Pod{a}}} {
+		if c.remembered(tg, "shop", tc.kind, tc.name, tc.owners) {
+			t.Errorf("%s %s with %d owners counted as written", tc.kind, tc.name, len(tc.owners))
+		}
+	}
+}
+
+func TestMissingErrorNamesEachObject(t *testing.T) {
+	err := &MissingError{Namespace: "shop", Refs: []Ref{{Kind: Secret, Name: "db"}, {Kind: ConfigMap, Name: "cfg"}}}
+	for _, want := range []string{"Secret shop/db", "ConfigMap shop/cfg"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%q does not name %s", err, want)
+		}
+	}
+}
+
+func candidatePod(uid string) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-" + uid, UID: types.UID(uid)}}
+}
