@@ -8,11 +8,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/flotilla-dev/flotilla/pkg/invitation"
+	"github.com/flotilla-dev/flotilla/pkg/objects"
 	"github.com/flotilla-dev/flotilla/pkg/reservation"
 	"github.com/flotilla-dev/flotilla/pkg/summary"
 	"github.com/flotilla-dev/flotilla/pkg/target"
@@ -86,6 +88,14 @@ func setupPlacement(mgr manager.Manager, cfg *rest.Config, kube kubernetes.Inter
 	if err := setupKubelet(mgr, kube, sourcePods, targets, opts); err != nil {
 		return fmt.Errorf("setting up the kubelet API: %w", err)
 	}
+	meta, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("creating the metadata client: %w", err)
+	}
+	copier, err := objects.Setup(context.Background(), mgr, meta, kube, opts.clusterName, targets)
+	if err != nil {
+		return fmt.Errorf("setting up the copies of ConfigMaps and Secrets: %w", err)
+	}
 	return (&reservation.Controller{
 		Client:        mgr.GetClient(),
 		Kube:          kube,
@@ -94,6 +104,7 @@ func setupPlacement(mgr manager.Manager, cfg *rest.Config, kube kubernetes.Inter
 		Recorder:      mgr.GetEventRecorder("flotilla-agent"),
 		Workers:       opts.workers,
 		MaxCandidates: opts.maxCands,
+		Objects:       copier,
 	}).SetupWithManager(mgr)
 }
 
