@@ -126,16 +126,33 @@ func (inv Invitation) meta(namespace string) metav1.ObjectMeta {
 // Role is what the source may do in one invited namespace: its candidates,
 // and the ConfigMaps and Secrets they reference. It may not read Secrets or
 // ConfigMaps, only write the ones labelled as its own (the policy checks
-// the label).
+// the label). It may read the logs of pods and open exec, attach and
+// port-forward streams to them: the source's users reach their delegates
+// so (kubectl logs, exec, attach, port-forward on the source pod); the
+// policy lets streams reach candidates' names only.
 func (inv Invitation) Role(namespace string) *rbacv1.Role {
 	return &rbacv1.Role{
 		ObjectMeta: inv.meta(namespace),
 		Rules: []rbacv1.PolicyRule{
 			{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch", "create", "patch", "delete"}},
+			{APIGroups: []string{""}, Resources: []string{"pods/log"}, Verbs: []string{"get"}},
+			{APIGroups: []string{""}, Resources: streamSubresources, Verbs: []string{"create"}},
 			{APIGroups: []string{""}, Resources: []string{"configmaps", "secrets"}, Verbs: []string{"create", "update", "patch", "delete"}},
 		},
 	}
 }
+
+// streamSubresources are the pod streams a source opens to its delegates.
+var streamSubresources = []string{"pods/exec", "pods/attach", "pods/portforward"}
+
+// candidateNamePattern matches the names protocol.CandidateName makes: a
+// name, "-" and 10 hex digits. An admission policy cannot see the labels of
+// the pod a stream is opened to (CONNECT carries only its options), so the
+// name is what a stream is checked by: it keeps the source's streams off
+// the pods of Deployments, ReplicaSets, StatefulSets, DaemonSets and Jobs,
+// whose names end otherwise, but not off a bare pod someone named that way
+// (docs/invitations.md).
+const candidateNamePattern = "^.+-[0-9a-f]{10}$"
 
 // RoleBinding binds Role to the invited identity.
 func (inv Invitation) RoleBinding(namespace string) *rbacv1.RoleBinding {
@@ -227,6 +244,15 @@ func (inv Invitation) Policy() *admissionregistrationv1.ValidatingAdmissionPolic
 			},
 		)
 	}
+	// A stream (CONNECT) has no object to check but its options: the
+	// checks above are about objects, and only the name is checked.
+	for i := range validations {
+		validations[i].Expression = "request.operation == 'CONNECT' || (" + validations[i].Expression + ")"
+	}
+	validations = append(validations, admissionregistrationv1.Validation{
+		Expression: fmt.Sprintf("request.operation != 'CONNECT' || request.name.matches(%q)", candidateNamePattern),
+		Message:    fmt.Sprintf("source %s may only open exec, attach and port-forward streams to its candidates", inv.Spec.ClusterName),
+	})
 	ops := []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update, admissionregistrationv1.Delete}
 	return &admissionregistrationv1.ValidatingAdmissionPolicy{
 		ObjectMeta: inv.meta(""),
@@ -239,6 +265,14 @@ func (inv Invitation) Policy() *admissionregistrationv1.ValidatingAdmissionPolic
 						Rule: admissionregistrationv1.Rule{
 							APIGroups: []string{""}, APIVersions: []string{"v1"},
 							Resources: []string{"pods", "configmaps", "secrets"},
+						},
+					},
+				}, {
+					RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+						Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Connect},
+						Rule: admissionregistrationv1.Rule{
+							APIGroups: []string{""}, APIVersions: []string{"v1"},
+							Resources: streamSubresources,
 						},
 					},
 				}},

@@ -1,12 +1,17 @@
 package invitation
 
 import (
+	"reflect"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/flotilla-dev/flotilla/api/v1alpha1"
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
 )
 
 func sample(kind string) Invitation {
@@ -78,5 +83,63 @@ func TestPolicy(t *testing.T) {
 	}
 	if tr := inv.TokenRole(); len(tr.Rules) != 1 || len(tr.Rules[0].ResourceNames) != 1 || tr.Rules[0].ResourceNames[0] != "flotilla-source-c1" {
 		t.Errorf("the token role is not limited to the invited ServiceAccount: %+v", tr.Rules)
+	}
+}
+
+// TestStreams checks what the source may do with the streams of pods: read
+// logs and open exec, attach and port-forward, and the policy lets streams
+// reach only names the candidates have.
+func TestStreams(t *testing.T) {
+	inv := sample("ClusterSource")
+	granted := map[string][]string{}
+	for _, rule := range inv.Role("shop").Rules {
+		for _, r := range rule.Resources {
+			granted[r] = append(granted[r], rule.Verbs...)
+		}
+	}
+	for r, want := range map[string]string{"pods/log": "get", "pods/exec": "create", "pods/attach": "create", "pods/portforward": "create"} {
+		if !slices.Contains(granted[r], want) {
+			t.Errorf("the role does not grant %s %s (grants %v)", want, r, granted[r])
+		}
+	}
+	p := inv.Policy()
+	connect := false
+	for _, rule := range p.Spec.MatchConstraints.ResourceRules {
+		if slices.Contains(rule.Operations, admissionregistrationv1.Connect) {
+			connect = true
+			if !reflect.DeepEqual(rule.Resources, streamSubresources) {
+				t.Errorf("CONNECT is checked on %v, want %v", rule.Resources, streamSubresources)
+			}
+		}
+	}
+	if !connect {
+		t.Error("the policy does not check streams (CONNECT)")
+	}
+	// A CONNECT carries no pod: every check of objects must pass it by,
+	// and the last checks its name.
+	vs := p.Spec.Validations
+	for _, v := range vs[:len(vs)-1] {
+		if !strings.HasPrefix(v.Expression, "request.operation == 'CONNECT' || (") {
+			t.Errorf("validation %q would read a pod from a stream's options", v.Expression)
+		}
+	}
+	if last := vs[len(vs)-1].Expression; !strings.Contains(last, candidateNamePattern) {
+		t.Errorf("the last validation %q does not check the stream's pod name", last)
+	}
+	name := regexp.MustCompile(candidateNamePattern)
+	for _, tc := range []struct {
+		pod  string
+		want bool
+	}{
+		{protocol.CandidateName("c1", "shop", "web", "uid-1"), true},
+		{protocol.CandidateName("c1", "shop", strings.Repeat("long-", 20), "uid-2"), true},
+		{"web-7d4b9c8f6d-x2k9p", false},  // a Deployment's pod
+		{"db-0", false},                  // a StatefulSet's
+		{"backup-28935720-abcde", false}, // a CronJob's Job's
+		{"web", false},
+	} {
+		if got := name.MatchString(tc.pod); got != tc.want {
+			t.Errorf("stream to %q allowed: %v, want %v", tc.pod, got, tc.want)
+		}
 	}
 }

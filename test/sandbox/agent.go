@@ -20,6 +20,9 @@ type Agent struct {
 	Cluster *Cluster
 	// ProbeAddr serves /healthz and /readyz; MetricsAddr serves /metrics.
 	ProbeAddr, MetricsAddr string
+	// KubeletAddr serves the kubelet API of the virtual nodes (HTTPS),
+	// where the API server calls it.
+	KubeletAddr string
 }
 
 // StartAgent installs Flotilla's chart in cluster c with the real helm and

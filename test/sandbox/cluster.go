@@ -170,11 +170,11 @@ func newCluster(spec ClusterSpec, dir, logDir, binDir string) (*Cluster, error) 
 	if c.pki, err = newPKI(filepath.Join(dir, "pki")); err != nil {
 		return nil, err
 	}
-	ports, err := FreePorts(5)
+	ports, err := FreePorts(6)
 	if err != nil {
 		return nil, err
 	}
-	c.ports = map[string]int{"etcd-client": ports[0], "etcd-peer": ports[1], "apiserver": ports[2], "kcm": ports[3], "scheduler": ports[4]}
+	c.ports = map[string]int{"etcd-client": ports[0], "etcd-peer": ports[1], "apiserver": ports[2], "kcm": ports[3], "scheduler": ports[4], "kwok": ports[5]}
 	c.Host = "https://127.0.0.1:" + strconv.Itoa(c.ports["apiserver"])
 	c.Kubeconfig = filepath.Join(dir, "kubeconfig")
 	if err := c.writeKubeconfig(); err != nil {
@@ -222,6 +222,10 @@ func (c *Cluster) defineProcesses() error {
 		"--tls-cert-file="+c.pki.servingCert,
 		"--tls-private-key-file="+c.pki.servingKey,
 		"--client-ca-file="+c.pki.caCertPath,
+		// What the API server shows kubelets (kwok's and the agents'
+		// kubelet API) for logs, exec and port-forward.
+		"--kubelet-client-certificate="+c.pki.kubeletClientCert,
+		"--kubelet-client-key="+c.pki.kubeletClientKey,
 		"--token-auth-file="+c.pki.tokenFile,
 		"--authorization-mode=RBAC",
 		"--service-account-key-file="+c.pki.saPub,
@@ -277,9 +281,58 @@ func (c *Cluster) defineProcesses() error {
 		"--node-ip=127.0.0.1",
 		"--node-lease-duration-seconds=40",
 		"--config="+filepath.Join(c.dir, "kwok.yaml"),
+		// kwok's kubelet API: its nodes publish this port, and the API
+		// server reaches it on their InternalIP, 127.0.0.1.
+		"--server-address=127.0.0.1:"+port("kwok"),
+		"--node-port="+port("kwok"),
+		"--tls-cert-file="+c.pki.servingCert,
+		"--tls-private-key-file="+c.pki.servingKey,
 	)
-	return os.WriteFile(filepath.Join(c.dir, "kwok.yaml"), nil, 0o644)
+	if err := os.WriteFile(c.PodLogPath(), []byte(PodLogLines), 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(c.dir, "kwok.yaml"), []byte(fmt.Sprintf(kwokConfig, c.PodLogPath(), c.Name)), 0o644)
 }
+
+// PodLogLines are the log of every container kwok runs, at first;
+// PodLogPath is its file, which a test may append to (kubectl logs -f
+// follows it).
+const PodLogLines = "sandbox log line 1\nsandbox log line 2\nsandbox log line 3\n"
+
+// PodLogPath is the file kwok serves as every container's log.
+func (c *Cluster) PodLogPath() string { return filepath.Join(c.dir, "pod.log") }
+
+// kwokConfig is what kwok's kubelet API does for every pod: logs from one
+// file (%s), followed; exec runs the command here with SANDBOX_CLUSTER set
+// to the cluster's name (%s); port-forward echoes what it is sent.
+const kwokConfig = `apiVersion: kwok.x-k8s.io/v1alpha1
+kind: ClusterLogs
+metadata:
+  name: sandbox
+spec:
+  logs:
+  - logsFile: %s
+    follow: true
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: ClusterExec
+metadata:
+  name: sandbox
+spec:
+  execs:
+  - local:
+      envs:
+      - name: SANDBOX_CLUSTER
+        value: %q
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: ClusterPortForward
+metadata:
+  name: sandbox
+spec:
+  forwards:
+  - command: ["cat"]
+`
 
 // schedulerConfig is the KubeSchedulerConfiguration of the cluster's own
 // scheduler: the default profile for ordinary pods, and the flotilla profile

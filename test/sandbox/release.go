@@ -70,7 +70,7 @@ func (c *Cluster) InstallRelease(ctx context.Context, opts ReleaseOptions) (*Rel
 	if opts.Name == "" {
 		opts.Name = "flotilla"
 	}
-	ports, err := FreePorts(4)
+	ports, err := FreePorts(5)
 	if err != nil {
 		return nil, err
 	}
@@ -109,13 +109,15 @@ func (c *Cluster) InstallRelease(ctx context.Context, opts ReleaseOptions) (*Rel
 	if err != nil {
 		return nil, err
 	}
-	r.Agent = &Agent{Cluster: c, ProbeAddr: "127.0.0.1:" + strconv.Itoa(ports[0]), MetricsAddr: "127.0.0.1:" + strconv.Itoa(ports[1])}
+	r.Agent = &Agent{Cluster: c, ProbeAddr: "127.0.0.1:" + strconv.Itoa(ports[0]), MetricsAddr: "127.0.0.1:" + strconv.Itoa(ports[1]),
+		KubeletAddr: "127.0.0.1:" + strconv.Itoa(ports[4])}
 	args := replaceFlags(pod.args, map[string]string{
 		"--health-probe-bind-address": r.Agent.ProbeAddr,
 		"--metrics-bind-address":      r.Agent.MetricsAddr,
 		"--webhook-port":              strconv.Itoa(ports[2]),
+		"--kubelet-port":              strconv.Itoa(ports[4]),
 	})
-	args = append(args, "--webhook-bind-host=127.0.0.1", "--kubeconfig="+pod.kubeconfig)
+	args = append(args, "--webhook-bind-host=127.0.0.1", "--kubelet-bind-address=127.0.0.1", "--kubeconfig="+pod.kubeconfig)
 	p, err := c.RunEnv("agent", filepath.Join(c.binDir, "flotilla-agent"), append(pod.env, opts.AgentEnv...), append(args, opts.AgentArgs...)...)
 	if err != nil {
 		return nil, err
@@ -402,15 +404,30 @@ func (c *Cluster) podProcessOf(ctx context.Context, name string, owner metav1.Ob
 		}
 		p.args = append(p.args, a)
 	}
+	vars := map[string]string{}
 	for _, e := range container.Env {
+		var value string
 		switch {
 		case e.ValueFrom == nil:
-			p.env = append(p.env, e.Name+"="+e.Value)
+			value = e.Value
 		case e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.namespace":
-			p.env = append(p.env, e.Name+"="+d.Namespace)
+			value = d.Namespace
+		case e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "status.podIP":
+			// The process is the pod; it listens on loopback.
+			value = "127.0.0.1"
 		default:
 			return nil, fmt.Errorf("Deployment %s: the sandbox cannot resolve env %s", d.Name, e.Name)
 		}
+		vars[e.Name] = value
+		p.env = append(p.env, e.Name+"="+value)
+	}
+	// $(VAR) in arguments is the container's environment, as the kubelet
+	// expands it.
+	for i, a := range p.args {
+		for name, value := range vars {
+			a = strings.ReplaceAll(a, "$("+name+")", value)
+		}
+		p.args[i] = a
 	}
 	return p, nil
 }
