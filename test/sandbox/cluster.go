@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -288,19 +289,42 @@ func (c *Cluster) defineProcesses() error {
 		"--tls-cert-file="+c.pki.servingCert,
 		"--tls-private-key-file="+c.pki.servingKey,
 	)
-	if err := os.WriteFile(c.PodLogPath(), []byte(PodLogLines), 0o644); err != nil {
+	if err := os.WriteFile(c.PodLogPath(), criLog(PodLogLines), 0o644); err != nil {
 		return err
 	}
 	return os.WriteFile(filepath.Join(c.dir, "kwok.yaml"), []byte(fmt.Sprintf(kwokConfig, c.PodLogPath(), c.Name)), 0o644)
 }
 
-// PodLogLines are the log of every container kwok runs, at first;
-// PodLogPath is its file, which a test may append to (kubectl logs -f
-// follows it).
+// PodLogLines are the log of every container kwok runs, at first, as
+// kubectl logs shows it; AppendPodLog adds to it (kubectl logs -f follows).
 const PodLogLines = "sandbox log line 1\nsandbox log line 2\nsandbox log line 3\n"
 
 // PodLogPath is the file kwok serves as every container's log.
 func (c *Cluster) PodLogPath() string { return filepath.Join(c.dir, "pod.log") }
+
+// AppendPodLog writes lines to every container's log.
+func (c *Cluster) AppendPodLog(lines string) error {
+	f, err := os.OpenFile(c.PodLogPath(), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(criLog(lines)); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// criLog is lines in the CRI log format a kubelet (and kwok) reads:
+// "<RFC3339Nano time> stdout F <line>".
+func criLog(lines string) []byte {
+	var b strings.Builder
+	now := time.Now().UTC().Format(time.RFC3339Nano)
+	for _, l := range strings.Split(strings.TrimSuffix(lines, "\n"), "\n") {
+		fmt.Fprintf(&b, "%s stdout F %s\n", now, l)
+	}
+	return []byte(b.String())
+}
 
 // kwokConfig is what kwok's kubelet API does for every pod: logs from one
 // file (%s), followed; exec runs the command here with SANDBOX_CLUSTER set
