@@ -90,6 +90,24 @@ func TestKubelet(t *testing.T) {
 		return stdout.String()
 	}
 
+	// start runs kubectl until ctx ends (then waits for it), for commands
+	// that do not end by themselves.
+	start := func(t *testing.T, ctx context.Context, args ...string) (io.Reader, *bytes.Buffer) {
+		t.Helper()
+		cmd := kubectl(ctx, args...)
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		stderr := &bytes.Buffer{}
+		cmd.Stderr = stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Wait() })
+		return out, stderr
+	}
+
 	t.Run("logs", func(t *testing.T) {
 		if got := run(t, "logs", pod.Name); got != sandbox.PodLogLines {
 			t.Errorf("kubectl logs: %q, want %q", got, sandbox.PodLogLines)
@@ -102,17 +120,7 @@ func TestKubelet(t *testing.T) {
 	t.Run("logs -f streams what the container writes", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 		defer cancel()
-		cmd := kubectl(ctx, "logs", "-f", pod.Name)
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		defer func() { cancel(); _ = cmd.Wait() }()
+		out, stderr := start(t, ctx, "logs", "-f", pod.Name)
 		lines := make(chan string)
 		go func() {
 			defer close(lines)
@@ -154,17 +162,7 @@ func TestKubelet(t *testing.T) {
 	t.Run("port-forward", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 		defer cancel()
-		cmd := kubectl(ctx, "port-forward", "pod/"+pod.Name, ":8080")
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		defer func() { cancel(); _ = cmd.Wait() }()
+		out, stderr := start(t, ctx, "port-forward", "pod/"+pod.Name, ":8080")
 		forwarding := regexp.MustCompile(`Forwarding from 127\.0\.0\.1:(\d+) -> 8080`)
 		sc := bufio.NewScanner(out)
 		var port string
