@@ -102,6 +102,11 @@ func TestObjects(t *testing.T) {
 	})
 
 	t.Run("deleting a pod removes the copies nothing else uses; a shared one stays", func(t *testing.T) {
+		for _, name := range []string{"app-secret", "app-env"} {
+			waitCopy(t, tgtClient, "Secret", name, func(data map[string]string, m metav1.ObjectMeta) (bool, string) {
+				return len(data) == 1, copyState(data, m)
+			})
+		}
 		if err := srcClient.CoreV1().Pods(placementNS).Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
