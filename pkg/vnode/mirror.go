@@ -44,11 +44,14 @@ type mirror struct {
 	target    string
 	delegates Delegates
 	pods      corev1listers.PodLister // source pods bound to this node
-	client    kubernetes.Interface
-	recorder  record.EventRecorder
-	status    *Status
-	now       func() time.Time
-	queue     workqueue.TypedRateLimitingInterface[string]
+	// foreign lists the pods bound to this node that are not source pods;
+	// nil when pods lists them too.
+	foreign  corev1listers.PodLister
+	client   kubernetes.Interface
+	recorder record.EventRecorder
+	status   *Status
+	now      func() time.Time
+	queue    workqueue.TypedRateLimitingInterface[string]
 
 	mu   sync.Mutex
 	gone map[string]*corev1.Pod
@@ -193,6 +196,11 @@ func (m *mirror) sync(ctx context.Context, key string) error {
 	}
 	if err := m.deleteGone(ctx, key, source); err != nil {
 		return err
+	}
+	if source == nil && m.foreign != nil {
+		if pod, err := m.foreign.Pods(ns).Get(name); err == nil && pod.Spec.NodeName == m.node {
+			return m.reject(ctx, pod)
+		}
 	}
 	if source == nil || source.Spec.NodeName != m.node {
 		return nil

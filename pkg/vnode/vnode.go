@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
 	"github.com/flotilla-dev/flotilla/pkg/slim"
 )
 
@@ -213,10 +214,36 @@ func Run(ctx context.Context, cfg Config) error {
 			podFactory.Shutdown()
 		}()
 	}
+	// Pods bound to the node that are not source pods (a DaemonSet's that
+	// tolerates every taint): there are none unless something went wrong,
+	// so this informer costs a watch and holds nothing.
+	foreignFactory := informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.AndSelectors(
+				fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName),
+				fields.OneTermNotEqualSelector("spec.schedulerName", protocol.SourceSchedulerName),
+			).String()
+		}),
+		informers.WithTransform(slim.SourcePod))
+	foreign := foreignFactory.Core().V1().Pods()
+	foreign.Informer() // registered before Start
+	foreignFactory.Start(ctx.Done())
+	defer func() {
+		cancel()
+		foreignFactory.Shutdown()
+	}()
+
 	m := newMirror(cfg, podInformer.Lister(), recorder)
+	m.foreign = foreign.Lister()
 	defer m.queue.ShutDown()
 	if _, err := podInformer.Informer().AddEventHandler(m.sourceHandler()); err != nil {
 		return fmt.Errorf("virtual node %s: watching its pods: %w", cfg.NodeName, err)
+	}
+	if _, err := foreign.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    m.enqueue,
+		UpdateFunc: func(_, obj any) { m.enqueue(obj) },
+	}); err != nil {
+		return fmt.Errorf("virtual node %s: watching pods bound to it by others: %w", cfg.NodeName, err)
 	}
 	cfg.Delegates.OnChange(m.delegateChanged)
 
@@ -241,7 +268,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if end, err := until(nc.Ready()); end {
 		return err
 	}
-	if !cache.WaitForCacheSync(ctx.Done(), podInformer.Informer().HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), podInformer.Informer().HasSynced, foreign.Informer().HasSynced) {
 		return nil // ctx is done
 	}
 	mirrorDone := make(chan struct{})
