@@ -6,7 +6,9 @@
 // plugin makes a reservation with a fresh nonce at Reserve, holds the pod in
 // Permit until the source allows or denies that nonce, and reports Reserved,
 // Unreserved and Bound in the pod's state annotation (Bound in the binding
-// itself, see Bind). Every other pod passes through untouched.
+// itself, see Bind). At PreFilter it refuses a candidate that would exceed
+// the quota of an invitation (Source, ClusterSource) of its source cluster
+// covering its namespace. Every other pod passes through untouched.
 package plugin
 
 import (
@@ -30,10 +32,12 @@ const Name = "FlotillaCandidate"
 type Plugin struct {
 	handle        fwk.Handle
 	manager       *core.Manager
+	quotas        *quotas
 	permitTimeout time.Duration
 }
 
 var (
+	_ fwk.PreFilterPlugin   = &Plugin{}
 	_ fwk.ReservePlugin     = &Plugin{}
 	_ fwk.PermitPlugin      = &Plugin{}
 	_ fwk.BindPlugin        = &Plugin{}
@@ -61,13 +65,34 @@ func New(ctx context.Context, obj runtime.Object, handle fwk.Handle) (fwk.Plugin
 	if _, err := pods.Informer().AddEventHandler(manager.EventHandler()); err != nil {
 		return nil, fmt.Errorf("watching candidate pods: %w", err)
 	}
+	quotas, err := newQuotas(handle)
+	if err != nil {
+		return nil, fmt.Errorf("%s quotas: %w", Name, err)
+	}
 	go manager.Run(ctx)
+	go quotas.run(ctx)
 	klog.FromContext(ctx).Info("Flotilla candidate plugin ready", "profile", handle.ProfileName(), "permitTimeout", timeout)
-	return &Plugin{handle: handle, manager: manager, permitTimeout: timeout}, nil
+	return &Plugin{handle: handle, manager: manager, quotas: quotas, permitTimeout: timeout}, nil
 }
 
 // Name returns the plugin's name.
 func (p *Plugin) Name() string { return Name }
+
+// PreFilter refuses a candidate that would exceed its invitation's quota.
+// No node can change that, so preemption is not tried; the candidate is
+// activated again when its source's usage drops or its quota changes.
+func (p *Plugin) PreFilter(_ context.Context, _ fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+	if !core.IsCandidate(pod.Labels) {
+		return nil, fwk.NewStatus(fwk.Skip)
+	}
+	if reason := p.quotas.admit(pod); reason != "" {
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reason)
+	}
+	return nil, nil
+}
+
+// PreFilterExtensions: the quota does not depend on the pods of a node.
+func (p *Plugin) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
 
 // Reserve makes a new reservation of a candidate on nodeName.
 func (p *Plugin) Reserve(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
@@ -78,9 +103,11 @@ func (p *Plugin) Reserve(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, nod
 	if node, err := p.handle.SnapshotSharedLister().NodeInfos().Get(nodeName); err == nil {
 		score = core.ScoreOf(node, pod)
 	}
-	if _, err := p.manager.Reserve(ctx, pod, nodeName, score); err != nil {
+	nonce, err := p.manager.Reserve(ctx, pod, nodeName, score)
+	if err != nil {
 		return fwk.AsStatus(err)
 	}
+	p.quotas.ledger.Reserve(pod, nonce)
 	return nil
 }
 
@@ -88,6 +115,7 @@ func (p *Plugin) Reserve(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, nod
 func (p *Plugin) Unreserve(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, nodeName string) {
 	if core.IsCandidate(pod.Labels) {
 		p.manager.Unreserve(ctx, pod, nodeName)
+		p.quotas.activate(p.quotas.ledger.Unreserve(pod))
 	}
 }
 
@@ -141,6 +169,7 @@ func (p *Plugin) Bind(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, nodeNa
 // PostBind reports a candidate as bound, unless Bind already did.
 func (p *Plugin) PostBind(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, nodeName string) {
 	if core.IsCandidate(pod.Labels) {
+		p.quotas.ledger.Bound(pod)
 		p.manager.Bound(ctx, pod, nodeName)
 	}
 }

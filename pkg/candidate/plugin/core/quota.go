@@ -11,6 +11,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
 	resourcehelper "k8s.io/component-helpers/resource"
 
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
@@ -99,8 +100,10 @@ func (q Quota) Over(used Amounts) []string {
 type hold struct {
 	cluster, namespace string
 	requests           Amounts
-	// reserved: between Reserve and Unreserve (or PostBind) in this process.
+	// reserved: between Reserve and Unreserve (or PostBind) in this
+	// process, for the reservation named nonce.
 	reserved bool
+	nonce    string
 	// bound: the candidate has a node and has not ended.
 	bound bool
 	// inFlight: the pod reports a Reserved state (with inFlightNonce) and
@@ -243,6 +246,23 @@ func (l *Ledger) Observe(pod *v1.Pod) []*v1.Pod {
 	return nil
 }
 
+// EventHandler is the handler to add to the scheduler's pod informer: it
+// keeps the ledger up to date with every candidate, whatever its scheduler,
+// and passes the candidates to retry, when usage dropped, to activate.
+func (l *Ledger) EventHandler(activate func([]*v1.Pod)) cache.ResourceEventHandler {
+	return cache.FilteringResourceEventHandler{
+		FilterFunc: func(obj any) bool {
+			pod := podOf(obj)
+			return pod != nil && IsCandidate(pod.Labels)
+		},
+		Handler: cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { activate(l.Observe(podOf(obj))) },
+			UpdateFunc: func(_, obj any) { activate(l.Observe(podOf(obj))) },
+			DeleteFunc: func(obj any) { activate(l.Forget(podOf(obj).UID)) },
+		},
+	}
+}
+
 // Forget drops a deleted pod. It returns the candidates to retry when usage
 // dropped.
 func (l *Ledger) Forget(uid types.UID) []*v1.Pod {
@@ -265,25 +285,27 @@ func (l *Ledger) forget(uid types.UID) []*v1.Pod {
 	return nil
 }
 
-// Reserve counts a candidate from Reserve on.
-func (l *Ledger) Reserve(pod *v1.Pod) {
+// Reserve counts a candidate from Reserve on, for the reservation named
+// nonce.
+func (l *Ledger) Reserve(pod *v1.Pod, nonce string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	delete(l.waiting, pod.UID)
-	l.update(pod, func(h *hold) { h.reserved = true })
+	l.update(pod, func(h *hold) { h.reserved, h.nonce = true, nonce })
 }
 
 // Unreserve stops counting a candidate whose reservation ended without a
-// binding; nonce names that reservation. It returns the candidates to retry.
-func (l *Ledger) Unreserve(pod *v1.Pod, nonce string) []*v1.Pod {
+// binding. Its own Reserved report, should the informer show it later, no
+// longer counts either. It returns the candidates to retry.
+func (l *Ledger) Unreserve(pod *v1.Pod) []*v1.Pod {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if _, ok := l.holds[pod.UID]; !ok {
+	if h, ok := l.holds[pod.UID]; !ok || !h.reserved {
 		return nil
 	}
 	if l.update(pod, func(h *hold) {
 		h.reserved = false
-		h.over, h.overSet = nonce, true
+		h.over, h.overSet = h.nonce, true
 	}) {
 		return l.retry(sourceCluster(pod))
 	}
@@ -367,9 +389,17 @@ func (l *Ledger) Admit(pod *v1.Pod, invitations []Invitation) string {
 	return "over the quota of " + strings.Join(reasons, "; ") + " (counting this pod's requests)"
 }
 
-// Waiting returns the candidates of cluster refused for a quota, to retry
-// after that cluster's quotas changed, and forgets them: a refused one is
-// remembered again by Admit.
+// Defer remembers a candidate that could not be checked yet (the quotas or
+// the usage are not known yet), to be retried with the others.
+func (l *Ledger) Defer(pod *v1.Pod) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.waiting[pod.UID] = pod
+}
+
+// Waiting returns the candidates of cluster (every cluster for "") refused
+// for a quota or deferred, to retry after that cluster's quotas changed, and
+// forgets them: a refused one is remembered again by Admit.
 func (l *Ledger) Waiting(cluster string) []*v1.Pod {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -379,7 +409,7 @@ func (l *Ledger) Waiting(cluster string) []*v1.Pod {
 func (l *Ledger) retry(cluster string) []*v1.Pod {
 	var pods []*v1.Pod
 	for uid, pod := range l.waiting {
-		if sourceCluster(pod) == cluster {
+		if cluster == "" || sourceCluster(pod) == cluster {
 			pods = append(pods, pod)
 			delete(l.waiting, uid)
 		}

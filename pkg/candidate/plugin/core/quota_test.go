@@ -58,8 +58,9 @@ func TestLedger(t *testing.T) {
 	c := quotaPod("c", "c1", "shop", "500m")
 	cpu1 := []Invitation{inShop(Quota{CPU: limit(1000)})}
 	type step func(l *Ledger)
-	reserve := func(p *v1.Pod) step { return func(l *Ledger) { l.Reserve(p) } }
-	unreserve := func(p *v1.Pod, nonce string) step { return func(l *Ledger) { l.Unreserve(p, nonce) } }
+	reserve := func(p *v1.Pod) step { return func(l *Ledger) { l.Reserve(p, "n") } }
+	reserveNonce := func(p *v1.Pod, nonce string) step { return func(l *Ledger) { l.Reserve(p, nonce) } }
+	unreserve := func(p *v1.Pod) step { return func(l *Ledger) { l.Unreserve(p) } }
 	bound := func(p *v1.Pod) step { return func(l *Ledger) { l.Bound(p) } }
 	observe := func(p *v1.Pod) step { return func(l *Ledger) { l.Observe(p) } }
 	forget := func(p *v1.Pod) step { return func(l *Ledger) { l.Forget(p.UID) } }
@@ -75,7 +76,7 @@ func TestLedger(t *testing.T) {
 	}{
 		{name: "empty: fits", invitations: cpu1, admit: c, wantUsed: 0},
 		{name: "two reserved fill the quota", steps: []step{reserve(a), reserve(b)}, invitations: cpu1, admit: c, wantUsed: 1000, wantRefused: true},
-		{name: "unreserve frees", steps: []step{reserve(a), reserve(b), unreserve(b, "n")}, invitations: cpu1, admit: c, wantUsed: 500},
+		{name: "unreserve frees", steps: []step{reserve(a), reserve(b), unreserve(b)}, invitations: cpu1, admit: c, wantUsed: 500},
 		{name: "the candidate itself is not counted twice", steps: []step{reserve(a), observe(withState(c, protocol.PhaseReserved, "old"))}, invitations: cpu1, admit: c, wantUsed: 1000},
 		{name: "bound counts until it ends", steps: []step{reserve(a), bound(a), reserve(b), bound(b), observe(withNode(a))}, invitations: cpu1, admit: c, wantUsed: 1000, wantRefused: true},
 		{name: "a stale copy without node does not undo a binding", steps: []step{reserve(a), bound(a), observe(a)}, invitations: cpu1, admit: c, wantUsed: 500},
@@ -104,7 +105,7 @@ func TestLedger(t *testing.T) {
 		},
 		{
 			name:        "own Reserved report seen after Unreserve does not count",
-			steps:       []step{reserve(b), observe(withState(b, protocol.PhaseReserved, "n2")), unreserve(b, "n2"), observe(withState(b, protocol.PhaseReserved, "n2"))},
+			steps:       []step{reserveNonce(b, "n2"), observe(withState(b, protocol.PhaseReserved, "n2")), unreserve(b), observe(withState(b, protocol.PhaseReserved, "n2"))},
 			invitations: cpu1, admit: c, wantUsed: 0,
 		},
 		{
@@ -171,8 +172,8 @@ func TestLedgerRetry(t *testing.T) {
 	other := quotaPod("x", "c2", "shop", "500m")
 	cpu1 := []Invitation{inShop(Quota{CPU: limit(1000)})}
 	l := NewLedger()
-	l.Reserve(a)
-	l.Reserve(other)
+	l.Reserve(a, "n")
+	l.Reserve(other, "n")
 	if reason := l.Admit(c, cpu1); reason == "" {
 		t.Fatal("c fits beside a: want refused")
 	}
@@ -182,14 +183,14 @@ func TestLedgerRetry(t *testing.T) {
 	if got := l.Observe(withState(a, protocol.PhaseReserved, "n")); len(got) != 0 {
 		t.Errorf("a report that frees nothing retried %d candidates", len(got))
 	}
-	got := l.Unreserve(a, "n")
+	got := l.Unreserve(a)
 	if len(got) != 1 || got[0].UID != c.UID {
 		t.Fatalf("Unreserve retried %v, want c", got)
 	}
 	if got := l.Waiting("c1"); len(got) != 0 {
 		t.Errorf("c was retried once already, still waiting: %v", got)
 	}
-	l.Reserve(a)
+	l.Reserve(a, "n")
 	l.Admit(c, cpu1)
 	if got := l.Waiting("c1"); len(got) != 1 {
 		t.Errorf("a quota change retries %d of c1's candidates, want 1", len(got))
@@ -198,6 +199,11 @@ func TestLedgerRetry(t *testing.T) {
 	l.Forget(c.UID)
 	if got := l.Waiting("c1"); len(got) != 0 {
 		t.Errorf("a deleted candidate is retried: %v", got)
+	}
+	l.Defer(c)
+	l.Defer(other)
+	if got := l.Waiting(""); len(got) != 2 {
+		t.Errorf("deferred candidates retried: %d, want 2", len(got))
 	}
 }
 
