@@ -84,12 +84,30 @@ func FanOut(ctx context.Context, source *corev1.Pod, sourceCluster string, targe
 // except those with keepUID as source UID in the target named keepTarget
 // (the delegate). An empty keepTarget deletes them all.
 func CleanUp(ctx context.Context, namespace, name string, keepUID types.UID, keepTarget string, targets []*target.Target) error {
+	return cleanUp(ctx, namespace, name, targets, func(t *target.Target, uid types.UID) bool {
+		return t.Name == keepTarget && uid == keepUID
+	})
+}
+
+// CleanUpStale deletes the candidates in every target of earlier source pods
+// named namespace/name: those whose source UID is not uid, the live pod's.
+// A pod deleted and created again under the same name (a StatefulSet's, or
+// `kubectl replace --force`) while a target was unreachable, or before the
+// old pod's candidates were cached, leaves them behind otherwise, holding
+// nodes, and one already allowed could run unseen.
+func CleanUpStale(ctx context.Context, namespace, name string, uid types.UID, targets []*target.Target) error {
+	return cleanUp(ctx, namespace, name, targets, func(_ *target.Target, candidateUID types.UID) bool {
+		return candidateUID == uid
+	})
+}
+
+func cleanUp(ctx context.Context, namespace, name string, targets []*target.Target, keep func(t *target.Target, sourceUID types.UID) bool) error {
 	var mu sync.Mutex
 	var errs *multierror.Error
 	var wg sync.WaitGroup
 	for _, t := range targets {
 		for _, c := range t.CandidatesOf(namespace, name) {
-			if t.Name == keepTarget && types.UID(c.Labels[protocol.SourceUIDLabel]) == keepUID {
+			if keep(t, types.UID(c.Labels[protocol.SourceUIDLabel])) {
 				continue
 			}
 			if c.DeletionTimestamp != nil {

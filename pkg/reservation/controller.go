@@ -218,11 +218,15 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	case len(uninvited) > 0:
 		c.reportUninvited(ctx, pod, uninvited)
 	}
+	unhealthy := false
+	if err := candidate.CleanUpStale(ctx, pod.Namespace, pod.Name, pod.UID, targets); err != nil {
+		log.Info("Deleting candidates of an earlier pod of the same name failed; will retry", "error", err.Error())
+		unhealthy = true
+	}
 	eligible := candidate.Eligible(pod, c.SourceCluster, invited, c.MaxCandidates)
 	placements := candidate.FanOut(ctx, pod, c.SourceCluster, eligible, prep)
 	c.reportFanOut(pod, placements)
 	observed := make([]Observed, 0, len(placements))
-	unhealthy := false
 	for _, p := range placements {
 		o := observe(p)
 		if o.Err != nil && missing == nil {
