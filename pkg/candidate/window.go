@@ -3,10 +3,13 @@ package candidate
 import (
 	"crypto/sha256"
 	"encoding/binary"
+	"encoding/json"
 	"sort"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
 	"github.com/flotilla-dev/flotilla/pkg/target"
 )
 
@@ -77,14 +80,32 @@ func serving(targets []*target.Target, sourceNamespace string) []*target.Target 
 
 // Unschedulable is the target scheduler's reason for finding no node for a
 // candidate, or "" when it has not said so.
+//
+// Waiting for the source is not failing: a candidate whose Permit timed
+// out (its source was slow, failing over, or elected elsewhere) carries an
+// Unschedulable condition until its next failure or binding, though it may
+// be reserved again; the condition does not count while the target reports
+// a reservation, nor when it is the Permit timeout's own.
 func Unschedulable(c *corev1.Pod) string {
+	if raw := c.Annotations[protocol.StateAnnotation]; raw != "" {
+		var s protocol.State
+		if json.Unmarshal([]byte(raw), &s) == nil && (s.Phase == protocol.PhaseReserved || s.Phase == protocol.PhaseBound) {
+			return ""
+		}
+	}
 	for _, cond := range c.Status.Conditions {
-		if cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionFalse && cond.Reason == corev1.PodReasonUnschedulable {
+		if cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionFalse && cond.Reason == corev1.PodReasonUnschedulable &&
+			!strings.Contains(cond.Message, permitTimeoutMessage) {
 			return cond.Message
 		}
 	}
 	return ""
 }
+
+// permitTimeoutMessage is how kube-scheduler's framework words a Permit
+// wait that timed out (framework/runtime/waiting_pods_map.go), which then
+// becomes the candidate's Unschedulable condition.
+const permitTimeoutMessage = "rejected due to timeout after waiting"
 
 func rendezvous(key string, targets []*target.Target) []*target.Target {
 	type scored struct {

@@ -6,9 +6,12 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
 	"github.com/flotilla-dev/flotilla/pkg/target"
 )
 
@@ -98,4 +101,43 @@ func names(ts []*target.Target) string {
 		out = append(out, t.Name)
 	}
 	return strings.Join(out, ",")
+}
+
+// TestUnschedulableIsNotWaiting checks that a candidate that waited for its
+// source is not taken for one that cannot run: the window of targets would
+// widen step by step to every target whenever the source is slow.
+func TestUnschedulableIsNotWaiting(t *testing.T) {
+	condition := func(msg string) corev1.PodCondition {
+		return corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: msg}
+	}
+	noFit := "0/3 nodes are available: 3 Insufficient cpu."
+	timeout := "rejected due to timeout after waiting 30s at plugin FlotillaCandidate"
+	for _, tt := range []struct {
+		name  string
+		state string
+		cond  *corev1.PodCondition
+		want  string
+	}{
+		{"no condition", "", nil, ""},
+		{"no node fits", "", ptr.To(condition(noFit)), noFit},
+		{"unreserved, then no node fits", `{"phase":"Unreserved","nonce":"a1"}`, ptr.To(condition(noFit)), noFit},
+		{"the Permit timed out", `{"phase":"Unreserved","nonce":"a1"}`, ptr.To(condition(timeout)), ""},
+		{"reserved again after a timeout", `{"phase":"Reserved","nonce":"b2"}`, ptr.To(condition(timeout)), ""},
+		{"reserved again after no fit", `{"phase":"Reserved","nonce":"b2"}`, ptr.To(condition(noFit)), ""},
+		{"bound", `{"phase":"Bound","nonce":"b2"}`, ptr.To(condition(noFit)), ""},
+		{"a malformed state is no report", `{"phase":`, ptr.To(condition(noFit)), noFit},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := &corev1.Pod{}
+			if tt.state != "" {
+				c.Annotations = map[string]string{protocol.StateAnnotation: tt.state}
+			}
+			if tt.cond != nil {
+				c.Status.Conditions = []corev1.PodCondition{*tt.cond}
+			}
+			if got := Unschedulable(c); got != tt.want {
+				t.Errorf("Unschedulable = %q, want %q", got, tt.want)
+			}
+		})
+	}
 }

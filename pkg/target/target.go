@@ -251,14 +251,28 @@ func (t *Target) setErr(err error) {
 	t.lastErr = err
 }
 
-// observe records the outcome of a call: success clears the error.
+// observe records the outcome of a call as the target's health: a call the
+// target answered, even with a refusal of that one request, clears the
+// error; only a target that does not answer, or fails, is unhealthy.
 func (t *Target) observe(err error) error {
-	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsAlreadyExists(err) && !apierrors.IsConflict(err) {
+	if err != nil && !RefusedRequest(err) {
 		t.setErr(err)
 	} else {
 		t.setErr(nil)
 	}
 	return err
+}
+
+// RefusedRequest reports whether err is a target's answer about one request
+// (an object refused by admission, such as a missing PriorityClass or a
+// policy; an invalid object; a name taken or gone) rather than about the
+// target: one pod the target refuses says nothing of the others. A
+// credential the target stopped accepting is about the target, and the
+// probe also sees an identity that lost its rights.
+func RefusedRequest(err error) bool {
+	return apierrors.IsNotFound(err) || apierrors.IsAlreadyExists(err) || apierrors.IsConflict(err) ||
+		apierrors.IsForbidden(err) || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) ||
+		apierrors.IsRequestEntityTooLargeError(err)
 }
 
 // Candidate returns the candidate with the given name from the cache.
