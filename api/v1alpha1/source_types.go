@@ -77,8 +77,8 @@ type ServiceAccountRef struct {
 	Name string `json:"name"`
 }
 
-// SourceQuota is what a source's pods may hold at once in this cluster.
-// Accounting is not enforced yet; the fields are validated.
+// SourceQuota is what a source's pods may hold at once in this cluster;
+// the target's scheduler enforces it (docs/invitations.md, Quotas).
 type SourceQuota struct {
 	// CPU requested by the source's pods.
 	// +optional
