@@ -7,6 +7,7 @@ package target
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -263,6 +264,23 @@ func (t *Target) observe(err error) error {
 	return err
 }
 
+// ErrSilent wraps the last failure of a target that gave no answer at all:
+// calls to it are not made until a probe finds it answering again.
+var ErrSilent = errors.New("the target did not answer its last call; waiting for a probe to reach it")
+
+// silent returns an error wrapping ErrSilent while the target's last call
+// got no answer (a timeout, a refused or broken connection): a blackholed
+// target would otherwise cost every placement a call timeout. The probe,
+// every few seconds, calls it anyway and clears this when it answers.
+func (t *Target) silent() error {
+	err := t.Err()
+	var status apierrors.APIStatus
+	if err == nil || errors.As(err, &status) {
+		return nil
+	}
+	return fmt.Errorf("%w: %v", ErrSilent, err)
+}
+
 // RefusedRequest reports whether err is a target's answer about one request
 // (an object refused by admission, such as a missing PriorityClass or a
 // policy; an invalid object; a name taken or gone) rather than about the
@@ -328,6 +346,9 @@ func (t *Target) Create(ctx context.Context, candidate *corev1.Pod) (created boo
 	if t.writes.has(key) {
 		return false, nil
 	}
+	if err := t.silent(); err != nil {
+		return false, fmt.Errorf("target %s: not creating candidate %s/%s: %w", t.Name, candidate.Namespace, candidate.Name, err)
+	}
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
 	_, err = t.client.CoreV1().Pods(candidate.Namespace).Create(ctx, candidate, metav1.CreateOptions{})
@@ -347,6 +368,9 @@ func (t *Target) Delete(ctx context.Context, namespace, name string, uid types.U
 	key := "delete/" + namespace + "/" + name + "/" + string(uid)
 	if t.writes.has(key) {
 		return nil
+	}
+	if err := t.silent(); err != nil {
+		return fmt.Errorf("target %s: not deleting candidate %s/%s: %w", t.Name, namespace, name, err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
@@ -376,6 +400,9 @@ func (t *Target) Annotate(ctx context.Context, namespace, name string, annotatio
 	key := "annotate/" + namespace + "/" + name + "/" + string(patch)
 	if t.writes.has(key) {
 		return nil
+	}
+	if err := t.silent(); err != nil {
+		return fmt.Errorf("target %s: not annotating candidate %s/%s: %w", t.Name, namespace, name, err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()

@@ -2,13 +2,18 @@ package e2e
 
 import (
 	"fmt"
+	"net"
+	"slices"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/flotilla-dev/flotilla/api/v1alpha1"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
 	"github.com/flotilla-dev/flotilla/test/sandbox"
 )
@@ -76,4 +81,102 @@ func TestSameNameRecreated(t *testing.T) {
 		}
 		return len(list.Items) == 0, fmt.Sprintf("%d candidates of the first pod left", len(list.Items))
 	})
+}
+
+// TestBlackholedTarget places pods while one target accepts connections
+// and never answers (packets dropped, not refused): once the source knows
+// that target does not answer, placement on the others does not wait a
+// call timeout for it.
+func TestBlackholedTarget(t *testing.T) {
+	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
+		{Name: "src", WithoutScheduler: true},
+		{Name: "c2", Nodes: []sandbox.NodeSpec{{CPU: "32"}}},
+	}})
+	ctx := t.Context()
+	src, c2 := s.Cluster("src"), s.Cluster("c2")
+	for _, c := range []*sandbox.Cluster{src, c2} {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: placementNS, Labels: map[string]string{protocol.NamespaceEnabledLabel: "true"}}}
+		if _, err := c.Client().CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := sandbox.StartAgent(ctx, src, []*sandbox.Cluster{c2}); err != nil {
+		t.Fatal(err)
+	}
+
+	// A listener that takes every connection and never says a word.
+	hole, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = hole.Close() })
+	go func() {
+		var held []net.Conn
+		defer func() {
+			for _, c := range held {
+				_ = c.Close()
+			}
+		}()
+		for {
+			c, err := hole.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c)
+		}
+	}()
+	kubeconfig := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: hole
+  cluster:
+    server: https://%s
+    certificate-authority-data: %s
+users:
+- name: hole
+  user:
+    token: nobody-answers
+contexts:
+- name: hole
+  context: {cluster: hole, user: hole}
+current-context: hole
+`, hole.Addr(), caDataOf(t, c2.Kubeconfig))
+	cl := src.CRClient()
+	if err := cl.Create(ctx, sandbox.KubeconfigSecret("flotilla-target-hole", []byte(kubeconfig))); err != nil {
+		t.Fatal(err)
+	}
+	createClusterTarget(t, cl, "hole", "flotilla-target-hole")
+	if err := src.WaitTarget(ctx, client.ObjectKey{Name: "hole"}, 60*time.Second, func(s *v1alpha1.TargetStatus) bool {
+		c := meta.FindStatusCondition(s.Conditions, v1alpha1.TargetReachable)
+		return c != nil && c.Status == metav1.ConditionFalse
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	const n = 20
+	srcPods := src.Client().CoreV1().Pods(placementNS)
+	for i := range n {
+		if _, err := srcPods.Create(ctx, optedInPod(fmt.Sprintf("web-%d", i), "100m"), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pods := waitSourcePods(t, src.Client(), "app", n, func(p *corev1.Pod) bool { return p.Spec.NodeName == "flotilla-c2" })
+	var waits []time.Duration
+	for _, p := range pods {
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionTrue {
+				waits = append(waits, c.LastTransitionTime.Sub(p.CreationTimestamp.Time))
+			}
+		}
+	}
+	if len(waits) != n {
+		t.Fatalf("%d of %d pods have a PodScheduled=True condition", len(waits), n)
+	}
+	slices.Sort(waits)
+	median := waits[n/2]
+	t.Logf("creation to bound with a blackholed target: median %s, max %s", median, waits[n-1])
+	// Each call to the blackholed target would cost its timeout (10s).
+	if median >= 10*time.Second {
+		t.Errorf("median creation to bound %s: placement waited on the target that does not answer", median)
+	}
 }
