@@ -78,13 +78,16 @@ func New(ctx context.Context, obj runtime.Object, handle fwk.Handle) (fwk.Plugin
 // Name returns the plugin's name.
 func (p *Plugin) Name() string { return Name }
 
-// PreFilter refuses a candidate that would exceed its invitation's quota.
+// PreFilter reports a reservation of an earlier scheduler that the
+// candidate's state still shows as lost, and refuses a candidate that would
+// exceed its invitation's quota.
 // No node can change that, so preemption is not tried; the candidate is
 // activated again when its source's usage drops or its quota changes.
-func (p *Plugin) PreFilter(_ context.Context, _ fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+func (p *Plugin) PreFilter(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	if !core.IsCandidate(pod.Labels) {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
+	p.manager.Rescheduling(ctx, pod)
 	if reason := p.quotas.admit(pod); reason != "" {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reason)
 	}

@@ -106,6 +106,36 @@ func (m *Manager) Reserve(ctx context.Context, pod *v1.Pod, node string, score i
 	return nonce, nil
 }
 
+// ReasonReservationLost is the reason of the Unreserved state written for a
+// reservation that the candidate's state still reports but that no
+// scheduler holds any more.
+const ReasonReservationLost = "the reservation was lost: the scheduler restarted, and the candidate is being scheduled again"
+
+// Rescheduling is told that a candidate enters a new scheduling cycle. A
+// Reserved state that this Manager does not hold was made by an earlier
+// scheduler (one that restarted while the candidate waited in Permit): its
+// node may have gone to another pod since, and no one would ever report the
+// reservation's end, so the source would wait on its election forever. The
+// Manager reports it Unreserved; the next Reserve reports anew.
+func (m *Manager) Rescheduling(ctx context.Context, pod *v1.Pod) {
+	raw, ok := pod.Annotations[protocol.StateAnnotation]
+	if !ok {
+		return
+	}
+	var reported protocol.State
+	if json.Unmarshal([]byte(raw), &reported) != nil || reported.Phase != protocol.PhaseReserved {
+		return
+	}
+	m.mu.Lock()
+	held := m.reserved[pod.UID]
+	m.mu.Unlock()
+	if held != nil && held.Nonce == reported.Nonce {
+		return
+	}
+	m.writer.Set(refOf(pod), protocol.State{Phase: protocol.PhaseUnreserved, Nonce: reported.Nonce, Node: reported.Node, Reason: ReasonReservationLost})
+	klog.FromContext(ctx).V(2).Info("Reported a reservation no scheduler holds as Unreserved", "pod", klog.KObj(pod), "nonce", reported.Nonce, "node", reported.Node)
+}
+
 // Permit decides on the reservation from the freshest copy of the pod in the
 // scheduler's cache, so an allowance that arrived before Permit is not
 // missed. On Wait, the informer settles the pod later.

@@ -61,3 +61,60 @@ func TestBoundReport(t *testing.T) {
 		}
 	})
 }
+
+// TestReschedulingReportsALostReservation checks that a candidate scheduled
+// again while its state still says Reserved, with a reservation this
+// scheduler does not hold (an earlier instance's), is reported Unreserved:
+// otherwise the source waits forever on an election no scheduler will end.
+func TestReschedulingReportsALostReservation(t *testing.T) {
+	ctx := context.Background()
+	withState := func(s string) *v1.Pod {
+		pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c", UID: "uid-c"}}
+		if s != "" {
+			pod.Annotations = map[string]string{protocol.StateAnnotation: s}
+		}
+		return pod
+	}
+	for _, tt := range []struct {
+		name  string
+		state string
+		hold  bool // this scheduler holds the reported reservation
+		want  *protocol.State
+	}{
+		{"no state", "", false, nil},
+		{"reserved by an earlier scheduler", `{"phase":"Reserved","nonce":"n1","node":"node-1"}`, false,
+			&protocol.State{Phase: protocol.PhaseUnreserved, Nonce: "n1", Node: "node-1", Reason: ReasonReservationLost}},
+		{"already unreserved", `{"phase":"Unreserved","nonce":"n1"}`, false, nil},
+		{"bound", `{"phase":"Bound","nonce":"n1","node":"node-1"}`, false, nil},
+		{"malformed", `{"phase":`, false, nil},
+		{"held by this scheduler", "", true, nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			w := NewStateWriter("test", newRecordingPatcher(nil), nil)
+			m := NewManager(Options{PluginName: "p", SchedulerName: "s"}, nil, nil, w)
+			pod := withState(tt.state)
+			if tt.hold {
+				nonce, err := m.Reserve(ctx, pod, "node-1", 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				pod = withState(`{"phase":"Reserved","nonce":"` + nonce + `","node":"node-1"}`)
+				w.mu.Lock()
+				delete(w.pending, pod.UID)
+				w.mu.Unlock()
+			}
+			m.Rescheduling(ctx, pod)
+			w.mu.Lock()
+			got, ok := w.pending[pod.UID]
+			w.mu.Unlock()
+			switch {
+			case tt.want == nil && ok:
+				t.Errorf("queued %+v, want nothing", got.state)
+			case tt.want != nil && !ok:
+				t.Errorf("queued nothing, want %+v", *tt.want)
+			case tt.want != nil && got.state != *tt.want:
+				t.Errorf("queued %+v, want %+v", got.state, *tt.want)
+			}
+		})
+	}
+}
