@@ -439,8 +439,22 @@ func (c *Controller) bind(ctx context.Context, pod *corev1.Pod, targetName, targ
 		c.Recorder.Eventf(pod, nil, corev1.EventTypeNormal, "Scheduled", "Bind", "Elected target %s (election %d), whose node %s runs it; bound to virtual node %s",
 			targetName, generation, targetNode, node)
 	case apierrors.IsConflict(err):
-		// Already bound (by an earlier reconcile whose result the cache
-		// does not show yet): that one reported it.
+		// Bound already: by an earlier reconcile whose result the cache
+		// does not show yet (which reported it), or to another node. Only
+		// the live pod tells: cleaning up as if bound here would delete the
+		// delegate that runs it elsewhere.
+		live, getErr := c.Kube.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+		switch {
+		case getErr != nil:
+			return reconcile.Result{}, fmt.Errorf("binding %s/%s to %s: %w; reading it back: %w", pod.Namespace, pod.Name, node, err, getErr)
+		case live.UID != pod.UID:
+			return reconcile.Result{}, nil // another pod of that name: its own reconcile
+		case live.Spec.NodeName != node:
+			logr.FromContextOrDiscard(ctx).Error(err, "Source pod bound elsewhere than its elected target; keeping that binding", "node", live.Spec.NodeName, "elected", targetName)
+			c.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, "ProtocolViolation", "Bind",
+				"Target %s's candidate was bound, but the pod is bound to %s already; the candidate in %s will be deleted", targetName, live.Spec.NodeName, targetName)
+			return reconcile.Result{Requeue: true}, nil // the bound pod's reconcile cleans up
+		}
 	default:
 		return reconcile.Result{}, fmt.Errorf("binding %s/%s to %s: %w", pod.Namespace, pod.Name, node, err)
 	}
