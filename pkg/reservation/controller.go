@@ -178,8 +178,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	pod := &corev1.Pod{}
 	if err := c.Client.Get(ctx, req.NamespacedName, pod); err != nil {
 		if apierrors.IsNotFound(err) {
-			// The source pod is gone: so must be every candidate of it.
-			return c.cleanUp(ctx, req.Namespace, req.Name, "", "", targets)
+			return c.gone(ctx, req, targets)
 		}
 		return reconcile.Result{}, err
 	}
@@ -340,6 +339,29 @@ func (c *Controller) reportUnscheduled(ctx context.Context, pod *corev1.Pod, rea
 		return
 	}
 	c.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, reason, action, "%s", msg)
+}
+
+// gone cleans up after a source pod that the cache no longer has: every
+// candidate of it goes. Deleting is not undone, so the API server is asked
+// first: a cache can be stale (a leader that was paused, a watch that
+// lagged), and a pod of that name that lives keeps its candidates.
+func (c *Controller) gone(ctx context.Context, req reconcile.Request, targets []*target.Target) (reconcile.Result, error) {
+	live, err := c.Kube.CoreV1().Pods(req.Namespace).Get(ctx, req.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return c.cleanUp(ctx, req.Namespace, req.Name, "", "", targets)
+	case err != nil:
+		return reconcile.Result{}, fmt.Errorf("confirming that %s is gone: %w", req.NamespacedName, err)
+	case !isSourcePod(live):
+		return c.cleanUp(ctx, req.Namespace, req.Name, "", "", targets)
+	}
+	// The cache is behind: the pod's own events bring it back; until then
+	// only the candidates of other pods of that name go.
+	logr.FromContextOrDiscard(ctx).V(2).Info("The cache misses a source pod that exists; keeping its candidates", "uid", live.UID)
+	if err := candidate.CleanUpStale(ctx, req.Namespace, req.Name, live.UID, targets); err != nil {
+		return reconcile.Result{RequeueAfter: retryUnhealthy}, nil
+	}
+	return reconcile.Result{RequeueAfter: time.Second}, nil
 }
 
 // reportFanOut tells the pod's owner which targets were sent a candidate by
