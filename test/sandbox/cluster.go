@@ -138,6 +138,25 @@ func (c *Cluster) Kill(comp Component) error {
 	return p.stop(0)
 }
 
+// Pause freezes one component with SIGSTOP (see Process.Pause): its peers'
+// connections stay open and get no answer, so their watches go stale.
+func (c *Cluster) Pause(comp Component) error {
+	p, ok := c.procs[comp]
+	if !ok {
+		return fmt.Errorf("cluster %s has no %s", c.Name, comp)
+	}
+	return p.Pause()
+}
+
+// Resume continues a paused component with SIGCONT.
+func (c *Cluster) Resume(comp Component) error {
+	p, ok := c.procs[comp]
+	if !ok {
+		return fmt.Errorf("cluster %s has no %s", c.Name, comp)
+	}
+	return p.Resume()
+}
+
 // Start starts a stopped component again, with the same ports and data, and
 // waits until it is healthy.
 func (c *Cluster) Start(ctx context.Context, comp Component) error {

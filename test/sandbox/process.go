@@ -148,6 +148,26 @@ func (p *Process) Stop() error { return p.stop(stopGrace) }
 // Kill kills the process at once, as a crash would.
 func (p *Process) Kill() error { return p.stop(0) }
 
+// Pause stops the process and its group with SIGSTOP: it keeps its sockets
+// and memory and answers nothing, as a process in a long pause or on a frozen
+// machine would. Resume continues it.
+func (p *Process) Pause() error { return p.signal(syscall.SIGSTOP) }
+
+// Resume continues a paused process with SIGCONT.
+func (p *Process) Resume() error { return p.signal(syscall.SIGCONT) }
+
+// signal sends sig to the process group.
+func (p *Process) signal(sig syscall.Signal) error {
+	pid := p.pid()
+	if pid == 0 {
+		return fmt.Errorf("%s is not running", p.name)
+	}
+	if err := syscall.Kill(-pid, sig); err != nil {
+		return fmt.Errorf("sending %s to %s (pid %d): %w", sig, p.name, pid, err)
+	}
+	return nil
+}
+
 // PID is the process id, or 0 when the process is not running.
 func (p *Process) PID() int { return p.pid() }
 

@@ -62,6 +62,11 @@ type Release struct {
 	Scheduler *Process
 	// WebhookURL is where the API server calls the agent's webhook.
 	WebhookURL string
+
+	// agentPod and agentOpts are what the agent's process was started
+	// from, for StartAgentReplica.
+	agentPod  *podProcess
+	agentOpts ReleaseOptions
 }
 
 // InstallRelease installs (or upgrades) the chart in c and starts its agent,
@@ -109,6 +114,7 @@ func (c *Cluster) InstallRelease(ctx context.Context, opts ReleaseOptions) (*Rel
 	if err != nil {
 		return nil, err
 	}
+	r.agentPod, r.agentOpts = pod, opts
 	r.Agent = &Agent{Cluster: c, ProbeAddr: "127.0.0.1:" + strconv.Itoa(ports[0]), MetricsAddr: "127.0.0.1:" + strconv.Itoa(ports[1]),
 		KubeletAddr: "127.0.0.1:" + strconv.Itoa(ports[4])}
 	args := replaceFlags(pod.args, map[string]string{
@@ -127,6 +133,61 @@ func (c *Cluster) InstallRelease(ctx context.Context, opts ReleaseOptions) (*Rel
 		return nil, err
 	}
 	return r, nil
+}
+
+// StartAgentReplica runs one more replica of the release's agent, as a
+// Deployment with more replicas would: the same arguments, environment and
+// ServiceAccount, its own ports and webhook certificate folder; name tells
+// its process and log apart. The replicas elect a leader on the chart's
+// Lease and each serves the webhook: for the API server to reach either,
+// install the release with webhook.url (ReleaseOptions.Set) naming an
+// address in front of them. It waits until the replica is ready.
+func (r *Release) StartAgentReplica(ctx context.Context, name string) (*Agent, error) {
+	if r.agentPod == nil {
+		return nil, fmt.Errorf("release %s in %s runs no agent", r.Name, r.Cluster.Name)
+	}
+	c := r.Cluster
+	ports, err := FreePorts(4)
+	if err != nil {
+		return nil, err
+	}
+	a := &Agent{Cluster: c, ProbeAddr: "127.0.0.1:" + strconv.Itoa(ports[0]), MetricsAddr: "127.0.0.1:" + strconv.Itoa(ports[1]),
+		KubeletAddr: "127.0.0.1:" + strconv.Itoa(ports[3])}
+	certDir := filepath.Join(r.agentPod.dir, name, "webhook-certs")
+	if err := os.MkdirAll(certDir, 0o700); err != nil {
+		return nil, err
+	}
+	args := append(slices.Clone(r.agentPod.args), "--webhook-bind-host=127.0.0.1", "--kubelet-bind-address=127.0.0.1", "--kubeconfig="+r.agentPod.kubeconfig)
+	// The release's extra flags too, but this replica's ports and folder
+	// wherever they name them.
+	args = replaceFlags(append(args, r.agentOpts.AgentArgs...), map[string]string{
+		"--health-probe-bind-address": a.ProbeAddr,
+		"--metrics-bind-address":      a.MetricsAddr,
+		"--webhook-port":              strconv.Itoa(ports[2]),
+		"--kubelet-port":              strconv.Itoa(ports[3]),
+		"--webhook-cert-dir":          certDir,
+	})
+	p, err := c.RunEnv(name, filepath.Join(c.binDir, "flotilla-agent"), append(slices.Clone(r.agentPod.env), r.agentOpts.AgentEnv...), args...)
+	if err != nil {
+		return nil, err
+	}
+	a.Process = p
+	if err := a.WaitReady(ctx); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// WebhookAddr is the address the agent serves its webhook on, read from its
+// last --webhook-port flag (the one that counts).
+func (a *Agent) WebhookAddr() string {
+	addr := ""
+	for _, arg := range a.args {
+		if port, ok := strings.CutPrefix(arg, "--webhook-port="); ok {
+			addr = "127.0.0.1:" + port
+		}
+	}
+	return addr
 }
 
 // runReleaseScheduler runs the release's scheduler as CandidateScheduler,
