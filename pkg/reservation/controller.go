@@ -241,7 +241,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 		observed = append(observed, o)
 	}
-	d := Decide(string(pod.UID), election, observed)
+	d := decide(string(pod.UID), election, observed)
 	for _, v := range d.Violations {
 		log.Error(errors.New("candidate bound without election"), "Protocol violation", "target", v, "election", election.Encode())
 		c.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, "ProtocolViolation", "Elect", "Target %s bound a candidate it was not allowed to bind; it will be deleted", v)

@@ -1,0 +1,26 @@
+//go:build flotilla_planted_bug
+
+package reservation
+
+import "github.com/flotilla-dev/flotilla/pkg/protocol"
+
+// A bug planted on purpose, compiled only with -tags flotilla_planted_bug
+// (test/chaos builds such an agent into a folder of its own): besides what
+// Decide asks for, every Reserved candidate that holds no allowance for its
+// reservation is allowed, without an election. Several candidates of one
+// pod then bind, and the chaos checker must say so.
+func init() { decide = allowEveryReserved }
+
+func allowEveryReserved(sourceUID string, current protocol.Election, observed []Observed) Decision {
+	d := Decide(sourceUID, current, observed)
+	if d.Elect != nil || d.Allow != nil || d.Bound != "" {
+		return d
+	}
+	for _, o := range observed {
+		if o.Exists && o.State.Phase == protocol.PhaseReserved && o.State.Nonce != "" && !allowedOwnReservation(sourceUID, o) {
+			d.Allow = &Allowance{Target: o.Target, Allowance: protocol.Allowance{SourceUID: sourceUID, Generation: current.Generation, Nonce: o.State.Nonce}}
+			return d
+		}
+	}
+	return d
+}
