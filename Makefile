@@ -5,7 +5,7 @@ GO ?= go
 SANDBOX_DIR ?= $(CURDIR)/.sandbox/demo
 TEST_TIMEOUT ?= 60m
 
-.PHONY: all generate tools build test test-unit test-e2e demo demo-down bench bench-sweep vet clean
+.PHONY: all generate tools build test test-unit test-e2e demo demo-down bench bench-sweep chaos chaos-planted vet clean
 
 all: build
 
@@ -50,6 +50,16 @@ bench: tools build
 ## bench-sweep: K = 1, 3, 6, 10 targets × P = 100, 1000 pods, tables in bench-results/, charts in docs/img/
 bench-sweep: tools build
 	hack/bench-sweep.sh bench-results
+
+CHAOS_DURATION ?= 20m
+
+## chaos: the long chaos run (test/chaos, docs/reliability.md): $(CHAOS_DURATION) of workload and faults on three clusters, then the checks; FLOTILLA_CHAOS_SEED=<seed> replays a run
+chaos: tools build
+	FLOTILLA_CHAOS_DURATION=$(CHAOS_DURATION) $(GO) test -count=1 -v -timeout 90m -run 'TestChaos$$' ./test/chaos
+
+## chaos-planted: a short chaos run with an agent built with a planted election bug, which the checker must catch
+chaos-planted: tools build
+	FLOTILLA_CHAOS_PLANTED=1 $(GO) test -count=1 -v -timeout 30m -run 'TestChaosPlantedBug$$' ./test/chaos
 
 ## demo: start three sandbox clusters, show Flotilla at work, leave them running
 demo: tools build
