@@ -97,6 +97,27 @@ type State struct {
 	Reason string `json:"reason,omitempty"`
 }
 
+// MaxNonceLength bounds a nonce; the plugin's are 16 hex characters.
+const MaxNonceLength = 64
+
+// ValidNonce reports whether a nonce reported by a target can name a
+// reservation: 1 to MaxNonceLength letters, digits or '-'. A nonce is a
+// peer's write and ends up in the election record and the allowance, which
+// cannot carry a '/' in it; the source treats a report with any other nonce
+// as no report.
+func ValidNonce(n string) bool {
+	if n == "" || len(n) > MaxNonceLength {
+		return false
+	}
+	for i := 0; i < len(n); i++ {
+		c := n[i]
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
 // Election is the durable record on the source pod. Generation grows by one
 // every time the election changes hands or is withdrawn; Target and Nonce are
 // empty when no candidate is elected.
