@@ -77,7 +77,7 @@ func Decide(sourceUID string, current protocol.Election, observed []Observed) De
 	if current.Elected() {
 		elected, ok := find(observed, current.Target)
 		switch {
-		case ok && elected.Exists && elected.State.Phase == protocol.PhaseReserved && elected.State.Nonce != current.Nonce:
+		case ok && elected.Exists && elected.State.Phase == protocol.PhaseReserved && elected.State.Nonce != current.Nonce && protocol.ValidNonce(elected.State.Nonce):
 			// The elected target reserved again (its Permit timed out and the
 			// pod went back to its queue): re-elect the same target for the
 			// new reservation; the old allowance can no longer match.
@@ -137,11 +137,12 @@ func find(observed []Observed, target string) (Observed, bool) {
 
 // best picks the Reserved candidate to elect: the highest node score, then
 // the target name, so that the choice does not depend on the order in which
-// the reports arrived within one reconcile.
+// the reports arrived within one reconcile. A reservation whose nonce the
+// election record cannot carry (a peer's malformed write) is never elected.
 func best(observed []Observed, except string) (Observed, bool) {
 	var reserved []Observed
 	for _, o := range observed {
-		if o.Exists && o.Target != except && o.State.Phase == protocol.PhaseReserved && o.State.Nonce != "" {
+		if o.Exists && o.Target != except && o.State.Phase == protocol.PhaseReserved && protocol.ValidNonce(o.State.Nonce) {
 			reserved = append(reserved, o)
 		}
 	}
