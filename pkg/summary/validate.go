@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -33,6 +34,8 @@ const (
 	// maxErrors is how many problems Validate lists: a hostile summary can
 	// have thousands, and the error lands in logs and conditions.
 	maxErrors = 20
+	// maxMessage bounds the length of Validate's error.
+	maxMessage = 8000
 	// maxInvitationLength fits "<namespace>/<name>".
 	maxInvitationLength = validation.DNS1123LabelMaxLength + 1 + validation.DNS1123SubdomainMaxLength
 )
@@ -79,9 +82,18 @@ func Validate(s *v1alpha1.ClusterSummaryStatus) error {
 	errs = append(errs, validateLabels(root.Child("commonLabels"), s.CommonLabels)...)
 	errs = append(errs, validateTopology(root.Child("topology"), s)...)
 	if len(errs) > maxErrors {
-		return fmt.Errorf("%w, and %d more", errs[:maxErrors].ToAggregate(), len(errs)-maxErrors)
+		return fmt.Errorf("%w, and %d more", cut(errs[:maxErrors].ToAggregate()), len(errs)-maxErrors)
 	}
-	return errs.ToAggregate()
+	return cut(errs.ToAggregate())
+}
+
+// cut bounds an error's message: a peer's names can be long, and the error
+// lands in a status condition (at most 32768 characters) and in logs.
+func cut(err error) error {
+	if err == nil || len(err.Error()) <= maxMessage {
+		return err
+	}
+	return fmt.Errorf("%s... (cut at %d bytes)", strings.ToValidUTF8(err.Error()[:maxMessage], ""), maxMessage)
 }
 
 func validateNamespaces(path *field.Path, namespaces []string) field.ErrorList {
@@ -124,11 +136,16 @@ func validateResources(path *field.Path, list corev1.ResourceList) field.ErrorLi
 			errs = append(errs, field.Invalid(p, name, msg))
 		}
 		q := list[name]
-		if q.Sign() < 0 {
-			errs = append(errs, field.Invalid(p, q.String(), "must not be negative"))
+		limit := limitOf(name)
+		if vast(q) {
+			errs = append(errs, field.Invalid(p, "<exponent beyond 18>", "must not be more than "+limit.String()))
+			continue
 		}
-		if limit := limitOf(name); q.Cmp(limit) > 0 {
-			errs = append(errs, field.Invalid(p, q.String(), "must not be more than "+limit.String()))
+		if q.Sign() < 0 {
+			errs = append(errs, field.Invalid(p, shown(q), "must not be negative"))
+		}
+		if q.Cmp(limit) > 0 {
+			errs = append(errs, field.Invalid(p, shown(q), "must not be more than "+limit.String()))
 		}
 	}
 	return errs
@@ -143,9 +160,12 @@ func notAbove(partPath *field.Path, part corev1.ResourceList, wholePath *field.P
 	var errs field.ErrorList
 	for _, name := range sortedResourceNames(part) {
 		q, w := part[name], whole[name]
+		if vast(q) || vast(w) {
+			continue // reported by validateResources
+		}
 		if q.Cmp(w) > 0 {
-			errs = append(errs, field.Invalid(partPath.Key(string(name)), q.String(),
-				fmt.Sprintf("must not be more than %s (%s)", wholePath.Key(string(name)), w.String())))
+			errs = append(errs, field.Invalid(partPath.Key(string(name)), shown(q),
+				fmt.Sprintf("must not be more than %s (%s)", wholePath.Key(string(name)), shown(w))))
 		}
 	}
 	return errs
@@ -219,7 +239,7 @@ func validateTopology(path *field.Path, s *v1alpha1.ClusterSummaryStatus) field.
 				q := v.Free[name]
 				if _, ok := s.Free[name]; !ok {
 					if q.Sign() > 0 {
-						errs = append(errs, field.Invalid(vp.Child("free").Key(string(name)), q.String(), "must be zero: status.free has no "+string(name)))
+						errs = append(errs, field.Invalid(vp.Child("free").Key(string(name)), shown(q), "must be zero: status.free has no "+string(name)))
 					}
 					continue
 				}
@@ -233,13 +253,37 @@ func validateTopology(path *field.Path, s *v1alpha1.ClusterSummaryStatus) field.
 		}
 		for _, name := range sortedResourceNames(total) {
 			q, w := total[name], s.Free[name]
+			if vast(w) {
+				continue // reported by validateResources
+			}
 			if q.Cmp(w) > 0 {
-				errs = append(errs, field.Invalid(valuesPath, q.String(),
-					fmt.Sprintf("free %s adds up to more than status.free[%s] (%s)", name, name, w.String())))
+				errs = append(errs, field.Invalid(valuesPath, shown(q),
+					fmt.Sprintf("free %s adds up to more than status.free[%s] (%s)", name, name, shown(w))))
 			}
 		}
 	}
 	return errs
+}
+
+// vast reports whether q's decimal exponent is beyond 18, which puts any
+// value above every bound. A peer writes "1e999999999" in a few bytes and
+// it parses at once, but comparing or printing it would build a number of
+// a billion digits: such a quantity is refused on its exponent alone,
+// before any arithmetic.
+func vast(q resource.Quantity) bool {
+	c := q.DeepCopy() // AsDec converts in place
+	return c.AsDec().Scale() < -18
+}
+
+// shown is q for an error message, cut short: a peer's quantity may have
+// thousands of digits, and the error lands in a status condition.
+func shown(q resource.Quantity) string {
+	const maxShown = 40
+	s := q.String()
+	if len(s) > maxShown {
+		s = s[:maxShown] + "..."
+	}
+	return s
 }
 
 func sortedResourceNames(list corev1.ResourceList) []corev1.ResourceName {
