@@ -1,0 +1,122 @@
+package candidate
+
+import (
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8stypes "k8s.io/apimachinery/pkg/types"
+
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
+)
+
+// FuzzBuild: the saved spec is an annotation of the source pod, which its
+// owner can change after admission. Whatever it holds, Build fails with a
+// reason or gives a candidate that carries nothing of the source cluster's
+// own (token, node, virtual-node toleration, priority) and no protocol
+// label or annotation but those Build sets: a source pod cannot smuggle an
+// allowance into its candidates.
+func FuzzBuild(f *testing.F) {
+	for _, seed := range []string{
+		`{"containers":[{"name":"app","image":"app:1","volumeMounts":[{"name":"kube-api-access-x","mountPath":"/s"}]}],` +
+			`"volumes":[{"name":"kube-api-access-x","projected":{}}],"nodeName":"n","priority":7,"serviceAccountName":"sa",` +
+			`"tolerations":[{"key":"virtual-kubelet.io/provider","operator":"Exists"}],"readinessGates":[{"conditionType":"x"}]}`,
+		`{"initContainers":[{"name":"i","volumeMounts":[{"name":"kube-api-access-x"}]}],"containers":null,"volumes":[{"name":"kube-api-access-x","projected":{"sources":[]}},{"name":"kube-api-access-x","projected":{}}]}`,
+		`{}`, `null`, `""`, `[]`, `{"containers":"x"}`, `{"containers":[{"resources":{"requests":{"cpu":"1e999999999"}}}]}`,
+		`{"containers":[{"resources":{"limits":{"memory":"99999999999999999999999999999Ei"}}}]}`,
+		`{"overhead":{"cpu":".000000000000000000000000000001"}}`,
+		`{"containers":[{"name":"a"}],"containers":[{"name":"b"}]}`,
+		strings.Repeat(`{"affinity":`, 3000),
+	} {
+		f.Add(seed, "web-1", "uid-1", protocol.AllowedAnnotation, "uid-1/1/n")
+	}
+	f.Add(`{}`, strings.Repeat("a", 300), "", protocol.Prefix+"source-uid", "other")
+	f.Add(`{}`, "w", "u", corev1.LastAppliedConfigAnnotation, "{}")
+	f.Fuzz(func(t *testing.T, spec, name, uid, key, value string) {
+		source := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
+			Name: name, Namespace: "shop", UID: "uid",
+			Labels:      map[string]string{key: value, "app": "web"},
+			Annotations: map[string]string{key: value, protocol.SourceSpecAnnotation: spec},
+		}}
+		source.Annotations[protocol.SourceSpecAnnotation] = spec
+		source.UID = k8stypes.UID(shortUID(uid))
+		c, err := Build(source, "c1", "c2", "shop", uid == "self")
+		if err != nil {
+			if c != nil {
+				t.Fatalf("Build(%q) failed (%v) and still gave a candidate", spec, err)
+			}
+			return
+		}
+		s := c.Spec
+		if s.SchedulerName != protocol.SchedulerName || s.NodeName != "" || s.Priority != nil || s.ServiceAccountName != "" ||
+			s.DeprecatedServiceAccount != "" || s.AutomountServiceAccountToken == nil || *s.AutomountServiceAccountToken || s.ReadinessGates != nil {
+			t.Fatalf("candidate of spec %q keeps what only the source means: %+v", spec, s)
+		}
+		for _, v := range s.Volumes {
+			if strings.HasPrefix(v.Name, serviceAccountVolumePrefix) && v.Projected != nil {
+				t.Fatalf("candidate of spec %q keeps the source's token volume %q", spec, v.Name)
+			}
+		}
+		for _, tol := range s.Tolerations {
+			if tol.Key == protocol.VirtualNodeTaintKey {
+				t.Fatalf("candidate of spec %q tolerates the virtual nodes", spec)
+			}
+		}
+		want := map[string]string{
+			protocol.CandidateLabel: "true", protocol.SourceClusterLabel: "c1", protocol.SourceUIDLabel: string(source.UID),
+		}
+		for k, v := range c.Labels {
+			if strings.HasPrefix(k, protocol.Prefix) && want[k] != v {
+				t.Fatalf("candidate carries label %s=%q", k, v)
+			}
+		}
+		want = map[string]string{
+			protocol.SourceNamespaceAnnotation: "shop", protocol.SourceNameAnnotation: name, protocol.TargetAnnotation: "c2",
+		}
+		for k, v := range c.Annotations {
+			if (strings.HasPrefix(k, protocol.Prefix) && want[k] != v) || k == corev1.LastAppliedConfigAnnotation {
+				t.Fatalf("candidate carries annotation %s=%q", k, v)
+			}
+		}
+		if len(c.Name) > 63 || c.Name != CandidateNameOf(source, "c1") {
+			t.Fatalf("candidate of %q is named %q", name, c.Name)
+		}
+	})
+}
+
+// shortUID keeps a fuzzed UID short; its content does not matter to Build.
+func shortUID(s string) string {
+	if len(s) > 36 {
+		return s[:36]
+	}
+	return s
+}
+
+// FuzzUnschedulable: the candidate's conditions are the target's writes;
+// the reason the source reports is the message of the target scheduler's
+// own Unschedulable condition and nothing else.
+func FuzzUnschedulable(f *testing.F) {
+	f.Add(string(corev1.PodScheduled), string(corev1.ConditionFalse), corev1.PodReasonUnschedulable, "0/3 nodes are available", 1)
+	f.Add(string(corev1.PodScheduled), string(corev1.ConditionTrue), corev1.PodReasonUnschedulable, "x", 2)
+	f.Add("", "", "", "", 0)
+	f.Add(string(corev1.PodScheduled), string(corev1.ConditionFalse), corev1.PodReasonUnschedulable, strings.Repeat("x", 1<<16), 300)
+	f.Fuzz(func(t *testing.T, typ, status, reason, message string, n int) {
+		n = min(max(n, 0), 64)
+		pod := &corev1.Pod{}
+		for i := range n {
+			msg := message
+			if i > 0 {
+				msg = ""
+			}
+			pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{
+				Type: corev1.PodConditionType(typ), Status: corev1.ConditionStatus(status), Reason: reason, Message: msg,
+			})
+		}
+		got := Unschedulable(pod)
+		scheduled := typ == string(corev1.PodScheduled) && status == string(corev1.ConditionFalse) && reason == corev1.PodReasonUnschedulable
+		if (n > 0 && scheduled && got != message) || ((n == 0 || !scheduled) && got != "") {
+			t.Fatalf("Unschedulable of %d conditions %s=%s (%s, %q) = %q", n, typ, status, reason, message, got)
+		}
+	})
+}
