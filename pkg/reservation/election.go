@@ -59,19 +59,34 @@ func Decide(sourceUID string, current protocol.Election, observed []Observed) De
 	// moves an election while the elected reservation may still bind. This
 	// holds even when the election record we read is older than the
 	// allowance (a stale cache).
+	//
+	// Two bound candidates cannot both have been allowed by one election
+	// history; should it happen anyway (a peer's forged allowance, a bug),
+	// the one of the latest election is adopted, preferring the current
+	// election's own, and the others are reported as violations and
+	// deleted, never adopted silently.
+	var adopted Observed
+	var adoptedGen int64 = -1
 	for _, o := range observed {
 		if !o.Exists || o.State.Phase != protocol.PhaseBound {
 			continue
 		}
-		if allowedOwnReservation(sourceUID, o) {
-			if d.Bound == "" {
-				d.Bound = o.Target
-			}
+		gen, ok := allowedOwnReservation(sourceUID, o)
+		if !ok {
+			d.Violations = append(d.Violations, o.Target)
 			continue
 		}
-		d.Violations = append(d.Violations, o.Target)
+		if adoptedGen >= 0 && !adoptsOver(o, gen, adopted, adoptedGen, current) {
+			d.Violations = append(d.Violations, o.Target)
+			continue
+		}
+		if adoptedGen >= 0 {
+			d.Violations = append(d.Violations, adopted.Target)
+		}
+		adopted, adoptedGen = o, gen
 	}
-	if d.Bound != "" {
+	if adoptedGen >= 0 {
+		d.Bound = adopted.Target
 		return d
 	}
 	if current.Elected() {
@@ -109,10 +124,28 @@ func Decide(sourceUID string, current protocol.Election, observed []Observed) De
 }
 
 // allowedOwnReservation reports whether a candidate carries an allowance of
-// this source pod for the reservation it reports.
-func allowedOwnReservation(sourceUID string, o Observed) bool {
+// this source pod for the reservation it reports, and of which election.
+func allowedOwnReservation(sourceUID string, o Observed) (generation int64, ok bool) {
 	a, err := protocol.ParseAllowance(o.Allowed)
-	return err == nil && a.SourceUID == sourceUID && a.Nonce == o.State.Nonce
+	if err != nil || a.SourceUID != sourceUID || a.Nonce != o.State.Nonce {
+		return 0, false
+	}
+	return a.Generation, true
+}
+
+// adoptsOver reports whether bound candidate o (allowed by election gen)
+// is to be adopted rather than other (allowed by otherGen): the current
+// election's own first, then the later election, then the target name, so
+// that the choice does not depend on the order of the reports.
+func adoptsOver(o Observed, gen int64, other Observed, otherGen int64, current protocol.Election) bool {
+	ours := func(target string, g int64) bool { return target == current.Target && g == current.Generation }
+	if a, b := ours(o.Target, gen), ours(other.Target, otherGen); a != b {
+		return a
+	}
+	if gen != otherGen {
+		return gen > otherGen
+	}
+	return o.Target < other.Target
 }
 
 func elect(d Decision, uid string, generation int64, target, nonce string) Decision {

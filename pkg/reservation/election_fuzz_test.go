@@ -106,7 +106,8 @@ func check(t *testing.T, current protocol.Election, observed []Observed, d Decis
 	}
 	if d.Bound != "" {
 		o, ok := find(observed, d.Bound)
-		if !ok || !o.Exists || o.State.Phase != protocol.PhaseBound || !allowedOwnReservation(uid, o) {
+		_, own := allowedOwnReservation(uid, o)
+		if !ok || !o.Exists || o.State.Phase != protocol.PhaseBound || !own {
 			t.Fatalf("decision binds %s, which is not bound on its own allowance: %+v", d.Bound, o)
 		}
 		return

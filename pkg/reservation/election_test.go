@@ -194,6 +194,45 @@ func TestDecideReportsBindingsWithoutAllowance(t *testing.T) {
 	}
 }
 
+// TestDecideNeverAdoptsASecondBindingSilently checks that when two
+// candidates of one pod are bound, each on an allowance of its own, the
+// current election's is adopted whatever the order of the reports, and the
+// other is reported (and so deleted), not kept unseen.
+func TestDecideNeverAdoptsASecondBindingSilently(t *testing.T) {
+	current := protocol.Election{Generation: 3, Target: "c2", Nonce: "n3"}
+	ours, older := bound("c2", "n3", 3), bound("c1", "n1", 1)
+	for _, observed := range [][]Observed{{older, ours}, {ours, older}} {
+		d := Decide(uid, current, observed)
+		if d.Bound != "c2" {
+			t.Errorf("%v: adopted %q, want the current election's c2", targetsOf(observed), d.Bound)
+		}
+		if len(d.Violations) != 1 || d.Violations[0] != "c1" {
+			t.Errorf("%v: violations %v, want c1 reported", targetsOf(observed), d.Violations)
+		}
+	}
+	// Without the current election's among them (a stale record), the later
+	// election's binding is adopted.
+	later := bound("c4", "n2", 2)
+	for _, observed := range [][]Observed{{older, later}, {later, older}} {
+		d := Decide(uid, protocol.Election{Generation: 1, Target: "c1", Nonce: "n1"}, observed)
+		if d.Bound != "c1" || len(d.Violations) != 1 || d.Violations[0] != "c4" {
+			t.Errorf("%v with c1's election current: adopted %q, violations %v; want c1 adopted, c4 reported", targetsOf(observed), d.Bound, d.Violations)
+		}
+		d = Decide(uid, protocol.Election{Generation: 9}, observed)
+		if d.Bound != "c4" || len(d.Violations) != 1 || d.Violations[0] != "c1" {
+			t.Errorf("%v with a withdrawn election: adopted %q, violations %v; want the later c4 adopted, c1 reported", targetsOf(observed), d.Bound, d.Violations)
+		}
+	}
+}
+
+func targetsOf(observed []Observed) []string {
+	var out []string
+	for _, o := range observed {
+		out = append(out, o.Target)
+	}
+	return out
+}
+
 func TestReasons(t *testing.T) {
 	obs := []Observed{
 		{Target: "c2", Exists: true, Unschedulable: "0/1 nodes are available: 1 Insufficient cpu."},
