@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // Reasons the virtual node writes on source pods.
@@ -77,7 +78,8 @@ func desiredStatus(source, delegate *corev1.Pod, target string, now time.Time) c
 // delegate reports about itself (phase, containers, IPs, kubelet conditions)
 // wins; what only means something for the source pod is kept. Values a
 // kube-apiserver would refuse (bad IPs, statuses of containers the source pod
-// does not have, conditions without type) are dropped, so a malformed
+// does not have, conditions without a valid type, out-of-range users,
+// unknown resource health) are dropped, so a malformed
 // delegate cannot block every later status update of its source pod.
 func mirrorStatus(source, delegate *corev1.Pod) corev1.PodStatus {
 	out := source.Status.DeepCopy()
@@ -91,8 +93,8 @@ func mirrorStatus(source, delegate *corev1.Pod) corev1.PodStatus {
 	if d.StartTime != nil {
 		out.StartTime = d.StartTime.DeepCopy()
 	}
-	out.InitContainerStatuses = containerStatuses(d.InitContainerStatuses, source.Spec.InitContainers)
-	out.ContainerStatuses = containerStatuses(d.ContainerStatuses, source.Spec.Containers)
+	out.InitContainerStatuses = containerStatuses(d.InitContainerStatuses, source.Spec.InitContainers, source.Spec.OS)
+	out.ContainerStatuses = containerStatuses(d.ContainerStatuses, source.Spec.Containers, source.Spec.OS)
 	out.Conditions = mergeConditions(source.Status.Conditions, d.Conditions)
 	applyReadinessGates(source, out)
 	return *out
@@ -182,19 +184,77 @@ func phaseOf(p corev1.PodPhase) corev1.PodPhase {
 }
 
 // containerStatuses keeps one status per container of the source pod, in the
-// delegate's order.
-func containerStatuses(statuses []corev1.ContainerStatus, spec []corev1.Container) []corev1.ContainerStatus {
-	names := make(map[string]bool, len(spec))
-	for _, c := range spec {
-		names[c.Name] = true
+// delegate's order, without the user or resource health a kube-apiserver
+// would refuse for the source pod.
+func containerStatuses(statuses []corev1.ContainerStatus, spec []corev1.Container, os *corev1.PodOS) []corev1.ContainerStatus {
+	byName := make(map[string]*corev1.Container, len(spec))
+	for i := range spec {
+		byName[spec[i].Name] = &spec[i]
 	}
 	var out []corev1.ContainerStatus
 	for _, cs := range statuses {
-		if !names[cs.Name] {
+		c := byName[cs.Name]
+		if c == nil {
 			continue
 		}
-		names[cs.Name] = false
-		out = append(out, *cs.DeepCopy())
+		byName[cs.Name] = nil
+		cs = *cs.DeepCopy()
+		if !validUser(cs.User, os) {
+			cs.User = nil
+		}
+		cs.AllocatedResourcesStatus = validResourcesStatus(cs.AllocatedResourcesStatus, c)
+		out = append(out, cs)
+	}
+	return out
+}
+
+// validUser reports whether a container's user is one a kube-apiserver
+// accepts for a pod of that OS: IDs within range, none of Linux's on Windows.
+func validUser(u *corev1.ContainerUser, os *corev1.PodOS) bool {
+	if u == nil || u.Linux == nil {
+		return true
+	}
+	if os != nil && os.Name == corev1.Windows {
+		return false
+	}
+	ok := len(validation.IsValidUserID(u.Linux.UID)) == 0 && len(validation.IsValidGroupID(u.Linux.GID)) == 0
+	for _, g := range u.Linux.SupplementalGroups {
+		ok = ok && len(validation.IsValidGroupID(g)) == 0
+	}
+	return ok
+}
+
+// validResourcesStatus keeps the health reports a kube-apiserver accepts for
+// the container: of a resource it requests or a claim it uses, with known
+// health values and each device once.
+func validResourcesStatus(list []corev1.ResourceStatus, c *corev1.Container) []corev1.ResourceStatus {
+	names := map[corev1.ResourceName]bool{}
+	for name := range c.Resources.Requests {
+		names[name] = true
+	}
+	for _, claim := range c.Resources.Claims {
+		name := "claim:" + claim.Name
+		if claim.Request != "" {
+			name += "/" + claim.Request
+		}
+		names[corev1.ResourceName(name)] = true
+	}
+	var out []corev1.ResourceStatus
+	for _, rs := range list {
+		ok := names[rs.Name]
+		ids := map[corev1.ResourceID]bool{}
+		for _, r := range rs.Resources {
+			switch r.Health {
+			case corev1.ResourceHealthStatusHealthy, corev1.ResourceHealthStatusUnhealthy, corev1.ResourceHealthStatusUnknown:
+			default:
+				ok = false
+			}
+			ok = ok && !ids[r.ResourceID]
+			ids[r.ResourceID] = true
+		}
+		if ok {
+			out = append(out, rs)
+		}
 	}
 	return out
 }
@@ -208,7 +268,7 @@ func mergeConditions(source, delegate []corev1.PodCondition) []corev1.PodConditi
 	fromDelegate := make([]corev1.PodCondition, 0, len(delegate))
 	reported := map[corev1.PodConditionType]bool{}
 	for _, c := range delegate {
-		if c.Type == "" || c.Type == corev1.PodScheduled || reported[c.Type] {
+		if len(validation.IsQualifiedName(string(c.Type))) > 0 || c.Type == corev1.PodScheduled || reported[c.Type] {
 			continue
 		}
 		reported[c.Type] = true
