@@ -41,6 +41,18 @@ test-unit:
 test-e2e:
 	$(GO) test -count=1 -p 1 -timeout $(TEST_TIMEOUT) ./test/...
 
+FUZZTIME ?= 30s
+FUZZ_FLAGS ?= -parallel 1
+
+## fuzz: run every Fuzz target of pkg/ for $(FUZZTIME), one after another (see docs/reliability.md); make test-unit replays their corpora
+fuzz:
+	@set -e; for pkg in $$($(GO) list ./pkg/...); do \
+		for target in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+			echo "== $$pkg $$target"; \
+			$(GO) test $$pkg -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) $(FUZZ_FLAGS); \
+		done; \
+	done
+
 BENCH_FLAGS ?= -targets 3 -nodes 4 -pods 200
 
 ## bench: one burst of pods through Flotilla and through plain kube-scheduler, side by side (see docs/benchmarks.md)
