@@ -3,6 +3,7 @@ package vnode
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -93,8 +94,8 @@ func mirrorStatus(source, delegate *corev1.Pod) corev1.PodStatus {
 	if d.StartTime != nil {
 		out.StartTime = d.StartTime.DeepCopy()
 	}
-	out.InitContainerStatuses = containerStatuses(d.InitContainerStatuses, source.Spec.InitContainers, source.Spec.OS)
-	out.ContainerStatuses = containerStatuses(d.ContainerStatuses, source.Spec.Containers, source.Spec.OS)
+	out.InitContainerStatuses = containerStatuses(d.InitContainerStatuses, source.Status.InitContainerStatuses, &source.Spec, true)
+	out.ContainerStatuses = containerStatuses(d.ContainerStatuses, source.Status.ContainerStatuses, &source.Spec, false)
 	out.Conditions = mergeConditions(source.Status.Conditions, d.Conditions)
 	applyReadinessGates(source, out)
 	return *out
@@ -185,11 +186,17 @@ func phaseOf(p corev1.PodPhase) corev1.PodPhase {
 
 // containerStatuses keeps one status per container of the source pod, in the
 // delegate's order, without the user or resource health a kube-apiserver
-// would refuse for the source pod.
-func containerStatuses(statuses []corev1.ContainerStatus, spec []corev1.Container, os *corev1.PodOS) []corev1.ContainerStatus {
-	byName := make(map[string]*corev1.Container, len(spec))
-	for i := range spec {
-		byName[spec[i].Name] = &spec[i]
+// would refuse for the source pod. A container the source pod shows
+// terminated stays so unless its restart policy lets it run again, as the
+// kube-apiserver requires.
+func containerStatuses(statuses, current []corev1.ContainerStatus, spec *corev1.PodSpec, init bool) []corev1.ContainerStatus {
+	containers := spec.Containers
+	if init {
+		containers = spec.InitContainers
+	}
+	byName := make(map[string]*corev1.Container, len(containers))
+	for i := range containers {
+		byName[containers[i].Name] = &containers[i]
 	}
 	var out []corev1.ContainerStatus
 	for _, cs := range statuses {
@@ -199,13 +206,74 @@ func containerStatuses(statuses []corev1.ContainerStatus, spec []corev1.Containe
 		}
 		byName[cs.Name] = nil
 		cs = *cs.DeepCopy()
-		if !validUser(cs.User, os) {
+		if i := containerIndex(current, cs.Name); i >= 0 && cs.State.Terminated == nil {
+			if old := current[i].State.Terminated; old != nil && !mayRunAgain(c, spec, old.ExitCode, init) {
+				cs = *current[i].DeepCopy()
+			}
+		}
+		if !validUser(cs.User, spec.OS) {
 			cs.User = nil
 		}
 		cs.AllocatedResourcesStatus = validResourcesStatus(cs.AllocatedResourcesStatus, c)
 		out = append(out, cs)
 	}
 	return out
+}
+
+func containerIndex(statuses []corev1.ContainerStatus, name string) int {
+	for i, cs := range statuses {
+		if cs.Name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// mayRunAgain reports whether a kube-apiserver lets a container that
+// terminated with exitCode be reported waiting or running again, whether or
+// not it knows per-container restart policies and rules (the
+// ContainerRestartRules feature): only what both allow.
+func mayRunAgain(c *corev1.Container, spec *corev1.PodSpec, exitCode int32, init bool) bool {
+	byPod := spec.RestartPolicy == corev1.RestartPolicyAlways ||
+		spec.RestartPolicy == corev1.RestartPolicyOnFailure && exitCode != 0 ||
+		init && c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways
+	return byPod && byContainerRules(c, spec, exitCode)
+}
+
+// byContainerRules is the kubelet's ContainerShouldRestart: a matching
+// Restart rule, else the container's policy, else the pod's.
+func byContainerRules(c *corev1.Container, spec *corev1.PodSpec, exitCode int32) bool {
+	if c.RestartPolicy != nil {
+		for _, rule := range c.RestartPolicyRules {
+			if rule.ExitCodes == nil {
+				continue
+			}
+			listed := slices.Contains(rule.ExitCodes.Values, exitCode)
+			op := rule.ExitCodes.Operator
+			if op == corev1.ContainerRestartRuleOnExitCodesOpIn && listed || op == corev1.ContainerRestartRuleOnExitCodesOpNotIn && !listed {
+				if rule.Action == corev1.ContainerRestartRuleActionRestart {
+					return true
+				}
+				break
+			}
+		}
+		switch *c.RestartPolicy {
+		case corev1.ContainerRestartPolicyAlways:
+			return true
+		case corev1.ContainerRestartPolicyOnFailure:
+			return exitCode != 0
+		case corev1.ContainerRestartPolicyNever:
+			return false
+		}
+	}
+	switch spec.RestartPolicy {
+	case corev1.RestartPolicyOnFailure:
+		return exitCode != 0
+	case corev1.RestartPolicyNever:
+		return false
+	default:
+		return true
+	}
 }
 
 // validUser reports whether a container's user is one a kube-apiserver
