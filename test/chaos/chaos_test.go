@@ -187,15 +187,18 @@ func runChaos(t *testing.T, cfg config) result {
 		Clusters: clusters, Agents: agents, Hole: hole, HoleTarget: holeTarget, LeaseDuration: leaseDuration,
 		Logf: t.Logf,
 	})
+	faultsStart := time.Now()
 	faultCtx, stopFaults := context.WithTimeout(ctx, cfg.faults)
 	var running sync.WaitGroup
 	running.Go(func() { workload.Run(faultCtx, time.Second) })
 	running.Go(func() { injector.Run(faultCtx) })
 	running.Wait()
 	stopFaults()
-	workload.Wait()
 	faultsEnd := time.Now()
-	t.Logf("chaos: faults over after %s; waiting for quiescence", time.Since(start).Round(time.Second))
+	// Recreations under way finish (or time out) before quiescence counts.
+	workload.Wait()
+	t.Logf("chaos: faults over after %s, recreations under way done %s later; waiting for quiescence",
+		faultsEnd.Sub(start).Round(time.Second), time.Since(faultsEnd).Round(time.Second))
 
 	// Quiescence: poll the pure check over fresh lists until it passes
 	// or time runs out; what is left then is reported.
@@ -240,7 +243,7 @@ func runChaos(t *testing.T, cfg config) result {
 		}
 	}
 	t.Logf("chaos summary: seed=%d faults=%s settle=%s total=%s | pods created=%d (unfit %d) deleted=%d recreated=%d statefulset-deleted=%d scaled=%d call-failures=%d | faults %s | observed transitions=%d bound=%d unjudged=%d watch-gaps=%d | at the end source-pods=%d bound=%d candidates=%d delegates=%d | violations %s",
-		cfg.seed, cfg.faults, settled.Round(time.Second), time.Since(start).Round(time.Second),
+		cfg.seed, faultsEnd.Sub(faultsStart).Round(time.Second), settled.Round(time.Second), time.Since(start).Round(time.Second),
 		counts["created"], counts["created-unfit"], counts["deleted"], counts["recreated"], counts["deleted-statefulset-pod"], counts["scaled"],
 		counts["create-failed"]+counts["create-refused"]+counts["delete-failed"]+counts["scale-failed"]+counts["recreate-failed"],
 		FormatCounts(FaultKinds, injector.Counts()), transitions, bound, unjudged, gaps,

@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
 )
@@ -46,6 +47,9 @@ type Source struct {
 	NodeName    string
 	Running     bool
 	Terminating bool
+	// DeletionDeadline is its deletionTimestamp: when it was deleted plus
+	// its grace period.
+	DeletionDeadline time.Time
 	// Fits says whether some node of some target can run it: the workload
 	// knows, since it chose the requests.
 	Fits bool
@@ -56,7 +60,14 @@ type Source struct {
 type Snapshot struct {
 	Candidates []Candidate
 	Sources    []Source
+	// Taken is when the lists were read.
+	Taken time.Time
 }
+
+// TerminationSlack is how long after its deletion deadline a deleted source
+// pod may still be there at quiescence: the virtual node deletes the
+// delegate, then the pod.
+const TerminationSlack = 30 * time.Second
 
 // ExpectedPod is a pod the workload created and did not delete (nor try to):
 // it must still be there, with the UID it was created with.
@@ -96,7 +107,7 @@ const (
 	// its delegate, or a bound source pod without its delegate.
 	Stray Kind = "stray"
 	// Stuck: after quiescence, a source pod that fits somewhere is not bound
-	// and Running.
+	// and Running, or a deleted one is still there long past its deadline.
 	Stuck Kind = "stuck"
 	// Lost: after quiescence, an opted-in pod the workload expects is gone.
 	Lost Kind = "lost"
@@ -303,6 +314,11 @@ func Quiescence(snap Snapshot, exp Expectations) []Violation {
 	for _, s := range snap.Sources {
 		if !s.Terminating {
 			live[podKey{s.Cluster, s.UID}] = s
+			continue
+		}
+		if !s.DeletionDeadline.IsZero() && snap.Taken.Sub(s.DeletionDeadline) > TerminationSlack {
+			out = append(out, Violation{Stuck, fmt.Sprintf("pod %s/%s (uid %s) of %s is still terminating %s after its deletion deadline (node %q)",
+				s.Namespace, s.Name, s.UID, s.Cluster, snap.Taken.Sub(s.DeletionDeadline).Round(time.Second), s.NodeName)})
 		}
 	}
 	delegates := map[podKey]int{}

@@ -3,6 +3,7 @@ package chaos
 import (
 	"slices"
 	"testing"
+	"time"
 )
 
 // event is one observation fed to the checker, in order.
@@ -136,6 +137,7 @@ func TestQuiescence(t *testing.T) {
 	pending := candidate("c3", "u3", "", "")
 	running := source("1/c2/n2", "flotilla-c2", true)
 	unfit := Source{Cluster: "c1", Namespace: "chaos", Name: "huge", UID: "s2", Fits: false}
+	deadline := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	tests := []struct {
 		name string
 		snap Snapshot
@@ -200,6 +202,13 @@ func TestQuiescence(t *testing.T) {
 		snap: Snapshot{Sources: []Source{{Cluster: "c1", Namespace: "chaos", Name: "d-1", UID: "d1", App: "d", Terminating: true}}},
 		exp:  Expectations{Workloads: []ExpectedWorkload{{"c1", "chaos", "d", 1}}},
 		want: []string{"lost"},
+	}, {
+		name: "a deleted pod still within its grace period",
+		snap: Snapshot{Taken: deadline.Add(TerminationSlack), Sources: []Source{{Cluster: "c1", UID: "s1", NodeName: "flotilla-c2", Terminating: true, DeletionDeadline: deadline}}},
+	}, {
+		name: "a deleted pod still there long past its deadline",
+		snap: Snapshot{Taken: deadline.Add(TerminationSlack + time.Second), Sources: []Source{{Cluster: "c1", UID: "s1", NodeName: "flotilla-c2", Terminating: true, DeletionDeadline: deadline}}},
+		want: []string{"stuck"},
 	}, {
 		name: "a workload scaled to zero",
 		exp:  Expectations{Workloads: []ExpectedWorkload{{"c1", "chaos", "d", 0}}},

@@ -43,12 +43,16 @@ func SourceOf(cluster string, p *corev1.Pod) (Source, bool) {
 	if p.Spec.SchedulerName != protocol.SourceSchedulerName || p.Labels[protocol.CandidateLabel] == "true" {
 		return Source{}, false
 	}
-	return Source{
+	s := Source{
 		Cluster: cluster, Namespace: p.Namespace, Name: p.Name, UID: string(p.UID), App: p.Labels[AppLabel],
 		Election: p.Annotations[protocol.ElectionAnnotation], NodeName: p.Spec.NodeName,
 		Running: p.Status.Phase == corev1.PodRunning, Terminating: p.DeletionTimestamp != nil,
 		Fits: p.Labels[FitsLabel] != "false",
-	}, true
+	}
+	if p.DeletionTimestamp != nil {
+		s.DeletionDeadline = p.DeletionTimestamp.Time
+	}
+	return s, true
 }
 
 // Watch feeds the checker every change of the pods of one namespace of one
@@ -172,7 +176,7 @@ func (w *Watch) feed(p *corev1.Pod, deleted bool) {
 
 // TakeSnapshot lists the pods of namespace ns in every cluster.
 func TakeSnapshot(ctx context.Context, ns string, clusters map[string]kubernetes.Interface) (Snapshot, error) {
-	var snap Snapshot
+	snap := Snapshot{Taken: time.Now()}
 	for name, client := range clusters {
 		lctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 		list, err := client.CoreV1().Pods(ns).List(lctx, metav1.ListOptions{})
