@@ -17,10 +17,18 @@ func allowEveryReserved(sourceUID string, current protocol.Election, observed []
 		return d
 	}
 	for _, o := range observed {
-		if o.Exists && o.State.Phase == protocol.PhaseReserved && o.State.Nonce != "" && !allowedOwnReservation(sourceUID, o) {
+		if o.Exists && o.State.Phase == protocol.PhaseReserved && o.State.Nonce != "" && !plantedAllowed(sourceUID, o) {
 			d.Allow = &Allowance{Target: o.Target, Allowance: protocol.Allowance{SourceUID: sourceUID, Generation: current.Generation, Nonce: o.State.Nonce}}
 			return d
 		}
 	}
 	return d
+}
+
+// plantedAllowed reports whether o holds an allowance of this pod for the
+// reservation it reports; its own, so that the planted file depends on
+// nothing but Decide and the types.
+func plantedAllowed(sourceUID string, o Observed) bool {
+	a, err := protocol.ParseAllowance(o.Allowed)
+	return err == nil && a.SourceUID == sourceUID && a.Nonce == o.State.Nonce
 }

@@ -360,3 +360,17 @@ func addTargetThrough(ctx context.Context, c, t *sandbox.Cluster, addr string) e
 	}
 	return nil
 }
+
+// TestPlantedBugBuilds keeps the planted bug compiling: no ordinary build
+// holds its file, so a change in pkg/reservation could break it unseen.
+func TestPlantedBugBuilds(t *testing.T) {
+	root, err := sandbox.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	vet := exec.Command("go", "vet", "-tags", "flotilla_planted_bug", "./pkg/reservation")
+	vet.Dir = root
+	if out, err := vet.CombinedOutput(); err != nil {
+		t.Fatalf("pkg/reservation with -tags flotilla_planted_bug: %v\n%s", err, out)
+	}
+}
