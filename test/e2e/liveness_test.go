@@ -22,21 +22,8 @@ import (
 // name while its target cannot be reached: once the target is back, the
 // candidate of the earlier pod is collected, though the name lives on.
 func TestSameNameRecreated(t *testing.T) {
-	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
-		{Name: "src", WithoutScheduler: true},
-		{Name: "c2", Nodes: []sandbox.NodeSpec{{CPU: "4"}}},
-	}})
+	src, c2 := sourceAndTarget(t, "4")
 	ctx := t.Context()
-	src, c2 := s.Cluster("src"), s.Cluster("c2")
-	for _, c := range []*sandbox.Cluster{src, c2} {
-		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: placementNS, Labels: map[string]string{protocol.NamespaceEnabledLabel: "true"}}}
-		if _, err := c.Client().CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := sandbox.StartAgent(ctx, src, []*sandbox.Cluster{c2}); err != nil {
-		t.Fatal(err)
-	}
 	srcPods, c2Pods := src.Client().CoreV1().Pods(placementNS), c2.Client().CoreV1().Pods(placementNS)
 
 	// A pod no node fits: its candidate waits in c2, unschedulable.
@@ -88,21 +75,8 @@ func TestSameNameRecreated(t *testing.T) {
 // that target does not answer, placement on the others does not wait a
 // call timeout for it.
 func TestBlackholedTarget(t *testing.T) {
-	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
-		{Name: "src", WithoutScheduler: true},
-		{Name: "c2", Nodes: []sandbox.NodeSpec{{CPU: "32"}}},
-	}})
+	src, c2 := sourceAndTarget(t, "32")
 	ctx := t.Context()
-	src, c2 := s.Cluster("src"), s.Cluster("c2")
-	for _, c := range []*sandbox.Cluster{src, c2} {
-		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: placementNS, Labels: map[string]string{protocol.NamespaceEnabledLabel: "true"}}}
-		if _, err := c.Client().CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := sandbox.StartAgent(ctx, src, []*sandbox.Cluster{c2}); err != nil {
-		t.Fatal(err)
-	}
 
 	// A listener that takes every connection and never says a word.
 	hole, err := net.Listen("tcp", "127.0.0.1:0")
@@ -179,4 +153,25 @@ current-context: hole
 	if median >= 10*time.Second {
 		t.Errorf("median creation to bound %s: placement waited on the target that does not answer", median)
 	}
+}
+
+// sourceAndTarget starts src, whose agent targets c2 (one node of cpu
+// CPUs) with c2's admin kubeconfig, with placementNS opted in in both.
+func sourceAndTarget(t *testing.T, cpu string) (src, c2 *sandbox.Cluster) {
+	t.Helper()
+	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
+		{Name: "src", WithoutScheduler: true},
+		{Name: "c2", Nodes: []sandbox.NodeSpec{{CPU: cpu}}},
+	}})
+	src, c2 = s.Cluster("src"), s.Cluster("c2")
+	for _, c := range []*sandbox.Cluster{src, c2} {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: placementNS, Labels: map[string]string{protocol.NamespaceEnabledLabel: "true"}}}
+		if _, err := c.Client().CoreV1().Namespaces().Create(t.Context(), ns, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := sandbox.StartAgent(t.Context(), src, []*sandbox.Cluster{c2}); err != nil {
+		t.Fatal(err)
+	}
+	return src, c2
 }
