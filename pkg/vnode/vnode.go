@@ -197,53 +197,44 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 
 	// Only the pods bound to this node.
-	var podInformer corev1informers.PodInformer
+	onNode := fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName)
+	var podInformer, foreign corev1informers.PodInformer
 	if cfg.Pods != nil {
 		podInformer = nodePods{informer: cfg.Pods, node: cfg.NodeName}
-	} else {
-		podFactory := informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0,
-			informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-				o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName).String()
-			}),
-			informers.WithTransform(slim.SourcePod))
-		podInformer = podFactory.Core().V1().Pods()
-		podInformer.Informer() // registered before Start
-		podFactory.Start(ctx.Done())
+		// The shared informer holds source pods only. Pods bound to the
+		// node that are not (a DaemonSet's that tolerates every taint) are
+		// watched apart: there are none unless something went wrong, so
+		// this informer costs a watch and holds nothing.
+		var stop func()
+		foreign, stop = watchNodePods(ctx, cfg, fields.AndSelectors(onNode,
+			fields.OneTermNotEqualSelector("spec.schedulerName", protocol.SourceSchedulerName)))
 		defer func() {
 			cancel() // Shutdown waits for the informers, which stop with ctx
-			podFactory.Shutdown()
+			stop()
+		}()
+	} else {
+		var stop func()
+		podInformer, stop = watchNodePods(ctx, cfg, onNode)
+		defer func() {
+			cancel()
+			stop()
 		}()
 	}
-	// Pods bound to the node that are not source pods (a DaemonSet's that
-	// tolerates every taint): there are none unless something went wrong,
-	// so this informer costs a watch and holds nothing.
-	foreignFactory := informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.AndSelectors(
-				fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName),
-				fields.OneTermNotEqualSelector("spec.schedulerName", protocol.SourceSchedulerName),
-			).String()
-		}),
-		informers.WithTransform(slim.SourcePod))
-	foreign := foreignFactory.Core().V1().Pods()
-	foreign.Informer() // registered before Start
-	foreignFactory.Start(ctx.Done())
-	defer func() {
-		cancel()
-		foreignFactory.Shutdown()
-	}()
-
 	m := newMirror(cfg, podInformer.Lister(), recorder)
-	m.foreign = foreign.Lister()
 	defer m.queue.ShutDown()
 	if _, err := podInformer.Informer().AddEventHandler(m.sourceHandler()); err != nil {
 		return fmt.Errorf("virtual node %s: watching its pods: %w", cfg.NodeName, err)
 	}
-	if _, err := foreign.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    m.enqueue,
-		UpdateFunc: func(_, obj any) { m.enqueue(obj) },
-	}); err != nil {
-		return fmt.Errorf("virtual node %s: watching pods bound to it by others: %w", cfg.NodeName, err)
+	synced := []cache.InformerSynced{podInformer.Informer().HasSynced}
+	if foreign != nil {
+		m.foreign = foreign.Lister()
+		if _, err := foreign.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    m.enqueue,
+			UpdateFunc: func(_, obj any) { m.enqueue(obj) },
+		}); err != nil {
+			return fmt.Errorf("virtual node %s: watching pods bound to it by others: %w", cfg.NodeName, err)
+		}
+		synced = append(synced, foreign.Informer().HasSynced)
 	}
 	cfg.Delegates.OnChange(m.delegateChanged)
 
@@ -268,7 +259,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if end, err := until(nc.Ready()); end {
 		return err
 	}
-	if !cache.WaitForCacheSync(ctx.Done(), podInformer.Informer().HasSynced, foreign.Informer().HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return nil // ctx is done
 	}
 	mirrorDone := make(chan struct{})
@@ -284,6 +275,19 @@ func Run(ctx context.Context, cfg Config) error {
 
 	_, err = until(nil)
 	return err
+}
+
+// watchNodePods starts an informer over the pods that selector picks (of
+// this node), kept as slim.SourcePod keeps them, until ctx ends; stop waits
+// for it to end.
+func watchNodePods(ctx context.Context, cfg Config, selector fields.Selector) (informer corev1informers.PodInformer, stop func()) {
+	factory := informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = selector.String() }),
+		informers.WithTransform(slim.SourcePod))
+	informer = factory.Core().V1().Pods()
+	informer.Informer() // registered before Start
+	factory.Start(ctx.Done())
+	return informer, factory.Shutdown
 }
 
 // recreateNode registers the node again when someone deleted it while the

@@ -13,6 +13,7 @@ import (
 	"net/http"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/flotilla-dev/flotilla/pkg/candidate"
@@ -125,7 +126,7 @@ func setNoExecuteToleration(pod *corev1.Pod, key string, seconds *int64) (change
 	for _, t := range pod.Spec.Tolerations {
 		if t.Key == key && t.Effect == corev1.TaintEffectNoExecute {
 			switch {
-			case t.MatchToleration(&want) && equalSeconds(t.TolerationSeconds, seconds):
+			case t.MatchToleration(&want) && ptr.Equal(t.TolerationSeconds, seconds):
 				found = true
 			case t.TolerationSeconds != nil && *t.TolerationSeconds == defaultTolerationSeconds:
 				changed = true
@@ -142,10 +143,6 @@ func setNoExecuteToleration(pod *corev1.Pod, key string, seconds *int64) (change
 	}
 	pod.Spec.Tolerations = kept
 	return changed
-}
-
-func equalSeconds(a, b *int64) bool {
-	return (a == nil) == (b == nil) && (a == nil || *a == *b)
 }
 
 func toleratesVirtualNodes(ts []corev1.Toleration) bool {

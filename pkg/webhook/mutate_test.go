@@ -84,7 +84,7 @@ func TestMakeSourceKeepsTheAuthorsToleration(t *testing.T) {
 					continue
 				}
 				n++
-				if !equalSeconds(tol.TolerationSeconds, tt.want) {
+				if !ptr.Equal(tol.TolerationSeconds, tt.want) {
 					t.Errorf("toleration %+v, want seconds %v", tol, tt.want)
 				}
 			}
