@@ -1,0 +1,151 @@
+package placement
+
+import (
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// Cluster is a target as placement sees it.
+type Cluster struct {
+	Name string
+	// Labels: the target's virtual node labels (the Target's labels and the
+	// labels common to all its nodes).
+	Labels map[string]string
+	// Topology: per topology key, the values the target's nodes have (from
+	// its ClusterSummary), for keys its Labels do not carry.
+	Topology map[string][]string
+}
+
+// maxDomainsPerCluster caps what one cluster offers: its summary comes from
+// the target, and a few keys with many values each would otherwise make a
+// cross product large enough to stall the agent.
+const maxDomainsPerCluster = 64
+
+// Domains returns the domains a cluster offers for the keys: a key's value
+// comes from Labels; otherwise each value of Topology[key] (a cluster
+// spanning zones offers each); a key with neither gives the value "" (the
+// cluster is then in an unnamed domain of that level). The cross product is
+// capped at 64 domains (the first in sorted order) so a hostile summary
+// cannot blow it up. Sorted by Domain.Key(), deduplicated.
+func Domains(c Cluster, keys []string) []Domain {
+	values := make([][]string, len(keys))
+	for i, key := range keys {
+		values[i] = domainValues(c, key)
+	}
+
+	// Walking the product like an odometer over sorted values yields the
+	// domains in Key order (Keys sort like tuples), so the walk can stop at
+	// the cap without building the rest.
+	var domains []Domain
+	at := make([]int, len(keys))
+	for len(domains) < maxDomainsPerCluster {
+		d := make(Domain, len(keys))
+		for i, j := range at {
+			d[i] = values[i][j]
+		}
+		domains = append(domains, d)
+
+		i := len(at) - 1
+		for ; i >= 0; i-- {
+			at[i]++
+			if at[i] < len(values[i]) {
+				break
+			}
+			at[i] = 0
+		}
+		if i < 0 {
+			break
+		}
+	}
+	return domains
+}
+
+// domainValues returns the sorted, distinct values a cluster has for one
+// key, never empty. Only the smallest maxDomainsPerCluster can be in the
+// first maxDomainsPerCluster domains, so no more are kept.
+func domainValues(c Cluster, key string) []string {
+	if v, ok := c.Labels[key]; ok {
+		return []string{v}
+	}
+	values := slices.Clone(c.Topology[key])
+	if len(values) == 0 {
+		return []string{""}
+	}
+	slices.Sort(values)
+	values = slices.Compact(values)
+	return values[:min(len(values), maxDomainsPerCluster)]
+}
+
+// Selector decides which clusters may get a pod. All selectors are
+// labels.Selector from k8s.io/apimachinery/pkg/labels (nil means everything).
+type Selector struct {
+	// Cluster must match (the policy's clusterSelector).
+	Cluster labels.Selector
+	// Required: a cluster must match at least one, when there are any
+	// (clusterAffinity.required, terms ORed).
+	Required []labels.Selector
+	// Preferred adds Weight to the score of clusters that match.
+	Preferred []Preference
+	// Groups are ordered fallback groups: first the clusters matching
+	// Groups[0], then those matching Groups[1]... A cluster matching none
+	// is not eligible when there are groups. A cluster in several goes in
+	// the first it matches.
+	Groups []labels.Selector
+}
+
+type Preference struct {
+	Weight   int64
+	Selector labels.Selector
+}
+
+func matches(s labels.Selector, c Cluster) bool {
+	return s == nil || s.Matches(labels.Set(c.Labels))
+}
+
+// Select splits the clusters into ordered groups of eligible clusters
+// (one group when Groups is empty) and the excluded ones with the reason
+// (e.g. "does not match clusterSelector region=eu", "matches no required
+// clusterAffinity term", "in no fallback group"). Empty groups are dropped.
+// Order inside a group is by cluster name.
+func Select(s Selector, clusters []Cluster) (groups [][]Cluster, excluded map[string]string) {
+	excluded = map[string]string{}
+	groups = make([][]Cluster, max(len(s.Groups), 1))
+	for _, c := range clusters {
+		if !matches(s.Cluster, c) {
+			excluded[c.Name] = "does not match clusterSelector " + s.Cluster.String()
+			continue
+		}
+		if len(s.Required) > 0 && !slices.ContainsFunc(s.Required, func(r labels.Selector) bool { return matches(r, c) }) {
+			excluded[c.Name] = "matches no required clusterAffinity term"
+			continue
+		}
+		group := 0
+		if len(s.Groups) > 0 {
+			group = slices.IndexFunc(s.Groups, func(g labels.Selector) bool { return matches(g, c) })
+			if group < 0 {
+				excluded[c.Name] = "in no fallback group"
+				continue
+			}
+		}
+		groups[group] = append(groups[group], c)
+	}
+
+	groups = slices.DeleteFunc(groups, func(g []Cluster) bool { return len(g) == 0 })
+	for _, g := range groups {
+		slices.SortStableFunc(g, func(a, b Cluster) int { return strings.Compare(a.Name, b.Name) })
+	}
+	return groups, excluded
+}
+
+// PreferenceScore is the sum of the weights of the preferences the cluster matches.
+func PreferenceScore(s Selector, c Cluster) int64 {
+	var score int64
+	for _, p := range s.Preferred {
+		if matches(p.Selector, c) {
+			score = saturatingAdd(score, p.Weight)
+		}
+	}
+	return score
+}
