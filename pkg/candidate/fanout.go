@@ -37,11 +37,15 @@ type Preparer interface {
 	Adopt(ctx context.Context, t *target.Target, candidate *corev1.Pod) error
 }
 
+// Shaper adjusts the candidate built for one target before it is created
+// (the placement policy pins the domain it counted it in).
+type Shaper func(t *target.Target, candidate *corev1.Pod)
+
 // FanOut makes sure every target has the source pod's candidate. Targets are
 // called in parallel and each call is bounded, so an unreachable target only
 // shows up as that target's error. prep, if not nil, prepares each target
-// for the candidate.
-func FanOut(ctx context.Context, source *corev1.Pod, sourceCluster string, targets []*target.Target, prep Preparer) []Placement {
+// for the candidate; shape, if not nil, adjusts each new candidate.
+func FanOut(ctx context.Context, source *corev1.Pod, sourceCluster string, targets []*target.Target, prep Preparer, shape Shaper) []Placement {
 	out := make([]Placement, len(targets))
 	name := CandidateNameOf(source, sourceCluster)
 	var wg sync.WaitGroup
@@ -68,6 +72,9 @@ func FanOut(ctx context.Context, source *corev1.Pod, sourceCluster string, targe
 				}
 			}
 			c, err := Build(source, sourceCluster, t.Name, t.NamespaceFor(source.Namespace), t.Self)
+			if err == nil && shape != nil {
+				shape(t, c)
+			}
 			if err == nil {
 				out[i].Created, err = t.Create(ctx, c)
 			}

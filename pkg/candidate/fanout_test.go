@@ -45,7 +45,7 @@ func TestFanOutPreparesBeforeTheCandidate(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			out := FanOut(t.Context(), sourcePod(t), "src", ts, tc.prep)
+			out := FanOut(t.Context(), sourcePod(t), "src", ts, tc.prep, nil)
 			for _, p := range out {
 				attempted := p.Err != nil && strings.Contains(p.Err.Error(), "creating candidate")
 				if attempted != tc.want[p.Target.Name] {

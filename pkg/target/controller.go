@@ -391,6 +391,7 @@ func (c *Controller) start(t *Target, hash string) *running {
 		wg.Go(func() {
 			t.watchSummary(ctx, func(s *v1alpha1.ClusterSummaryStatus) {
 				t.SetNamespaces(s.Namespaces)
+				t.setSummary(s)
 				allocatable, free := Capacity(s)
 				r.status.SetResources(allocatable, free, NodeLabels(s))
 			})

@@ -77,6 +77,9 @@ type Target struct {
 
 	// writes remembers creates, deletes and annotations not yet in the cache.
 	writes *recent
+
+	// summary is the last believable ClusterSummary the target published.
+	summary atomic.Pointer[v1alpha1.ClusterSummaryStatus]
 }
 
 // Config describes a target to connect to.
@@ -221,6 +224,12 @@ func (t *Target) Shutdown() { t.informers.stopAll() }
 
 // HasSynced reports whether every candidate informer has listed once.
 func (t *Target) HasSynced() bool { return t.informers.hasSynced() }
+
+// Summary returns the last believable ClusterSummary the target published
+// for this source, nil before the first. It is shared: do not modify it.
+func (t *Target) Summary() *v1alpha1.ClusterSummaryStatus { return t.summary.Load() }
+
+func (t *Target) setSummary(s *v1alpha1.ClusterSummaryStatus) { t.summary.Store(s.DeepCopy()) }
 
 // SummaryName is the ClusterSummary of the source's invitation, "" if none.
 func (t *Target) SummaryName() string { return t.summaryName }
