@@ -144,7 +144,7 @@ func PreferenceScore(s Selector, c Cluster) int64 {
 	var score int64
 	for _, p := range s.Preferred {
 		if matches(p.Selector, c) {
-			score = saturatingAdd(score, p.Weight)
+			score += p.Weight
 		}
 	}
 	return score

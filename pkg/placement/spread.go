@@ -134,7 +134,7 @@ func Evaluate(constraints []Constraint, weight int64, known []Domain, placed []D
 			scaled.Mul(scaled, big.NewInt(200)).Quo(scaled, span)
 			verdicts[i].Spread = scaled.Int64() - 100
 		}
-		verdicts[i].Total = saturatingAdd(saturatingMul(weight, verdicts[i].Spread), verdicts[i].Score)
+		verdicts[i].Total = total(weight, verdicts[i].Spread, verdicts[i].Score)
 	}
 	return verdicts
 }
@@ -158,17 +158,14 @@ func Best(verdicts []Verdict) (Verdict, bool) {
 }
 
 func outranks(a, b Verdict) bool {
-	if c := cmp.Or(
+	return cmp.Or(
 		cmp.Compare(b.Total, a.Total),
 		cmp.Compare(b.Score, a.Score),
 		strings.Compare(a.Cluster, b.Cluster),
 		strings.Compare(a.Domain.Key(), b.Domain.Key()),
 		// Only Domain{} and Domain{""} share a Key.
 		cmp.Compare(len(a.Domain), len(b.Domain)),
-	); c != 0 {
-		return c < 0
-	}
-	return false
+	) < 0
 }
 
 // tally holds, per level, how many siblings each domain has and which
@@ -265,6 +262,8 @@ func newTally(levels int, known, placed []Domain, options []Option) tally {
 
 // weigh returns why a sibling may not go to domain d ("" when it may) and
 // its raw spread score: one base-64 digit per level, earlier levels first.
+// The raw score is a big.Int because eleven levels would overflow int64;
+// policies have two or three, but the input is not trusted to.
 func (t tally) weigh(constraints []Constraint, d Domain) (excluded string, raw *big.Int) {
 	raw = new(big.Int)
 	keys := prefixKeys(d, len(t.levels))
@@ -310,27 +309,16 @@ func showValue(v string) string {
 	return v
 }
 
-// saturatingMul multiplies a weight (>= 0) by a spread score: a weight too
-// large for int64 must not turn the best option into the worst.
-func saturatingMul(weight, spread int64) int64 {
+// total is weight*spread + score, clamped to int64: a weight too large
+// for int64 must not wrap the best option around to the worst.
+func total(weight, spread, score int64) int64 {
+	exact := new(big.Int).Mul(big.NewInt(weight), big.NewInt(spread))
+	exact.Add(exact, big.NewInt(score))
 	switch {
-	case weight == 0 || spread == 0:
-		return 0
-	case spread > 0 && weight > math.MaxInt64/spread:
+	case exact.Cmp(big.NewInt(math.MaxInt64)) > 0:
 		return math.MaxInt64
-	case spread < 0 && weight > math.MaxInt64/-spread:
+	case exact.Cmp(big.NewInt(math.MinInt64)) < 0:
 		return math.MinInt64
 	}
-	return weight * spread
-}
-
-func saturatingAdd(a, b int64) int64 {
-	sum := a + b
-	switch {
-	case a > 0 && b > 0 && sum < 0:
-		return math.MaxInt64
-	case a < 0 && b < 0 && sum >= 0:
-		return math.MinInt64
-	}
-	return sum
+	return exact.Int64()
 }
