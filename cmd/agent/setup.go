@@ -15,6 +15,7 @@ import (
 
 	"github.com/flotilla-dev/flotilla/pkg/invitation"
 	"github.com/flotilla-dev/flotilla/pkg/objects"
+	"github.com/flotilla-dev/flotilla/pkg/policy"
 	"github.com/flotilla-dev/flotilla/pkg/reservation"
 	"github.com/flotilla-dev/flotilla/pkg/summary"
 	"github.com/flotilla-dev/flotilla/pkg/target"
@@ -96,6 +97,21 @@ func setupPlacement(mgr manager.Manager, cfg *rest.Config, kube kubernetes.Inter
 	if err != nil {
 		return fmt.Errorf("setting up the copies of ConfigMaps and Secrets: %w", err)
 	}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, reservation.WorkloadIndex, reservation.WorkloadIndexValue); err != nil {
+		return fmt.Errorf("indexing source pods by workload: %w", err)
+	}
+	if err := (&policy.StatusController{
+		Client: mgr.GetClient(),
+		TargetOf: func(node string) (string, bool) {
+			t, ok := targets.ByVirtualNode(node)
+			if !ok {
+				return "", false
+			}
+			return t.Name, true
+		},
+	}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the PlacementPolicy status: %w", err)
+	}
 	return (&reservation.Controller{
 		Client:        mgr.GetClient(),
 		Kube:          kube,
@@ -105,6 +121,7 @@ func setupPlacement(mgr manager.Manager, cfg *rest.Config, kube kubernetes.Inter
 		Workers:       opts.workers,
 		MaxCandidates: opts.maxCands,
 		Objects:       copier,
+		Policies:      &policy.Resolver{Reader: mgr.GetClient()},
 	}).SetupWithManager(mgr)
 }
 

@@ -30,6 +30,7 @@ import (
 
 	"github.com/flotilla-dev/flotilla/pkg/candidate"
 	"github.com/flotilla-dev/flotilla/pkg/objects"
+	"github.com/flotilla-dev/flotilla/pkg/policy"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
 	"github.com/flotilla-dev/flotilla/pkg/target"
 )
@@ -71,6 +72,20 @@ type Controller struct {
 	// Objects copies the ConfigMaps and Secrets a pod references into each
 	// target before its candidate goes there; nil copies nothing.
 	Objects *objects.Copier
+	// Policies finds the PlacementPolicy of a pod; nil places every pod
+	// as if no policy selected it.
+	Policies *policy.Resolver
+
+	// locks serialises the elections of a workload's pods under a spread
+	// policy.
+	locks workloadLocks
+	// firstReserved is when a pod's first reservation was seen, for a
+	// policy's scoring window (forgotten on restart: the window then
+	// starts again, which only delays the election).
+	firstReserved sync.Map
+	// problems holds, per pod UID, the policy problem last reported
+	// (reported), so it is reported once.
+	problems sync.Map
 
 	// bound holds the UIDs of source pods this process bound and whose
 	// binding the cache may not show yet, so a stale reconcile does not
@@ -190,6 +205,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	if pod.Spec.NodeName != "" {
 		c.bound.Delete(pod.UID)
+		c.forget(pod.UID)
 		// Bound: keep the delegate in the elected target, remove the rest
 		// (including candidates of an earlier pod with the same name).
 		elected := ""
@@ -209,6 +225,13 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, nil
 	}
 	invited, uninvited := candidate.Invited(pod, targets)
+	pl, problem, err := c.planFor(ctx, pod, invited)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if problem != "" {
+		c.reportProblem(pod, problem)
+	}
 	prep, missing := c.objectsOf(ctx, pod)
 	switch {
 	case missing != nil:
@@ -222,12 +245,33 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		log.Info("Deleting candidates of an earlier pod of the same name failed; will retry", "error", err.Error())
 		unhealthy = true
 	}
-	eligible := candidate.Eligible(pod, c.SourceCluster, invited, c.MaxCandidates)
-	placements := candidate.FanOut(ctx, pod, c.SourceCluster, eligible, prep)
-	c.reportFanOut(pod, placements)
+	if pl.policy.Spreads() {
+		// Counted without the workload's lock: only which targets get a
+		// candidate depends on it; the election counts again under it.
+		placed, err := c.siblingDomains(ctx, pod, &pl)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		c.prepareFanOut(&pl, placed)
+	}
+	if pl.policy != nil && len(pl.selected) == 0 && len(invited) > 0 {
+		// Spread may allow a target again once siblings move: look again.
+		c.reportUnscheduled(ctx, pod, ReasonPolicyUnsatisfiable, "Fan out", pl.exclusions())
+		unhealthy = true
+	}
+	eligible := candidate.Eligible(pod, c.SourceCluster, pl.selected, c.MaxCandidates)
+	placements := candidate.FanOut(ctx, pod, c.SourceCluster, eligible, prep, pl.shaper())
+	c.reportFanOut(pod, placements, &pl)
+	// Candidates the policy no longer sends (it changed, or the spread
+	// moved) are still looked at: a bound one must be adopted, and the
+	// others are never elected.
+	placements = append(placements, c.leftOut(pod, invited, eligible, &pl)...)
 	observed := make([]Observed, 0, len(placements))
 	for _, p := range placements {
 		o := observe(p)
+		if why, ok := pl.leftOut[p.Target.Name]; ok {
+			o.Excluded = why
+		}
 		if o.Err != nil && missing == nil {
 			unhealthy = true
 		}
@@ -240,6 +284,28 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			unhealthy = true
 		}
 		observed = append(observed, o)
+	}
+	if pl.policy != nil && !election.Elected() && anyReserved(observed) {
+		if pl.policy.Spreads() {
+			// Siblings elect one at a time, each counting the others'.
+			if key := WorkloadIndexValue(pod); len(key) > 0 {
+				defer c.locks.lock(pod.Namespace + "/" + key[0])()
+			}
+			placed, err := c.siblingDomains(ctx, pod, &pl)
+			if err != nil {
+				return reconcile.Result{}, err
+			}
+			c.judge(pod, &pl, placed, observed)
+		} else {
+			c.judge(pod, &pl, nil, observed)
+		}
+		if wait, open := c.windowOpen(pod, &pl, observed); open && !anyBound(observed) {
+			return reconcile.Result{RequeueAfter: wait}, nil
+		}
+		if excludedReservation(observed) {
+			// Siblings moving may allow it: look again.
+			unhealthy = true
+		}
 	}
 	d := decide(string(pod.UID), election, observed)
 	for _, v := range d.Violations {
@@ -349,6 +415,7 @@ func (c *Controller) gone(ctx context.Context, req reconcile.Request, targets []
 	live, err := c.Kube.CoreV1().Pods(req.Namespace).Get(ctx, req.Name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
+		c.forgetName(req.NamespacedName)
 		return c.cleanUp(ctx, req.Namespace, req.Name, "", "", targets)
 	case err != nil:
 		return reconcile.Result{}, fmt.Errorf("confirming that %s is gone: %w", req.NamespacedName, err)
@@ -367,7 +434,7 @@ func (c *Controller) gone(ctx context.Context, req reconcile.Request, targets []
 // reportFanOut tells the pod's owner which targets were sent a candidate by
 // this reconcile, if any: once when the pod is first fanned out, again only
 // when the set widens.
-func (c *Controller) reportFanOut(pod *corev1.Pod, placements []candidate.Placement) {
+func (c *Controller) reportFanOut(pod *corev1.Pod, placements []candidate.Placement, pl *plan) {
 	var sent []string
 	for _, p := range placements {
 		if p.Created {
@@ -377,8 +444,88 @@ func (c *Controller) reportFanOut(pod *corev1.Pod, placements []candidate.Placem
 	if len(sent) == 0 {
 		return
 	}
-	c.Recorder.Eventf(pod, nil, corev1.EventTypeNormal, ReasonFannedOut, "Fan out",
-		"Sent a candidate to %d of %d targets: %s", len(sent), len(placements), strings.Join(sent, ", "))
+	msg := fmt.Sprintf("Sent a candidate to %d of %d targets: %s", len(sent), len(placements), strings.Join(sent, ", "))
+	if pl.policy != nil {
+		if why := pl.exclusions(); why != "" {
+			msg += "; " + why
+		}
+	}
+	c.Recorder.Eventf(pod, nil, corev1.EventTypeNormal, ReasonFannedOut, "Fan out", "%s", msg)
+}
+
+// ReasonPolicyUnsatisfiable is the reason of the PodScheduled condition
+// and Event of a pod its PlacementPolicy lets go to no target now.
+const ReasonPolicyUnsatisfiable = "PolicyUnsatisfiable"
+
+// ReasonPolicyNotApplied is the reason of the Event of a pod that a
+// PlacementPolicy meant to govern but does not (a conflict, a missing
+// policy): it is placed as if no policy selected it.
+const ReasonPolicyNotApplied = "PolicyNotApplied"
+
+// reportProblem tells the pod's owner, once, why a policy does not govern it.
+func (c *Controller) reportProblem(pod *corev1.Pod, problem string) {
+	if prev, ok := c.problems.Swap(pod.UID, reported{problem, time.Now()}); ok && prev.(reported).msg == problem {
+		return
+	}
+	c.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, ReasonPolicyNotApplied, "Fan out", "%s; placed as if no policy selected it", problem)
+}
+
+// forget drops what this process remembers of a placed pod.
+func (c *Controller) forget(uid types.UID) {
+	c.firstReserved.Delete(uid)
+	c.problems.Delete(uid)
+}
+
+// forgetName drops what this process remembers of a pod that is gone,
+// whose UID the cache no longer tells.
+func (c *Controller) forgetName(_ types.NamespacedName) {
+	// The maps are keyed by UID: entries of pods deleted before they were
+	// placed are swept when they grow old.
+	now := time.Now()
+	c.firstReserved.Range(func(k, v any) bool {
+		if now.Sub(v.(time.Time)) > staleWindow {
+			c.firstReserved.Delete(k)
+		}
+		return true
+	})
+	c.problems.Range(func(k, v any) bool {
+		if now.Sub(v.(reported).at) > time.Hour {
+			c.problems.Delete(k)
+		}
+		return true
+	})
+}
+
+type reported struct {
+	msg string
+	at  time.Time
+}
+
+func anyReserved(observed []Observed) bool {
+	for _, o := range observed {
+		if o.Exists && o.State.Phase == protocol.PhaseReserved {
+			return true
+		}
+	}
+	return false
+}
+
+func anyBound(observed []Observed) bool {
+	for _, o := range observed {
+		if o.Exists && o.State.Phase == protocol.PhaseBound {
+			return true
+		}
+	}
+	return false
+}
+
+func excludedReservation(observed []Observed) bool {
+	for _, o := range observed {
+		if o.Exists && o.State.Phase == protocol.PhaseReserved && o.Excluded != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // ReasonFannedOut is the reason of the Event that says which targets were

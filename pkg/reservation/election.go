@@ -26,6 +26,12 @@ type Observed struct {
 	Unschedulable string
 	// Err is set when the target could not be reached or refused the candidate.
 	Err error
+	// Bonus is added to the reservation's score by the placement policy
+	// (spread and preferences).
+	Bonus int64
+	// Excluded, when set, is why the placement policy does not let this
+	// reservation be elected (a DoNotSchedule spread it would break).
+	Excluded string
 }
 
 // Decision is the next step for one source pod. At most one of Elect and
@@ -168,23 +174,25 @@ func find(observed []Observed, target string) (Observed, bool) {
 	return Observed{}, false
 }
 
-// best picks the Reserved candidate to elect: the highest node score, then
-// the target name, so that the choice does not depend on the order in which
-// the reports arrived within one reconcile. A reservation whose nonce the
-// election record cannot carry (a peer's malformed write) is never elected.
+// best picks the Reserved candidate to elect: the highest node score plus
+// the policy's bonus, then the target name, so that the choice does not
+// depend on the order in which the reports arrived within one reconcile. A
+// reservation whose nonce the election record cannot carry (a peer's
+// malformed write), or that the policy excludes, is never elected.
 func best(observed []Observed, except string) (Observed, bool) {
 	var reserved []Observed
 	for _, o := range observed {
-		if o.Exists && o.Target != except && o.State.Phase == protocol.PhaseReserved && protocol.ValidNonce(o.State.Nonce) {
+		if o.Exists && o.Target != except && o.State.Phase == protocol.PhaseReserved && protocol.ValidNonce(o.State.Nonce) && o.Excluded == "" {
 			reserved = append(reserved, o)
 		}
 	}
 	if len(reserved) == 0 {
 		return Observed{}, false
 	}
+	rank := func(o Observed) int64 { return o.State.Score + o.Bonus }
 	sort.Slice(reserved, func(i, j int) bool {
-		if reserved[i].State.Score != reserved[j].State.Score {
-			return reserved[i].State.Score > reserved[j].State.Score
+		if a, b := rank(reserved[i]), rank(reserved[j]); a != b {
+			return a > b
 		}
 		return reserved[i].Target < reserved[j].Target
 	})
@@ -200,6 +208,8 @@ func Reasons(observed []Observed) string {
 		switch {
 		case o.Err != nil:
 			parts = append(parts, fmt.Sprintf("%s: %v", o.Target, o.Err))
+		case o.Exists && o.State.Phase == protocol.PhaseReserved && o.Excluded != "":
+			parts = append(parts, fmt.Sprintf("%s: reserved, but the placement policy excludes it: %s", o.Target, o.Excluded))
 		case o.Exists && o.State.Phase == protocol.PhaseReserved, o.Exists && o.State.Phase == protocol.PhaseBound:
 			return ""
 		case o.Exists && o.Unschedulable != "":

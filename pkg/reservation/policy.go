@@ -1,0 +1,435 @@
+package reservation
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/flotilla-dev/flotilla/pkg/candidate"
+	"github.com/flotilla-dev/flotilla/pkg/placement"
+	"github.com/flotilla-dev/flotilla/pkg/policy"
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
+	"github.com/flotilla-dev/flotilla/pkg/target"
+	"github.com/flotilla-dev/flotilla/pkg/workload"
+)
+
+// WorkloadIndex indexes source pods by their workload (kind/name), so the
+// siblings of a pod are found without listing its namespace.
+const WorkloadIndex = "flotilla.workload"
+
+// WorkloadIndexValue is the value WorkloadIndex files a pod under; "" for
+// a pod of no workload.
+func WorkloadIndexValue(obj client.Object) []string {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok || !isSourcePod(pod) {
+		return nil
+	}
+	if k, ok := workload.Of(pod); ok {
+		return []string{k.Kind + "/" + k.Name}
+	}
+	return nil
+}
+
+// plan is what a placement policy means for one source pod in one
+// reconcile. The zero plan (no policy) changes nothing.
+type plan struct {
+	policy *policy.Compiled
+	// clusters are the invited targets as placement sees them.
+	clusters map[string]placement.Cluster
+	// selected are the targets the policy lets the pod go to, the
+	// fallback groups widened as far as the earlier ones failed.
+	selected []*target.Target
+	// excluded says, per target, why the policy keeps the pod from it.
+	excluded map[string]string
+	// known are the domains the selected targets offer.
+	known []placement.Domain
+	// pins is, per target spanning several domains, the domain a new
+	// candidate there is pinned to.
+	pins map[string]placement.Domain
+	// leftOut says, per target that holds a candidate the policy does not
+	// send there now, why it may not be elected.
+	leftOut map[string]string
+}
+
+// leftOut returns the candidates of the pod in invited targets that did
+// not get one in this fan-out, as placements to observe. Under a policy,
+// the plan records why each may not be elected.
+func (c *Controller) leftOut(pod *corev1.Pod, invited, eligible []*target.Target, p *plan) []candidate.Placement {
+	in := make(map[string]bool, len(eligible))
+	for _, t := range eligible {
+		in[t.Name] = true
+	}
+	name := candidate.CandidateNameOf(pod, c.SourceCluster)
+	var out []candidate.Placement
+	for _, t := range invited {
+		if in[t.Name] {
+			continue
+		}
+		cand, ok := t.Candidate(t.NamespaceFor(pod.Namespace), name)
+		if !ok || types.UID(cand.Labels[protocol.SourceUIDLabel]) != pod.UID {
+			continue
+		}
+		out = append(out, candidate.Placement{Target: t, Candidate: cand})
+		if p.policy != nil {
+			if p.leftOut == nil {
+				p.leftOut = map[string]string{}
+			}
+			why := p.excluded[t.Name]
+			if why == "" {
+				why = "not selected by the placement policy now"
+			}
+			p.leftOut[t.Name] = why
+		}
+	}
+	return out
+}
+
+// planFor resolves the policy of a source pod and selects its targets.
+// problem is set when a policy meant to govern the pod does not (its owner
+// is told; the pod is placed as if no policy selected it).
+func (c *Controller) planFor(ctx context.Context, pod *corev1.Pod, invited []*target.Target) (p plan, problem string, err error) {
+	p.selected = invited
+	if c.Policies == nil {
+		return p, "", nil
+	}
+	res, err := c.Policies.For(ctx, pod)
+	if err != nil {
+		return p, "", err
+	}
+	if res.Policy == nil {
+		return p, res.Problem, nil
+	}
+	compiled, err := policy.Compile(res.Policy)
+	if err != nil {
+		return p, fmt.Sprintf("PlacementPolicy %s is not used: %v", res.Policy.Name, err), nil
+	}
+	p.policy = compiled
+	p.clusters = make(map[string]placement.Cluster, len(invited))
+	all := make([]placement.Cluster, 0, len(invited))
+	byName := make(map[string]*target.Target, len(invited))
+	for _, t := range invited {
+		cl := clusterOf(t)
+		p.clusters[t.Name] = cl
+		all = append(all, cl)
+		byName[t.Name] = t
+	}
+	groups, excluded := placement.Select(compiled.Selector, all)
+	p.excluded = map[string]string{}
+	for name, why := range excluded {
+		p.excluded[name] = why
+	}
+	// Fallback groups widen one at a time while every target so far has
+	// failed the pod, as the fan-out window does.
+	p.selected = nil
+	name := candidate.CandidateNameOf(pod, c.SourceCluster)
+	for i, g := range groups {
+		for _, cl := range g {
+			p.selected = append(p.selected, byName[cl.Name])
+		}
+		if i == len(groups)-1 || !allFailed(p.selected, pod.Namespace, name) {
+			for _, later := range groups[i+1:] {
+				for _, cl := range later {
+					p.excluded[cl.Name] = fmt.Sprintf("in fallback group %d, not needed while an earlier group can run the pod", i+2)
+				}
+			}
+			break
+		}
+	}
+	if compiled.Spreads() {
+		keys := compiled.Keys()
+		seen := map[string]bool{}
+		for _, t := range p.selected {
+			for _, d := range placement.Domains(p.clusters[t.Name], keys) {
+				if !seen[d.Key()] {
+					seen[d.Key()] = true
+					p.known = append(p.known, d)
+				}
+			}
+		}
+	}
+	return p, "", nil
+}
+
+// allFailed reports whether every target is unreachable or has said it
+// cannot schedule the candidate.
+func allFailed(targets []*target.Target, sourceNamespace, name string) bool {
+	for _, t := range targets {
+		if t.Err() != nil {
+			continue
+		}
+		cand, ok := t.Candidate(t.NamespaceFor(sourceNamespace), name)
+		if !ok || candidate.Unschedulable(cand) == "" {
+			return false
+		}
+	}
+	return true
+}
+
+// clusterOf is a target as placement sees it: its virtual node's labels
+// (those common to all its nodes, then its own), and the values its nodes
+// carry per topology key.
+func clusterOf(t *target.Target) placement.Cluster {
+	cl := placement.Cluster{Name: t.Name, Labels: map[string]string{}}
+	if s := t.Summary(); s != nil {
+		for k, v := range target.NodeLabels(s) {
+			cl.Labels[k] = v
+		}
+		cl.Topology = make(map[string][]string, len(s.Topology))
+		for _, ts := range s.Topology {
+			for _, v := range ts.Values {
+				if v.Nodes > 0 {
+					cl.Topology[ts.Key] = append(cl.Topology[ts.Key], v.Value)
+				}
+			}
+		}
+	}
+	for k, v := range t.Labels {
+		cl.Labels[k] = v
+	}
+	return cl
+}
+
+// siblingDomains are the domains where the pod's workload siblings are:
+// bound, or elected and not yet bound (including elections this process
+// wrote that the cache does not show yet).
+func (c *Controller) siblingDomains(ctx context.Context, pod *corev1.Pod, p *plan) ([]placement.Domain, error) {
+	key := WorkloadIndexValue(pod)
+	if len(key) == 0 {
+		return nil, nil
+	}
+	siblings := &corev1.PodList{}
+	if err := c.Client.List(ctx, siblings, client.InNamespace(pod.Namespace), client.MatchingFields{WorkloadIndex: key[0]}, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("listing the siblings of %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	keys := p.policy.Keys()
+	var out []placement.Domain
+	for i := range siblings.Items {
+		s := &siblings.Items[i]
+		if s.UID == pod.UID || s.DeletionTimestamp != nil || s.Status.Phase == corev1.PodSucceeded || s.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		t := c.placedIn(s)
+		if t == nil {
+			continue
+		}
+		if d, ok := c.domainOf(t, s, keys); ok {
+			out = append(out, d)
+		}
+	}
+	return out, nil
+}
+
+// placedIn is the target a sibling is bound to or elected in, nil if none.
+func (c *Controller) placedIn(s *corev1.Pod) *target.Target {
+	if s.Spec.NodeName != "" {
+		t, _ := c.Targets.ByVirtualNode(s.Spec.NodeName)
+		return t
+	}
+	raw := s.Annotations[protocol.ElectionAnnotation]
+	if w, ok := c.elections.Load(s.UID); ok {
+		raw = w.(writtenElection).value
+	}
+	e, err := protocol.ParseElection(raw)
+	if err != nil || !e.Elected() {
+		return nil
+	}
+	t, _ := c.Targets.Get(e.Target)
+	return t
+}
+
+// domainOf is the domain a source pod's candidate in t counts in: the
+// target's only one, or the one its candidate was pinned to.
+func (c *Controller) domainOf(t *target.Target, source *corev1.Pod, keys []string) (placement.Domain, bool) {
+	domains := placement.Domains(clusterOf(t), keys)
+	if len(domains) == 1 {
+		return domains[0], true
+	}
+	cand, ok := t.Candidate(t.NamespaceFor(source.Namespace), candidate.CandidateNameOf(source, c.SourceCluster))
+	if !ok || types.UID(cand.Labels[protocol.SourceUIDLabel]) != source.UID {
+		return nil, false
+	}
+	pinned := candidate.PinnedDomain(cand)
+	if len(pinned) != len(keys) {
+		return nil, false
+	}
+	return placement.Domain(pinned), true
+}
+
+// prepareFanOut drops the targets where no domain is allowed by a
+// DoNotSchedule constraint (no candidate where none may be elected), and
+// picks the domain to pin a candidate to in targets spanning several.
+func (c *Controller) prepareFanOut(p *plan, placed []placement.Domain) {
+	if !p.policy.Spreads() {
+		return
+	}
+	keys := p.policy.Keys()
+	var options []placement.Option
+	for _, t := range p.selected {
+		cl := p.clusters[t.Name]
+		for _, d := range placement.Domains(cl, keys) {
+			options = append(options, placement.Option{Cluster: t.Name, Domain: d, Score: placement.PreferenceScore(p.policy.Selector, cl)})
+		}
+	}
+	verdicts := placement.Evaluate(p.policy.Constraints, p.policy.Weight, p.known, placed, options)
+	best := map[string]placement.Verdict{}
+	why := map[string]string{}
+	for _, v := range verdicts {
+		if v.Excluded != "" {
+			why[v.Cluster] = v.Excluded
+			continue
+		}
+		if b, ok := best[v.Cluster]; !ok || v.Total > b.Total || v.Total == b.Total && v.Domain.Key() < b.Domain.Key() {
+			best[v.Cluster] = v
+		}
+	}
+	p.pins = map[string]placement.Domain{}
+	kept := p.selected[:0:0]
+	for _, t := range p.selected {
+		v, ok := best[t.Name]
+		if !ok {
+			p.excluded[t.Name] = "spread: " + why[t.Name]
+			continue
+		}
+		kept = append(kept, t)
+		if len(placement.Domains(p.clusters[t.Name], keys)) > 1 {
+			p.pins[t.Name] = v.Domain
+		}
+	}
+	p.selected = kept
+}
+
+// shaper pins new candidates to the domain counted for their target.
+func (p *plan) shaper() candidate.Shaper {
+	if len(p.pins) == 0 {
+		return nil
+	}
+	keys := p.policy.Keys()
+	return func(t *target.Target, cand *corev1.Pod) {
+		if d, ok := p.pins[t.Name]; ok {
+			candidate.Pin(cand, keys, d)
+		}
+	}
+}
+
+// judge weighs the reserved candidates by the policy: each gets the bonus
+// of its spread score and preferences, or the reason it may not be
+// elected.
+func (c *Controller) judge(pod *corev1.Pod, p *plan, placed []placement.Domain, observed []Observed) {
+	if p.policy == nil {
+		return
+	}
+	keys := p.policy.Keys()
+	var options []placement.Option
+	index := map[string]int{}
+	for i, o := range observed {
+		if !o.Exists || o.State.Phase != protocol.PhaseReserved || o.Excluded != "" {
+			continue
+		}
+		cl := p.clusters[o.Target]
+		pref := placement.PreferenceScore(p.policy.Selector, cl)
+		if !p.policy.Spreads() {
+			observed[i].Bonus = pref
+			continue
+		}
+		t, ok := c.Targets.Get(o.Target)
+		if !ok {
+			continue
+		}
+		d, ok := c.domainOf(t, pod, keys)
+		if !ok {
+			observed[i].Excluded = "its domain is not known (a target spanning several domains, and a candidate not pinned to one)"
+			continue
+		}
+		index[o.Target] = i
+		options = append(options, placement.Option{Cluster: o.Target, Domain: d, Score: o.State.Score + pref})
+	}
+	for _, v := range placement.Evaluate(p.policy.Constraints, p.policy.Weight, p.known, placed, options) {
+		i := index[v.Cluster]
+		observed[i].Excluded = v.Excluded
+		observed[i].Bonus = v.Total - observed[i].State.Score
+	}
+}
+
+// windowOpen reports whether the policy's scoring window still waits for
+// more reservations, and how long at most.
+func (c *Controller) windowOpen(pod *corev1.Pod, p *plan, observed []Observed) (time.Duration, bool) {
+	if p.policy == nil || p.policy.Window == nil {
+		return 0, false
+	}
+	reserved := 0
+	for _, o := range observed {
+		if o.Exists && o.State.Phase == protocol.PhaseReserved && o.Excluded == "" {
+			reserved++
+		}
+	}
+	if reserved == 0 {
+		return 0, false
+	}
+	now := time.Now()
+	first, _ := c.firstReserved.LoadOrStore(pod.UID, now)
+	left := p.policy.Window.Timeout - now.Sub(first.(time.Time))
+	if reserved >= p.policy.Window.Candidates || left <= 0 {
+		return 0, false
+	}
+	return left, true
+}
+
+// exclusions describes the targets the policy keeps the pod from.
+func (p *plan) exclusions() string {
+	if len(p.excluded) == 0 {
+		return ""
+	}
+	names := make([]string, 0, len(p.excluded))
+	for n := range p.excluded {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	parts := make([]string, len(names))
+	for i, n := range names {
+		parts[i] = n + " (" + p.excluded[n] + ")"
+	}
+	return fmt.Sprintf("PlacementPolicy %s excluded %s", p.policy.Name, strings.Join(parts, ", "))
+}
+
+// workloadLocks serialises the elections of one workload's pods, so that
+// concurrent siblings each see the others' choices.
+type workloadLocks struct {
+	mu    sync.Mutex
+	locks map[string]*workloadLock
+}
+
+type workloadLock struct {
+	sync.Mutex
+	users int
+}
+
+// lock takes the lock of key and returns its release.
+func (w *workloadLocks) lock(key string) func() {
+	w.mu.Lock()
+	if w.locks == nil {
+		w.locks = map[string]*workloadLock{}
+	}
+	l := w.locks[key]
+	if l == nil {
+		l = &workloadLock{}
+		w.locks[key] = l
+	}
+	l.users++
+	w.mu.Unlock()
+	l.Lock()
+	return func() {
+		l.Unlock()
+		w.mu.Lock()
+		if l.users--; l.users == 0 {
+			delete(w.locks, key)
+		}
+		w.mu.Unlock()
+	}
+}
