@@ -19,6 +19,7 @@ import (
 	"github.com/flotilla-dev/flotilla/pkg/reservation"
 	"github.com/flotilla-dev/flotilla/pkg/summary"
 	"github.com/flotilla-dev/flotilla/pkg/target"
+	"github.com/flotilla-dev/flotilla/pkg/workload"
 	flotillawebhook "github.com/flotilla-dev/flotilla/pkg/webhook"
 )
 
@@ -97,7 +98,7 @@ func setupPlacement(mgr manager.Manager, cfg *rest.Config, kube kubernetes.Inter
 	if err != nil {
 		return fmt.Errorf("setting up the copies of ConfigMaps and Secrets: %w", err)
 	}
-	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, reservation.WorkloadIndex, reservation.WorkloadIndexValue); err != nil {
+	if err := workload.IndexPods(context.Background(), mgr.GetFieldIndexer()); err != nil {
 		return fmt.Errorf("indexing source pods by workload: %w", err)
 	}
 	if err := (&policy.StatusController{

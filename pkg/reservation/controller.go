@@ -288,8 +288,8 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if pl.policy != nil && !election.Elected() && anyReserved(observed) {
 		if pl.policy.Spreads() {
 			// Siblings elect one at a time, each counting the others'.
-			if key := WorkloadIndexValue(pod); len(key) > 0 {
-				defer c.locks.lock(pod.Namespace + "/" + key[0])()
+			if key := workloadOf(pod); key != "" {
+				defer c.locks.lock(pod.Namespace + "/" + key)()
 			}
 			placed, err := c.siblingDomains(ctx, pod, &pl)
 			if err != nil {

@@ -20,21 +20,13 @@ import (
 	"github.com/flotilla-dev/flotilla/pkg/workload"
 )
 
-// WorkloadIndex indexes source pods by their workload (kind/name), so the
-// siblings of a pod are found without listing its namespace.
-const WorkloadIndex = "flotilla.workload"
-
-// WorkloadIndexValue is the value WorkloadIndex files a pod under; "" for
-// a pod of no workload.
-func WorkloadIndexValue(obj client.Object) []string {
-	pod, ok := obj.(*corev1.Pod)
-	if !ok || !isSourcePod(pod) {
-		return nil
-	}
+// workloadOf is the index value of a source pod's workload (see
+// workload.PodIndex), "" for a pod of no workload.
+func workloadOf(pod *corev1.Pod) string {
 	if k, ok := workload.Of(pod); ok {
-		return []string{k.Kind + "/" + k.Name}
+		return k.String()
 	}
-	return nil
+	return ""
 }
 
 // plan is what a placement policy means for one source pod in one
@@ -200,19 +192,19 @@ func clusterOf(t *target.Target) placement.Cluster {
 // bound, or elected and not yet bound (including elections this process
 // wrote that the cache does not show yet).
 func (c *Controller) siblingDomains(ctx context.Context, pod *corev1.Pod, p *plan) ([]placement.Domain, error) {
-	key := WorkloadIndexValue(pod)
-	if len(key) == 0 {
+	key := workloadOf(pod)
+	if key == "" {
 		return nil, nil
 	}
 	siblings := &corev1.PodList{}
-	if err := c.Client.List(ctx, siblings, client.InNamespace(pod.Namespace), client.MatchingFields{WorkloadIndex: key[0]}, client.UnsafeDisableDeepCopy); err != nil {
+	if err := c.Client.List(ctx, siblings, client.InNamespace(pod.Namespace), client.MatchingFields{workload.PodIndex: key}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("listing the siblings of %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	keys := p.policy.Keys()
 	var out []placement.Domain
 	for i := range siblings.Items {
 		s := &siblings.Items[i]
-		if s.UID == pod.UID || s.DeletionTimestamp != nil || s.Status.Phase == corev1.PodSucceeded || s.Status.Phase == corev1.PodFailed {
+		if s.UID == pod.UID || !isSourcePod(s) || s.DeletionTimestamp != nil || s.Status.Phase == corev1.PodSucceeded || s.Status.Phase == corev1.PodFailed {
 			continue
 		}
 		t := c.placedIn(s)
