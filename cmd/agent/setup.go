@@ -19,8 +19,8 @@ import (
 	"github.com/flotilla-dev/flotilla/pkg/reservation"
 	"github.com/flotilla-dev/flotilla/pkg/summary"
 	"github.com/flotilla-dev/flotilla/pkg/target"
-	"github.com/flotilla-dev/flotilla/pkg/workload"
 	flotillawebhook "github.com/flotilla-dev/flotilla/pkg/webhook"
+	"github.com/flotilla-dev/flotilla/pkg/workload"
 )
 
 // setupWebhook serves the pod mutator on every replica with the certificate
