@@ -32,15 +32,15 @@ func Eligible(source *corev1.Pod, sourceCluster string, targets []*target.Target
 	order := rendezvous(string(source.UID), targets)
 	name := CandidateNameOf(source, sourceCluster)
 	window := max
-	for window < len(order) && allFailed(order[:window], source.Namespace, name) {
+	for window < len(order) && AllFailed(order[:window], source.Namespace, name) {
 		window += max
 	}
 	return order[:min(window, len(order))]
 }
 
-// allFailed reports whether every target is unreachable or has said it
-// cannot schedule the candidate.
-func allFailed(targets []*target.Target, sourceNamespace, name string) bool {
+// AllFailed reports whether every target is unreachable or has said it
+// cannot schedule the candidate name of a pod of sourceNamespace.
+func AllFailed(targets []*target.Target, sourceNamespace, name string) bool {
 	for _, t := range targets {
 		if t.Err() != nil {
 			continue

@@ -125,7 +125,7 @@ func (c *Controller) planFor(ctx context.Context, pod *corev1.Pod, invited []*ta
 		for _, cl := range g {
 			p.selected = append(p.selected, byName[cl.Name])
 		}
-		if i == len(groups)-1 || !allFailed(p.selected, pod.Namespace, name) {
+		if i == len(groups)-1 || !candidate.AllFailed(p.selected, pod.Namespace, name) {
 			for _, later := range groups[i+1:] {
 				for _, cl := range later {
 					p.excluded[cl.Name] = fmt.Sprintf("in fallback group %d, not needed while an earlier group can run the pod", i+2)
@@ -147,21 +147,6 @@ func (c *Controller) planFor(ctx context.Context, pod *corev1.Pod, invited []*ta
 		}
 	}
 	return p, "", nil
-}
-
-// allFailed reports whether every target is unreachable or has said it
-// cannot schedule the candidate.
-func allFailed(targets []*target.Target, sourceNamespace, name string) bool {
-	for _, t := range targets {
-		if t.Err() != nil {
-			continue
-		}
-		cand, ok := t.Candidate(t.NamespaceFor(sourceNamespace), name)
-		if !ok || candidate.Unschedulable(cand) == "" {
-			return false
-		}
-	}
-	return true
 }
 
 // clusterOf is a target as placement sees it: its virtual node's labels
