@@ -2,6 +2,7 @@ package reservation
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
@@ -247,5 +248,27 @@ func TestReasons(t *testing.T) {
 	}
 	if got := Reasons(append(obs, reserved("c3", "n", 1))); got != "" {
 		t.Errorf("a reserved target means the pod can run, got %q", got)
+	}
+}
+
+// The placement policy's verdicts: an excluded reservation is never
+// elected, however good its score, and the bonus (spread and preferences)
+// can change the winner.
+func TestDecideFollowsThePolicy(t *testing.T) {
+	excluded := reserved("c1", "n1", 100)
+	excluded.Excluded = "zone=a would have 2 pods against 0 in b (maxSkew 1)"
+	if d := Decide(uid, protocol.Election{}, []Observed{excluded}); d.Elect != nil {
+		t.Errorf("elected %+v, an excluded reservation", d.Elect)
+	}
+	if d := Decide(uid, protocol.Election{}, []Observed{excluded, reserved("c2", "n2", 0)}); d.Elect == nil || d.Elect.Target != "c2" {
+		t.Errorf("elected %+v, want c2", d.Elect)
+	}
+	spread := reserved("c2", "n2", 0)
+	spread.Bonus = 200
+	if d := Decide(uid, protocol.Election{}, []Observed{reserved("c1", "n1", 50), spread}); d.Elect == nil || d.Elect.Target != "c2" {
+		t.Errorf("elected %+v, want c2 (0 + 200 over 50)", d.Elect)
+	}
+	if r := Reasons([]Observed{excluded}); r == "" || !strings.Contains(r, "maxSkew") {
+		t.Errorf("reasons %q, want the exclusion", r)
 	}
 }
