@@ -46,15 +46,8 @@ func setupWebhook(mgr manager.Manager, kube kubernetes.Interface, opts options) 
 			ServiceName:      opts.webhookService,
 			ServiceNamespace: leaderElectionNamespace(opts.webhookServiceNS),
 			ServicePort:      443,
-			AgentNamespace:   leaderElectionNamespace(opts.namespace),
 		}
 	}
-	// TODO(policy): pass the PlacementPolicy resolver once it is wired.
-	assigner, err := setupSplit(mgr, kube, nil)
-	if err != nil {
-		return err
-	}
-	webhookOpts.Split = assigner
 	if err := flotillawebhook.Setup(mgr, kube, webhookOpts); err != nil {
 		return fmt.Errorf("setting up the webhook: %w", err)
 	}
