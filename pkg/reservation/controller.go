@@ -30,6 +30,7 @@ import (
 
 	"github.com/flotilla-dev/flotilla/pkg/candidate"
 	"github.com/flotilla-dev/flotilla/pkg/objects"
+	"github.com/flotilla-dev/flotilla/pkg/placement"
 	"github.com/flotilla-dev/flotilla/pkg/policy"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
 	"github.com/flotilla-dev/flotilla/pkg/target"
@@ -286,19 +287,17 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		observed = append(observed, o)
 	}
 	if pl.policy != nil && !election.Elected() && anyReserved(observed) {
+		var placed []placement.Domain
 		if pl.policy.Spreads() {
 			// Siblings elect one at a time, each counting the others'.
 			if key := workloadOf(pod); key != "" {
 				defer c.locks.lock(pod.Namespace + "/" + key)()
 			}
-			placed, err := c.siblingDomains(ctx, pod, &pl)
-			if err != nil {
+			if placed, err = c.siblingDomains(ctx, pod, &pl); err != nil {
 				return reconcile.Result{}, err
 			}
-			c.judge(pod, &pl, placed, observed)
-		} else {
-			c.judge(pod, &pl, nil, observed)
 		}
+		c.judge(pod, &pl, placed, observed)
 		if wait, open := c.windowOpen(pod, &pl, observed); open && !anyBound(observed) {
 			return reconcile.Result{RequeueAfter: wait}, nil
 		}
@@ -415,7 +414,7 @@ func (c *Controller) gone(ctx context.Context, req reconcile.Request, targets []
 	live, err := c.Kube.CoreV1().Pods(req.Namespace).Get(ctx, req.Name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		c.forgetName(req.NamespacedName)
+		c.sweep()
 		return c.cleanUp(ctx, req.Namespace, req.Name, "", "", targets)
 	case err != nil:
 		return reconcile.Result{}, fmt.Errorf("confirming that %s is gone: %w", req.NamespacedName, err)
@@ -476,9 +475,9 @@ func (c *Controller) forget(uid types.UID) {
 	c.problems.Delete(uid)
 }
 
-// forgetName drops what this process remembers of a pod that is gone,
-// whose UID the cache no longer tells.
-func (c *Controller) forgetName(_ types.NamespacedName) {
+// sweep drops what this process remembers of pods that went before they
+// were placed: their UIDs are no longer known, so old entries go.
+func (c *Controller) sweep() {
 	// The maps are keyed by UID: entries of pods deleted before they were
 	// placed are swept when they grow old.
 	now := time.Now()

@@ -196,7 +196,7 @@ func (c *Controller) siblingDomains(ctx context.Context, pod *corev1.Pod, p *pla
 		if t == nil {
 			continue
 		}
-		if d, ok := c.domainOf(t, s, keys); ok {
+		if d, ok := c.domainOf(p, t, s, keys); ok {
 			out = append(out, d)
 		}
 	}
@@ -222,9 +222,14 @@ func (c *Controller) placedIn(s *corev1.Pod) *target.Target {
 }
 
 // domainOf is the domain a source pod's candidate in t counts in: the
-// target's only one, or the one its candidate was pinned to.
-func (c *Controller) domainOf(t *target.Target, source *corev1.Pod, keys []string) (placement.Domain, bool) {
-	domains := placement.Domains(clusterOf(t), keys)
+// target's only one, or the one its candidate was pinned to. The plan's
+// view of an invited target is used rather than built again per sibling.
+func (c *Controller) domainOf(p *plan, t *target.Target, source *corev1.Pod, keys []string) (placement.Domain, bool) {
+	cl, ok := p.clusters[t.Name]
+	if !ok {
+		cl = clusterOf(t)
+	}
+	domains := placement.Domains(cl, keys)
 	if len(domains) == 1 {
 		return domains[0], true
 	}
@@ -319,7 +324,7 @@ func (c *Controller) judge(pod *corev1.Pod, p *plan, placed []placement.Domain, 
 		if !ok {
 			continue
 		}
-		d, ok := c.domainOf(t, pod, keys)
+		d, ok := c.domainOf(p, t, pod, keys)
 		if !ok {
 			observed[i].Excluded = "its domain is not known (a target spanning several domains, and a candidate not pinned to one)"
 			continue
