@@ -46,8 +46,16 @@ func setupWebhook(mgr manager.Manager, kube kubernetes.Interface, opts options) 
 			ServiceName:      opts.webhookService,
 			ServiceNamespace: leaderElectionNamespace(opts.webhookServiceNS),
 			ServicePort:      443,
+			AgentNamespace:   leaderElectionNamespace(opts.namespace),
 		}
 	}
+	// A PlacementPolicy's capacityType splits the pods it governs, as the
+	// max-on-demand annotation does; the policies are read from the cache.
+	assigner, err := setupSplit(mgr, kube, &policy.Resolver{Reader: mgr.GetClient()})
+	if err != nil {
+		return err
+	}
+	webhookOpts.Split = assigner
 	if err := flotillawebhook.Setup(mgr, kube, webhookOpts); err != nil {
 		return fmt.Errorf("setting up the webhook: %w", err)
 	}

@@ -1,7 +1,7 @@
 package protocol
 
 // The on-demand/spot split of a workload's pods (pkg/split,
-// docs/placement-split.md).
+// docs/placement.md, "On-demand and spot").
 const (
 	// MaxOnDemandAnnotation on a Deployment, a StatefulSet or a pod
 	// template: at most this many of the workload's pods run on on-demand

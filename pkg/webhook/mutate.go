@@ -1,9 +1,10 @@
 // Package webhook owns the source-side admission of opted-in pods: it turns a
 // pod labelled for multi-cluster scheduling into a source pod (its original
 // spec saved once, no scheduler of the source will bind it, it tolerates the
-// virtual-node taint), and it serves and registers itself with one CA that
-// the agent's replicas share through a Secret and cert-controller rotates,
-// so no cert-manager is needed.
+// virtual-node taint), it gives the pods of a workload with an
+// on-demand/spot split their place (pkg/split), and it serves and registers
+// itself with one CA that the agent's replicas share through a Secret and
+// cert-controller rotates, so no cert-manager is needed.
 package webhook
 
 import (
@@ -14,13 +15,18 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/flotilla-dev/flotilla/pkg/candidate"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
+	"github.com/flotilla-dev/flotilla/pkg/split"
 )
 
-// Path is where the pod mutator is served.
+// Path is where the pod mutator is served, for both of its webhooks: the
+// pods of multi-cluster scheduling and the pods of the single-cluster
+// on-demand/spot split. Which one a pod came through is told by its
+// labels, which the webhooks' object selectors match.
 const Path = "/mutate-pods"
 
 // Mutator is the admission handler for pod CREATE.
@@ -30,29 +36,77 @@ type Mutator struct {
 	// node whose target does not answer (NotReady) before it is evicted;
 	// nil: forever.
 	NotReadyTolerationSeconds *int64
+	// Split gives the pods of a workload with an on-demand/spot split their
+	// place; nil: no split.
+	Split *split.Assigner
 }
 
-// Handle admits a pod, mutating it only when it opted in.
-func (m *Mutator) Handle(_ context.Context, req admission.Request) admission.Response {
+// Handle admits a pod, mutating it only when it opted in: a multi-cluster
+// pod is split, then made a source pod, so that the spec saved for the
+// targets carries its place; a pod opted in to the split alone is only
+// split, and stays a pod for the cluster's own scheduler.
+func (m *Mutator) Handle(ctx context.Context, req admission.Request) admission.Response {
 	pod := &corev1.Pod{}
 	if err := m.Decoder.Decode(req, pod); err != nil {
 		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding pod: %w", err))
 	}
-	if !OptedIn(pod) {
-		return admission.Allowed("not opted in to multi-cluster scheduling")
+	if pod.Namespace == "" {
+		// A pod created without one in its body is in the request's.
+		pod.Namespace = req.Namespace
 	}
-	changed, err := MakeSource(pod, m.NotReadyTolerationSeconds)
+	changed, err := m.admit(ctx, pod, req.DryRun != nil && *req.DryRun)
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
 	if !changed {
-		return admission.Allowed("already a source pod")
+		return admission.Allowed("not opted in, or admitted already")
 	}
 	raw, err := json.Marshal(pod)
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
 	return admission.PatchResponseFromRaw(req.Object.Raw, raw)
+}
+
+// admit mutates pod as Handle does and reports whether it changed it.
+func (m *Mutator) admit(ctx context.Context, pod *corev1.Pod, dryRun bool) (bool, error) {
+	multiCluster := OptedIn(pod)
+	if !multiCluster && !SplitOptedIn(pod) {
+		return false, nil
+	}
+	changed := m.split(ctx, pod, dryRun)
+	if multiCluster {
+		made, err := MakeSource(pod, m.NotReadyTolerationSeconds)
+		if err != nil {
+			return false, err
+		}
+		changed = changed || made
+	}
+	return changed, nil
+}
+
+// split gives pod its place in its workload's on-demand/spot split, if it
+// has one. A failure to read the cache admits the pod without a place: a
+// pod refused would only be retried by its controller, and the rebalancer
+// replaces a pod without a place once the workload is available.
+func (m *Mutator) split(ctx context.Context, pod *corev1.Pod, dryRun bool) bool {
+	if m.Split == nil {
+		return false
+	}
+	changed, err := m.Split.Assign(ctx, pod, dryRun)
+	if err != nil {
+		logf.FromContext(ctx).Error(err, "Admitting a pod without its place in the on-demand/spot split", "namespace", pod.Namespace, "generateName", pod.GenerateName, "name", pod.Name)
+		return false
+	}
+	return changed
+}
+
+// SplitOptedIn reports whether a pod that is not multi-cluster asked for
+// the on-demand/spot split; the namespace's opt-out is checked by the
+// webhook's namespaceSelector. A candidate is split in its source, if at
+// all, never again in its target.
+func SplitOptedIn(pod *corev1.Pod) bool {
+	return pod.Labels[protocol.CapacitySplitLabel] == "true" && pod.Labels[protocol.CandidateLabel] == ""
 }
 
 // OptedIn reports whether a pod asked for multi-cluster scheduling. The

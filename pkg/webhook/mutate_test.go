@@ -1,14 +1,18 @@
 package webhook
 
 import (
+	"context"
 	"encoding/json"
 	"testing"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
+	"github.com/flotilla-dev/flotilla/pkg/split"
+	"github.com/flotilla-dev/flotilla/pkg/workload"
 )
 
 func TestMakeSourceIsIdempotent(t *testing.T) {
@@ -144,5 +148,96 @@ func TestMakeSourceSavesSpecWithoutToken(t *testing.T) {
 	}
 	if len(pod.Spec.Volumes) != 2 || len(pod.Spec.Containers[0].VolumeMounts) != 2 || len(pod.Spec.InitContainers[0].VolumeMounts) != 2 {
 		t.Errorf("the source pod lost its own token volume or mounts: %+v", pod.Spec)
+	}
+}
+
+// splitCache is the split's caches for one Deployment web with
+// max-on-demand 1 and no pod yet.
+type splitCache struct{}
+
+func (splitCache) Members(context.Context, string, workload.Key) ([]split.Member, error) {
+	return nil, nil
+}
+
+func (splitCache) Workload(_ context.Context, ns string, key workload.Key) (*split.Workload, error) {
+	return &split.Workload{Namespace: ns, Key: key, Annotations: map[string]string{protocol.MaxOnDemandAnnotation: "1"}}, nil
+}
+
+// TestMutatorSplits checks that the split comes before the saved spec of a
+// multi-cluster pod, so its targets get its place, and that a pod opted in
+// to the split alone is only split.
+func TestMutatorSplits(t *testing.T) {
+	admit := func(t *testing.T, labels map[string]string) *corev1.Pod {
+		t.Helper()
+		// A new workload each: no place is pending.
+		m := &Mutator{Split: &split.Assigner{Pods: splitCache{}, Workloads: splitCache{}, Log: logr.Discard()}}
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{GenerateName: "web-abc-", Namespace: "ns", Labels: labels, OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-abc", UID: "rs", Controller: ptr.To(true),
+			}}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "i"}}},
+		}
+		pod.Labels["pod-template-hash"] = "abc"
+		changed, err := m.admit(t.Context(), pod, false)
+		if err != nil || !changed {
+			t.Fatalf("admit: changed %v, %v", changed, err)
+		}
+		return pod
+	}
+	onDemand := func(spec corev1.PodSpec) bool {
+		a := spec.Affinity
+		if a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+			return false
+		}
+		terms := a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+		return len(terms) == 1 && len(terms[0].MatchExpressions) == 1 && terms[0].MatchExpressions[0].Key == protocol.DefaultCapacityNodeLabel &&
+			terms[0].MatchExpressions[0].Values[0] == protocol.CapacityOnDemand
+	}
+
+	t.Run("multi-cluster: the saved spec carries the place", func(t *testing.T) {
+		pod := admit(t, map[string]string{protocol.ElectLabel: "true"})
+		if pod.Spec.SchedulerName != protocol.SourceSchedulerName || pod.Labels[protocol.CapacityTypeLabel] != protocol.CapacityOnDemand {
+			t.Fatalf("not a split source pod: scheduler %q, labels %v", pod.Spec.SchedulerName, pod.Labels)
+		}
+		var saved corev1.PodSpec
+		if err := json.Unmarshal([]byte(pod.Annotations[protocol.SourceSpecAnnotation]), &saved); err != nil {
+			t.Fatal(err)
+		}
+		if !onDemand(saved) {
+			t.Errorf("the saved spec has no on-demand affinity: %+v", saved.Affinity)
+		}
+	})
+
+	t.Run("multi-cluster, opted out of the split", func(t *testing.T) {
+		pod := admit(t, map[string]string{protocol.ElectLabel: "true", protocol.CapacitySplitLabel: "false"})
+		if pod.Spec.SchedulerName != protocol.SourceSchedulerName || pod.Labels[protocol.CapacityTypeLabel] != "" || pod.Spec.Affinity != nil {
+			t.Errorf("want a source pod without a place: scheduler %q, labels %v, affinity %+v", pod.Spec.SchedulerName, pod.Labels, pod.Spec.Affinity)
+		}
+	})
+
+	t.Run("the split alone: a pod for the cluster's own scheduler", func(t *testing.T) {
+		pod := admit(t, map[string]string{protocol.CapacitySplitLabel: "true"})
+		if pod.Spec.SchedulerName != "" || pod.Annotations[protocol.SourceSpecAnnotation] != "" || len(pod.Spec.Tolerations) != 0 {
+			t.Errorf("made a source pod: %+v", pod)
+		}
+		if !onDemand(pod.Spec) || pod.Annotations[protocol.PodDeletionCostAnnotation] == "" {
+			t.Errorf("not split: %+v, annotations %v", pod.Spec.Affinity, pod.Annotations)
+		}
+	})
+}
+
+func TestSplitOptedIn(t *testing.T) {
+	for _, tt := range []struct {
+		labels map[string]string
+		want   bool
+	}{
+		{nil, false},
+		{map[string]string{protocol.CapacitySplitLabel: "false"}, false},
+		{map[string]string{protocol.CapacitySplitLabel: "true"}, true},
+		{map[string]string{protocol.CapacitySplitLabel: "true", protocol.CandidateLabel: "true"}, false},
+	} {
+		if got := SplitOptedIn(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Labels: tt.labels}}); got != tt.want {
+			t.Errorf("SplitOptedIn(%v) = %v, want %v", tt.labels, got, tt.want)
+		}
 	}
 }

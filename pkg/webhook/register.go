@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,10 +28,22 @@ type Registration struct {
 	// ServiceNamespace, ServiceName and ServicePort, when URL is empty.
 	ServiceNamespace, ServiceName string
 	ServicePort                   int32
+	// AgentNamespace is the agent's own namespace: its pods, and those of
+	// kube-system, are never split, so the split never stands between the
+	// cluster and the pods that run it.
+	AgentNamespace string
 }
 
+// Names of the webhooks of the configuration.
+const (
+	PodsWebhookName     = "pods.multicluster.flotilla.dev"
+	CapacityWebhookName = "capacity.multicluster.flotilla.dev"
+)
+
 // Configuration is the MutatingWebhookConfiguration that sends opted-in pods
-// of opted-in namespaces to the agent.
+// of opted-in namespaces to the agent (PodsWebhookName), and the pods
+// opted in to the on-demand/spot split alone, in any namespace that did not
+// opt out (CapacityWebhookName). Both reach the one Path.
 func (r Registration) Configuration() *admissionregistrationv1.MutatingWebhookConfiguration {
 	client := admissionregistrationv1.WebhookClientConfig{}
 	if r.URL != "" {
@@ -40,25 +53,59 @@ func (r Registration) Configuration() *admissionregistrationv1.MutatingWebhookCo
 			Namespace: r.ServiceNamespace, Name: r.ServiceName, Path: ptr.To(Path), Port: ptr.To(r.ServicePort),
 		}
 	}
+	rules := []admissionregistrationv1.RuleWithOperations{{
+		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+		Rule: admissionregistrationv1.Rule{
+			APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"},
+			Scope: ptr.To(admissionregistrationv1.NamespacedScope),
+		},
+	}}
+	excluded := []string{"kube-system"}
+	if r.AgentNamespace != "" && r.AgentNamespace != "kube-system" {
+		excluded = append(excluded, r.AgentNamespace)
+	}
 	return &admissionregistrationv1.MutatingWebhookConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: r.Name, Labels: map[string]string{"app.kubernetes.io/name": "flotilla"}},
 		Webhooks: []admissionregistrationv1.MutatingWebhook{{
-			Name:         "pods.multicluster.flotilla.dev",
-			ClientConfig: client,
-			Rules: []admissionregistrationv1.RuleWithOperations{{
-				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
-				Rule: admissionregistrationv1.Rule{
-					APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"},
-					Scope: ptr.To(admissionregistrationv1.NamespacedScope),
-				},
-			}},
+			Name:              PodsWebhookName,
+			ClientConfig:      client,
+			Rules:             rules,
 			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{protocol.NamespaceEnabledLabel: "true"}},
 			ObjectSelector:    &metav1.LabelSelector{MatchLabels: map[string]string{protocol.ElectLabel: "true"}},
 			// An opted-in pod admitted without the webhook would run in the
 			// source like any other pod, against its owner's intent.
-			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
+			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
+			MatchPolicy:   ptr.To(admissionregistrationv1.Equivalent),
+			// The split holds a pod's place in memory and tells a
+			// workload's owner of a bad annotation; on a dry run it does
+			// neither.
+			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNoneOnDryRun),
+			AdmissionReviewVersions: []string{"v1"},
+			ReinvocationPolicy:      ptr.To(admissionregistrationv1.IfNeededReinvocationPolicy),
+			TimeoutSeconds:          ptr.To[int32](10),
+		}, {
+			Name:         CapacityWebhookName,
+			ClientConfig: client,
+			Rules:        rules,
+			NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+				{Key: protocol.CapacitySplitLabel, Operator: metav1.LabelSelectorOpNotIn, Values: []string{"false"}},
+				{Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpNotIn, Values: excluded},
+			}},
+			// A multi-cluster pod is split by the webhook above, where its
+			// namespace opted in; a candidate was split in its source.
+			ObjectSelector: &metav1.LabelSelector{
+				MatchLabels: map[string]string{protocol.CapacitySplitLabel: "true"},
+				MatchExpressions: []metav1.LabelSelectorRequirement{
+					{Key: protocol.ElectLabel, Operator: metav1.LabelSelectorOpNotIn, Values: []string{"true"}},
+					{Key: protocol.CandidateLabel, Operator: metav1.LabelSelectorOpDoesNotExist},
+				},
+			},
+			// A pod admitted while the agent is away runs without a place;
+			// the rebalancer replaces it once the agent is back. Refusing
+			// it would stop the workload's pods for the agent's sake.
+			FailurePolicy:           ptr.To(admissionregistrationv1.Ignore),
 			MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
-			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNoneOnDryRun),
 			AdmissionReviewVersions: []string{"v1"},
 			ReinvocationPolicy:      ptr.To(admissionregistrationv1.IfNeededReinvocationPolicy),
 			TimeoutSeconds:          ptr.To[int32](10),

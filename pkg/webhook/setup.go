@@ -20,6 +20,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/flotilla-dev/flotilla/pkg/split"
 )
 
 // Options says where the webhook's certificate lives and how the API server
@@ -48,6 +50,9 @@ type Options struct {
 	// NotReadyTolerationSeconds is the source pods' toleration of a NotReady
 	// virtual node (see Mutator); nil: forever.
 	NotReadyTolerationSeconds *int64
+	// Split places the pods of on-demand/spot split workloads (see
+	// Mutator); nil: no split.
+	Split *split.Assigner
 }
 
 // The rotator's cache lists and watches every Secret of the agent's
@@ -116,7 +121,7 @@ func Setup(mgr manager.Manager, kube kubernetes.Interface, opts Options) error {
 		case <-files.synced:
 		}
 		mgr.GetWebhookServer().Register(Path, &admission.Webhook{
-			Handler: &Mutator{Decoder: admission.NewDecoder(mgr.GetScheme()), NotReadyTolerationSeconds: opts.NotReadyTolerationSeconds},
+			Handler: &Mutator{Decoder: admission.NewDecoder(mgr.GetScheme()), NotReadyTolerationSeconds: opts.NotReadyTolerationSeconds, Split: opts.Split},
 		})
 		serving.Store(true)
 		return nil
