@@ -197,6 +197,11 @@ type TargetPods struct {
 // policy's spec could be used.
 const PlacementPolicyAccepted = "Accepted"
 
+// ReasonUnknownTopologyKey is the reason of an Accepted condition (still
+// True: the policy governs its pods) when a spread constraint's topology
+// key is carried by no target, so that level spreads nothing.
+const ReasonUnknownTopologyKey = "UnknownTopologyKey"
+
 // PlacementPolicy governs where the pods it selects run: which targets,
 // how they spread across failure domains, and how many may use on-demand
 // nodes.

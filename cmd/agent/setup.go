@@ -118,6 +118,19 @@ func setupPlacement(mgr manager.Manager, cfg *rest.Config, kube kubernetes.Inter
 			}
 			return t.Name, true
 		},
+		TopologyKeys: func() map[string]bool {
+			keys := map[string]bool{}
+			for _, t := range targets.All() {
+				cl := reservation.ClusterOf(t)
+				for k := range cl.Labels {
+					keys[k] = true
+				}
+				for k := range cl.Topology {
+					keys[k] = true
+				}
+			}
+			return keys
+		},
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the PlacementPolicy status: %w", err)
 	}

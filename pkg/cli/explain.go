@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/flotilla-dev/flotilla/api/v1alpha1"
+	"github.com/flotilla-dev/flotilla/pkg/candidate"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
 	"github.com/flotilla-dev/flotilla/pkg/reservation"
 	"github.com/flotilla-dev/flotilla/pkg/target"
@@ -62,8 +63,13 @@ type Explanation struct {
 	Election *ElectionRecord `json:"election,omitempty"`
 	// Scheduled is the pod's PodScheduled condition while it is not.
 	Scheduled *corev1.PodCondition `json:"scheduled,omitempty"`
-	Targets   []Answer             `json:"targets"`
-	Events    []EventSummary       `json:"events"`
+	// Policy is the PlacementPolicy that governs the pod and what it makes
+	// of the targets now; nil when none is meant for the pod.
+	Policy *PolicyExplanation `json:"policy,omitempty"`
+	// Capacity is where the on-demand/spot split put the pod.
+	Capacity *CapacityPlace `json:"capacity,omitempty"`
+	Targets  []Answer       `json:"targets"`
+	Events   []EventSummary `json:"events"`
 }
 
 // ElectionRecord is the election annotation of a source pod.
@@ -91,6 +97,16 @@ type Answer struct {
 	Reason string `json:"reason,omitempty"`
 	// Elected: the pod's election names this target.
 	Elected bool `json:"elected,omitempty"`
+	// Policy is what the pod's PlacementPolicy makes of the target now:
+	// "selected", or "excluded: " and why (selector, affinity, fallback
+	// group, spread); "" when no policy governs the pod.
+	Policy string `json:"policy,omitempty"`
+	// Domain is the topology domain the target counts in for the pod (its
+	// candidate's pinned one, or the target's own), values joined by "/".
+	Domain string `json:"domain,omitempty"`
+	// Bonus is what the policy adds to the target's reservation score in
+	// the election: the spread score times its weight, plus preferences.
+	Bonus *int64 `json:"bonus,omitempty"`
 }
 
 // EventSummary is one Event of the pod.
@@ -166,6 +182,8 @@ type targetInfo struct {
 	namespaces  []string
 	virtualNode string
 	deleting    bool
+	// labels are the target's own (spec.labels).
+	labels map[string]string
 }
 
 func (t targetInfo) namespaceFor(ns string) string {
@@ -193,6 +211,7 @@ func explain(ctx context.Context, c *clients, o *explainOptions, name string) (*
 			e.Scheduled = &pod.Status.Conditions[i]
 		}
 	}
+	var targets []targetInfo
 	if e.SourcePod {
 		raw := pod.Annotations[protocol.ElectionAnnotation]
 		el, perr := protocol.ParseElection(raw)
@@ -200,7 +219,8 @@ func explain(ctx context.Context, c *clients, o *explainOptions, name string) (*
 		if perr != nil {
 			e.Election.Error = perr.Error()
 		}
-		targets, err := targetsOf(ctx, c, o.agentNamespace, pod.Namespace)
+		var err error
+		targets, err = targetsOf(ctx, c, o.agentNamespace, pod.Namespace)
 		if err != nil {
 			return nil, err
 		}
@@ -211,6 +231,7 @@ func explain(ctx context.Context, c *clients, o *explainOptions, name string) (*
 		}
 		e.Targets = askTargets(ctx, c, o.clusterName, pod, el, targets)
 	}
+	c.explainPlacement(ctx, e, pod, targets)
 	events, err := c.kube.CoreV1().Events(pod.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.uid=" + string(pod.UID)})
 	if err != nil {
 		return nil, c.explainAPIError(err, "listing the pod's Events")
@@ -228,7 +249,7 @@ func targetsOf(ctx context.Context, c *clients, agentNamespace, namespace string
 		return nil, c.explainAPIError(err, "listing ClusterTargets")
 	}
 	for _, ct := range cts.Items {
-		t := targetInfo{name: ct.Name, kind: "ClusterTarget", self: ct.Spec.Self, deleting: ct.DeletionTimestamp != nil}
+		t := targetInfo{name: ct.Name, kind: "ClusterTarget", self: ct.Spec.Self, deleting: ct.DeletionTimestamp != nil, labels: ct.Spec.StringMap()}
 		if ref := ct.Spec.KubeconfigSecretRef; ref != nil {
 			ns := ref.Namespace
 			if ns == "" {
@@ -250,7 +271,7 @@ func targetsOf(ctx context.Context, c *clients, agentNamespace, namespace string
 		return nil, c.explainAPIError(err, "listing Targets")
 	}
 	for _, tg := range ts.Items {
-		t := targetInfo{name: tg.Namespace + "/" + tg.Name, kind: "Target", self: tg.Spec.Self, deleting: tg.DeletionTimestamp != nil}
+		t := targetInfo{name: tg.Namespace + "/" + tg.Name, kind: "Target", self: tg.Spec.Self, deleting: tg.DeletionTimestamp != nil, labels: tg.Spec.StringMap()}
 		if ref := tg.Spec.KubeconfigSecretRef; ref != nil {
 			t.secret, t.secretKey = types.NamespacedName{Namespace: tg.Namespace, Name: ref.Name}, ref.Key
 		}
@@ -357,6 +378,9 @@ func answerFor(t targetInfo, pod *corev1.Pod, el protocol.Election, cand *corev1
 	a := Answer{Target: t.name, Kind: t.kind, Namespace: t.namespaceFor(pod.Namespace), Elected: el.Target == t.name}
 	if cand != nil {
 		a.Candidate = cand.Name
+		if d := candidate.PinnedDomain(cand); d != nil {
+			a.Domain = showDomain(d)
+		}
 		candidateAnswer(&a, cand)
 		return a
 	}
@@ -513,6 +537,7 @@ func writeExplanation(w io.Writer, e *Explanation, format string, now time.Time)
 	if !e.SourcePod {
 		fmt.Fprintf(w, "Pod %s is not a Flotilla source pod: this cluster schedules it as usual (node %s).\n", e.Pod, orDefault(e.Node, "none yet"))
 		fmt.Fprintf(w, "To place a pod through Flotilla, create it in a namespace labelled %s=true with the label %s=true.\n", protocol.NamespaceEnabledLabel, protocol.ElectLabel)
+		writeCapacity(w, e.Capacity)
 	} else {
 		fmt.Fprintf(w, "Pod:       %s (uid %s), %s\n", e.Pod, e.UID, e.Phase)
 		switch {
@@ -538,24 +563,13 @@ func writeExplanation(w io.Writer, e *Explanation, format string, now time.Time)
 		if s := e.Scheduled; s != nil {
 			fmt.Fprintf(w, "Scheduled: %s %s: %s\n", s.Status, s.Reason, oneLine(s.Message))
 		}
+		writePolicy(w, e.Policy)
+		writeCapacity(w, e.Capacity)
 		fmt.Fprintln(w)
 		if len(e.Targets) == 0 {
 			fmt.Fprintln(w, "No target may take pods of this namespace: run 'kubectl flotilla join' to add one.")
 		} else {
-			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "TARGET\tANSWER\tNODE\tSCORE\tDETAIL")
-			for _, a := range e.Targets {
-				name := a.Target
-				if a.Elected {
-					name += " (elected)"
-				}
-				score := "-"
-				if a.Score != nil {
-					score = fmt.Sprint(*a.Score)
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", name, a.Answer, orDash(a.Node), score, oneLine(a.Reason))
-			}
-			tw.Flush()
+			writeAnswers(w, e)
 		}
 	}
 	fmt.Fprintln(w)

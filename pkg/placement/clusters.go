@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 )
 
@@ -148,4 +149,46 @@ func PreferenceScore(s Selector, c Cluster) int64 {
 		}
 	}
 	return score
+}
+
+// Unfit says why no node of a cluster can meet a pod's required node
+// affinity, as far as the cluster's Topology tells (the values its nodes
+// have for the keys its ClusterSummary reports); "" when some term may be
+// met or the Topology does not say. Terms are ORed: every term must be
+// unmet. Only In requirements on a key the Topology reports are judged: a
+// key it does not report may still be on its nodes.
+func Unfit(c Cluster, required *corev1.NodeSelector) string {
+	if required == nil || len(required.NodeSelectorTerms) == 0 || len(c.Topology) == 0 {
+		return ""
+	}
+	first := ""
+	for _, term := range required.NodeSelectorTerms {
+		why := unmet(c, term)
+		if why == "" {
+			return ""
+		}
+		if first == "" {
+			first = why
+		}
+	}
+	return first
+}
+
+// unmet says which requirement of a term no node of the cluster meets.
+func unmet(c Cluster, term corev1.NodeSelectorTerm) string {
+	for _, r := range term.MatchExpressions {
+		if r.Operator != corev1.NodeSelectorOpIn {
+			continue
+		}
+		have, ok := c.Topology[r.Key]
+		if !ok || len(have) == 0 {
+			continue
+		}
+		if !slices.ContainsFunc(r.Values, func(v string) bool { return slices.Contains(have, v) }) {
+			sorted := slices.Clone(have)
+			slices.Sort(sorted)
+			return "no node with " + r.Key + " in [" + strings.Join(r.Values, ", ") + "] (its nodes have " + strings.Join(slices.Compact(sorted), ", ") + ")"
+		}
+	}
+	return ""
 }

@@ -2,7 +2,9 @@ package policy
 
 import (
 	"context"
+	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -32,6 +34,10 @@ type StatusController struct {
 	// TargetOf names the target whose virtual node a node is; false for a
 	// node of this cluster.
 	TargetOf func(node string) (string, bool)
+	// TopologyKeys returns the label keys the targets offer a value for
+	// (their labels, their virtual nodes' and their nodes' topology); nil
+	// skips the check that a spread constraint's key is known.
+	TopologyKeys func() map[string]bool
 	// Resync is how often a policy's status is counted again.
 	Resync time.Duration
 }
@@ -66,6 +72,10 @@ func (s *StatusController) Reconcile(ctx context.Context, req reconcile.Request)
 	if _, err := Compile(p); err != nil {
 		meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: v1alpha1.PlacementPolicyAccepted, Status: metav1.ConditionFalse,
 			Reason: v1alpha1.ReasonInvalidSpec, Message: err.Error(), ObservedGeneration: p.Generation})
+	} else if unknown := s.unknownKeys(p); len(unknown) > 0 {
+		meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: v1alpha1.PlacementPolicyAccepted, Status: metav1.ConditionTrue,
+			Reason: v1alpha1.ReasonUnknownTopologyKey, ObservedGeneration: p.Generation,
+			Message: fmt.Sprintf("no target carries topology key %s (in its labels or its nodes'): the policy governs its pods, but spreads nothing by that key until a target does", strings.Join(unknown, ", "))})
 	} else {
 		meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: v1alpha1.PlacementPolicyAccepted, Status: metav1.ConditionTrue,
 			Reason: v1alpha1.ReasonAccepted, Message: "the policy governs the pods it selects", ObservedGeneration: p.Generation})
@@ -77,6 +87,25 @@ func (s *StatusController) Reconcile(ctx context.Context, req reconcile.Request)
 		}
 	}
 	return reconcile.Result{RequeueAfter: s.Resync}, nil
+}
+
+// unknownKeys are the topology keys of p's spread constraints that no
+// target offers, in the policy's order; none when there are no targets yet.
+func (s *StatusController) unknownKeys(p *v1alpha1.PlacementPolicy) []string {
+	if s.TopologyKeys == nil || len(p.Spec.SpreadConstraints) == 0 {
+		return nil
+	}
+	known := s.TopologyKeys()
+	if len(known) == 0 {
+		return nil
+	}
+	var out []string
+	for _, sc := range p.Spec.SpreadConstraints {
+		if !known[sc.TopologyKey] {
+			out = append(out, sc.TopologyKey)
+		}
+	}
+	return out
 }
 
 // count is the status of policy p among its namespace's policies and pods.

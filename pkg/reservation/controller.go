@@ -255,7 +255,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 		c.prepareFanOut(&pl, placed)
 	}
-	if pl.policy != nil && len(pl.selected) == 0 && len(invited) > 0 {
+	if len(pl.excluded) > 0 && len(pl.selected) == 0 && len(invited) > 0 {
 		// Spread may allow a target again once siblings move: look again.
 		c.reportUnscheduled(ctx, pod, ReasonPolicyUnsatisfiable, "Fan out", pl.exclusions())
 		unhealthy = true
@@ -444,16 +444,15 @@ func (c *Controller) reportFanOut(pod *corev1.Pod, placements []candidate.Placem
 		return
 	}
 	msg := fmt.Sprintf("Sent a candidate to %d of %d targets: %s", len(sent), len(placements), strings.Join(sent, ", "))
-	if pl.policy != nil {
-		if why := pl.exclusions(); why != "" {
-			msg += "; " + why
-		}
+	if why := pl.exclusions(); why != "" {
+		msg += "; " + why
 	}
 	c.Recorder.Eventf(pod, nil, corev1.EventTypeNormal, ReasonFannedOut, "Fan out", "%s", msg)
 }
 
 // ReasonPolicyUnsatisfiable is the reason of the PodScheduled condition
-// and Event of a pod its PlacementPolicy lets go to no target now.
+// and Event of a pod its PlacementPolicy, or its required node affinity as
+// the targets' summaries tell, lets go to no target now.
 const ReasonPolicyUnsatisfiable = "PolicyUnsatisfiable"
 
 // ReasonPolicyNotApplied is the reason of the Event of a pod that a

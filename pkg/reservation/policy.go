@@ -87,6 +87,9 @@ func (c *Controller) leftOut(pod *corev1.Pod, invited, eligible []*target.Target
 // problem is set when a policy meant to govern the pod does not (its owner
 // is told; the pod is placed as if no policy selected it).
 func (c *Controller) planFor(ctx context.Context, pod *corev1.Pod, invited []*target.Target) (p plan, problem string, err error) {
+	// Targets that cannot run the pod are left out before any policy
+	// groups or counts them.
+	invited = p.dropUnfit(pod, invited)
 	p.selected = invited
 	if c.Policies == nil {
 		return p, "", nil
@@ -107,13 +110,15 @@ func (c *Controller) planFor(ctx context.Context, pod *corev1.Pod, invited []*ta
 	all := make([]placement.Cluster, 0, len(invited))
 	byName := make(map[string]*target.Target, len(invited))
 	for _, t := range invited {
-		cl := clusterOf(t)
+		cl := ClusterOf(t)
 		p.clusters[t.Name] = cl
 		all = append(all, cl)
 		byName[t.Name] = t
 	}
 	groups, excluded := placement.Select(compiled.Selector, all)
-	p.excluded = map[string]string{}
+	if p.excluded == nil {
+		p.excluded = map[string]string{}
+	}
 	for name, why := range excluded {
 		p.excluded[name] = why
 	}
@@ -149,10 +154,34 @@ func (c *Controller) planFor(ctx context.Context, pod *corev1.Pod, invited []*ta
 	return p, "", nil
 }
 
-// clusterOf is a target as placement sees it: its virtual node's labels
+// dropUnfit returns the targets whose nodes, as their ClusterSummaries
+// tell, may meet the pod's required node affinity (the on-demand/spot
+// split's above all), and records why it left out the others: no
+// candidate where none can run. It applies with or without a policy.
+func (p *plan) dropUnfit(pod *corev1.Pod, targets []*target.Target) []*target.Target {
+	a := pod.Spec.Affinity
+	if a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		return targets
+	}
+	required := a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution
+	kept := targets[:0:0]
+	for _, t := range targets {
+		if why := placement.Unfit(ClusterOf(t), required); why != "" {
+			if p.excluded == nil {
+				p.excluded = map[string]string{}
+			}
+			p.excluded[t.Name] = why
+			continue
+		}
+		kept = append(kept, t)
+	}
+	return kept
+}
+
+// ClusterOf is a target as placement sees it: its virtual node's labels
 // (those common to all its nodes, then its own), and the values its nodes
 // carry per topology key.
-func clusterOf(t *target.Target) placement.Cluster {
+func ClusterOf(t *target.Target) placement.Cluster {
 	cl := placement.Cluster{Name: t.Name, Labels: map[string]string{}}
 	if s := t.Summary(); s != nil {
 		for k, v := range target.NodeLabels(s) {
@@ -227,7 +256,7 @@ func (c *Controller) placedIn(s *corev1.Pod) *target.Target {
 func (c *Controller) domainOf(p *plan, t *target.Target, source *corev1.Pod, keys []string) (placement.Domain, bool) {
 	cl, ok := p.clusters[t.Name]
 	if !ok {
-		cl = clusterOf(t)
+		cl = ClusterOf(t)
 	}
 	domains := placement.Domains(cl, keys)
 	if len(domains) == 1 {
@@ -376,6 +405,9 @@ func (p *plan) exclusions() string {
 	parts := make([]string, len(names))
 	for i, n := range names {
 		parts[i] = n + " (" + p.excluded[n] + ")"
+	}
+	if p.policy == nil {
+		return "excluded " + strings.Join(parts, ", ")
 	}
 	return fmt.Sprintf("PlacementPolicy %s excluded %s", p.policy.Name, strings.Join(parts, ", "))
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
@@ -16,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/flotilla-dev/flotilla/api/v1alpha1"
+	"github.com/flotilla-dev/flotilla/pkg/cli"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
 	"github.com/flotilla-dev/flotilla/test/sandbox"
 )
@@ -158,6 +160,63 @@ func TestPlacementPolicy(t *testing.T) {
 			}
 			return ok, msg
 		})
+	})
+
+	t.Run("a topology key no target carries is told in the policy's status", func(t *testing.T) {
+		createPolicy(t, cr, "rack", map[string]string{"app": "rack"}, []v1alpha1.SpreadConstraint{
+			{TopologyKey: zoneKey}, {TopologyKey: "example.com/rack"},
+		})
+		waitFor(t, 60*time.Second, "Accepted with reason UnknownTopologyKey naming example.com/rack", func() (bool, string) {
+			p := &v1alpha1.PlacementPolicy{}
+			if err := cr.Get(ctx, client.ObjectKey{Namespace: placementNS, Name: "rack"}, p); err != nil {
+				return false, err.Error()
+			}
+			c := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.PlacementPolicyAccepted)
+			if c == nil {
+				return false, "no Accepted condition"
+			}
+			ok := c.Status == metav1.ConditionTrue && c.Reason == v1alpha1.ReasonUnknownTopologyKey &&
+				strings.Contains(c.Message, "example.com/rack") && !strings.Contains(c.Message, zoneKey)
+			return ok, fmt.Sprintf("%s %s: %s", c.Status, c.Reason, c.Message)
+		})
+	})
+
+	t.Run("kubectl flotilla explain gives the pending pod's policy verdict per target", func(t *testing.T) {
+		list, err := kube.CoreV1().Pods(placementNS).List(ctx, metav1.ListOptions{LabelSelector: "app=tight,!" + protocol.CandidateLabel})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var pending string
+		for _, p := range list.Items {
+			if p.Spec.NodeName == "" {
+				pending = p.Name
+			}
+		}
+		if pending == "" {
+			t.Fatal("no tight pod is pending")
+		}
+		// Two pods in each zone but one in us-west-1b: only c4 keeps the
+		// skew, and it has no room.
+		plugin := buildPlugin(t)
+		var e cli.Explanation
+		runPlugin(t, plugin, "--kubeconfig", c1.Kubeconfig, "explain", pending, "-n", placementNS, "-o", "json").mustDecode(t, &e)
+		text := runPlugin(t, plugin, "--kubeconfig", c1.Kubeconfig, "explain", pending, "-n", placementNS)
+		if text.code != 0 || !strings.Contains(text.stdout, "Policy:    PlacementPolicy tight") {
+			t.Errorf("explain's text names no policy:\n%s", text)
+		}
+		t.Logf("explain:\n%s", text.stdout)
+		if e.Policy == nil || e.Policy.Name != "tight" || e.Policy.Siblings["us-west-1b"] != 1 || e.Policy.Siblings["us-east-1a"] != 2 {
+			t.Errorf("policy %+v, want tight counting 2 pods per zone and 1 in us-west-1b", e.Policy)
+		}
+		verdicts := map[string]string{}
+		for _, a := range e.Targets {
+			verdicts[a.Target] = a.Answer + " " + a.Policy
+		}
+		for name, want := range map[string]string{"c1": "excluded: spread:", "c2": "excluded: spread:", "c3": "excluded: spread:", "c4": "selected"} {
+			if !strings.Contains(verdicts[name], want) {
+				t.Errorf("%s: %q, want %q; all: %v", name, verdicts[name], want, verdicts)
+			}
+		}
 	})
 }
 
