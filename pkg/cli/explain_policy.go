@@ -205,6 +205,9 @@ func explainPolicy(pod *corev1.Pod, res policy.Resolved, views []policyView, sib
 		v, ok := best[cl.Name]
 		if !ok {
 			a.Policy = "excluded: spread: " + why[cl.Name]
+			if domains := placement.Domains(cl, keys); len(domains) == 1 && a.Domain == "" {
+				a.Domain = showDomain(domains[0])
+			}
 			continue
 		}
 		total := v.Total

@@ -124,8 +124,8 @@ func TestExplainPolicy(t *testing.T) {
 	if answers[1].Bonus == nil || answers[2].Bonus == nil || *answers[2].Bonus <= *answers[1].Bonus {
 		t.Errorf("bonus c2 %v, c3 %v: want c3's higher", ptr.Deref(answers[1].Bonus, -999), ptr.Deref(answers[2].Bonus, -999))
 	}
-	if answers[1].Domain != "us-east/us-east-1b" {
-		t.Errorf("c2 counts in %q", answers[1].Domain)
+	if answers[1].Domain != "us-east/us-east-1b" || answers[0].Domain != "us-east/us-east-1a" {
+		t.Errorf("c1 counts in %q, c2 in %q", answers[0].Domain, answers[1].Domain)
 	}
 
 	// The earlier group all unschedulable: the fallback group is used.
