@@ -79,7 +79,7 @@ func run(dir string, replicas int32) error {
 	if err := ensureNamespace(ctx, home, kubectl); err != nil {
 		return err
 	}
-	self := "apiVersion: multicluster.flotilla.dev/v1alpha1\nkind: ClusterTarget\nmetadata:\n  name: " + home.name + "\nspec:\n  self: true\n"
+	self := "apiVersion: multicluster.flotilla.dev/v1alpha1\nkind: ClusterTarget\nmetadata:\n  name: " + home.name + "\nspec:\n  self: true\n  labels:\n    topology.kubernetes.io/region: " + home.name + "\n"
 	if err := runShown(ctx, self, kubectl, "--kubeconfig", home.kubeconfig, "apply", "-f", "-"); err != nil {
 		return err
 	}
@@ -100,13 +100,17 @@ func run(dir string, replicas int32) error {
 	if err := applyDemo(ctx, home.client, replicas); err != nil {
 		return err
 	}
-	pods, err := waitRunning(ctx, home.client, int(replicas))
+	pods, err := waitRunning(ctx, home.client, "hello", int(replicas))
 	if err != nil {
 		return err
 	}
 	printPlacement(home, clusters, pods, start)
 
-	fmt.Printf("\n4. What %s knows of its targets:\n", home.name)
+	if err := policyScene(ctx, home, clusters, kubectl, plugin); err != nil {
+		return err
+	}
+
+	fmt.Printf("\n5. What %s knows of its targets:\n", home.name)
 	if err := runShown(ctx, "", plugin, "--kubeconfig", home.kubeconfig, "status"); err != nil {
 		return err
 	}
@@ -121,6 +125,7 @@ Try next:
   kubectl get clustertargets                              # their health
   kubectl -n demo scale deployment hello --replicas=10    # more pods than the three clusters hold
   kubectl flotilla explain -n demo <pending pod>          # each target's answer
+  kubectl -n demo get placementpolicies                   # pods each policy governs
 Stop the clusters with: make demo-down
 `, bin, home.kubeconfig)
 	return nil
@@ -174,29 +179,35 @@ func ensureNamespace(ctx context.Context, home cluster, kubectl string) error {
 }
 
 func applyDemo(ctx context.Context, client kubernetes.Interface, replicas int32) error {
-	err := client.AppsV1().Deployments("demo").Delete(ctx, "hello", metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationForeground)})
+	return createDeployment(ctx, client, "hello", replicas, "3")
+}
+
+// createDeployment makes, afresh, a Deployment of the demo namespace whose
+// pods are opted in to Flotilla and request cpu each.
+func createDeployment(ctx context.Context, client kubernetes.Interface, name string, replicas int32, cpu string) error {
+	err := client.AppsV1().Deployments("demo").Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationForeground)})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
 	if err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		pods, err := client.CoreV1().Pods("demo").List(ctx, metav1.ListOptions{LabelSelector: "app=hello,!" + protocol.CandidateLabel})
+		pods, err := client.CoreV1().Pods("demo").List(ctx, metav1.ListOptions{LabelSelector: "app=" + name + ",!" + protocol.CandidateLabel})
 		return err == nil && len(pods.Items) == 0, nil
 	}); err != nil {
-		return fmt.Errorf("waiting for the previous demo to go away: %w", err)
+		return fmt.Errorf("waiting for the previous demo/%s to go away: %w", name, err)
 	}
-	labels := map[string]string{"app": "hello", protocol.ElectLabel: "true"}
+	labels := map[string]string{"app": name, protocol.ElectLabel: "true"}
 	deploy := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "hello"},
+		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: ptr.To(replicas),
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: corev1.PodSpec{Containers: []corev1.Container{{
-					Name:  "hello",
-					Image: "registry.example/hello:1",
+					Name:  name,
+					Image: "registry.example/" + name + ":1",
 					Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
-						corev1.ResourceCPU: *resourceQuantity("3"),
+						corev1.ResourceCPU: *resourceQuantity(cpu),
 					}},
 				}}},
 			},
@@ -206,10 +217,10 @@ func applyDemo(ctx context.Context, client kubernetes.Interface, replicas int32)
 	return err
 }
 
-func waitRunning(ctx context.Context, client kubernetes.Interface, want int) ([]corev1.Pod, error) {
+func waitRunning(ctx context.Context, client kubernetes.Interface, app string, want int) ([]corev1.Pod, error) {
 	var pods []corev1.Pod
 	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		list, err := client.CoreV1().Pods("demo").List(ctx, metav1.ListOptions{LabelSelector: "app=hello,!" + protocol.CandidateLabel})
+		list, err := client.CoreV1().Pods("demo").List(ctx, metav1.ListOptions{LabelSelector: "app=" + app + ",!" + protocol.CandidateLabel})
 		if err != nil {
 			return false, nil
 		}
@@ -223,7 +234,7 @@ func waitRunning(ctx context.Context, client kubernetes.Interface, want int) ([]
 		return running == want && len(list.Items) == want, nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("waiting for %d Running pods: %w", want, err)
+		return nil, fmt.Errorf("waiting for %d Running pods of demo/%s: %w", want, app, err)
 	}
 	return pods, nil
 }
@@ -270,4 +281,86 @@ func runningAfter(p *corev1.Pod, start time.Time) string {
 		}
 	}
 	return "-"
+}
+
+// webPolicy spreads demo/web across the regions (one per cluster) and keeps
+// at most two of its pods on on-demand nodes.
+const webPolicy = `apiVersion: multicluster.flotilla.dev/v1alpha1
+kind: PlacementPolicy
+metadata:
+  name: web
+  namespace: demo
+spec:
+  podSelector:
+    matchLabels: {app: web}
+  spreadConstraints:
+  - topologyKey: topology.kubernetes.io/region
+    maxSkew: 1
+    whenUnsatisfiable: DoNotSchedule
+  capacityType:
+    maxOnDemand: 2
+`
+
+// policyScene shows a PlacementPolicy at work: a Deployment spread evenly
+// across the clusters' regions, two of its pods on on-demand nodes and the
+// rest on spot, and explain's view of one pod.
+func policyScene(ctx context.Context, home cluster, clusters []cluster, kubectl, plugin string) error {
+	const replicas = 6
+	fmt.Printf("\n4. A PlacementPolicy: demo/web spread across regions (maxSkew 1), at most 2 of its pods on on-demand nodes:\n")
+	if err := runShown(ctx, webPolicy, kubectl, "--kubeconfig", home.kubeconfig, "apply", "-f", "-"); err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := createDeployment(ctx, home.client, "web", replicas, "500m"); err != nil {
+		return err
+	}
+	pods, err := waitRunning(ctx, home.client, "web", replicas)
+	if err != nil {
+		return err
+	}
+	sort.Slice(pods, func(i, j int) bool { return pods[i].Name < pods[j].Name })
+	fmt.Printf("\nWhere each pod of demo/web landed:\n\n")
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "POD\tCLUSTER (REGION)\tNODE THERE\tCAPACITY OF THAT NODE\tPOD'S PLACE")
+	perCluster, perCapacity := map[string]int{}, map[string]int{}
+	for _, p := range pods {
+		name := strings.TrimPrefix(p.Spec.NodeName, "flotilla-")
+		node := delegateNode(clusters, name, &p)
+		capacity := nodeLabel(ctx, clusters, name, node, protocol.DefaultCapacityNodeLabel)
+		perCluster[name]++
+		perCapacity[capacity]++
+		place := p.Labels[protocol.CapacityTypeLabel]
+		if slot := p.Labels[protocol.OnDemandSlotLabel]; slot != "" {
+			place += " (slot " + slot + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", p.Name, name, node, capacity, place)
+	}
+	tw.Flush()
+	fmt.Printf("\nper cluster: %v; per capacity type: %v; all %d Running %s after the Deployment was created\n",
+		perCluster, perCapacity, len(pods), time.Since(start).Round(100*time.Millisecond))
+	fmt.Printf("\nWhat the policy makes of each target for one of them:\n")
+	return runShown(ctx, "", plugin, "--kubeconfig", home.kubeconfig, "explain", "-n", "demo", pods[0].Name)
+}
+
+// nodeLabel reads one label of a node of the named cluster, "?" when it
+// cannot.
+func nodeLabel(ctx context.Context, clusters []cluster, name, node, key string) string {
+	for _, c := range clusters {
+		if c.name != name {
+			continue
+		}
+		n, err := c.client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return "?"
+		}
+		return orQuestion(n.Labels[key])
+	}
+	return "?"
+}
+
+func orQuestion(s string) string {
+	if s == "" {
+		return "?"
+	}
+	return s
 }

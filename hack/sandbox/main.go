@@ -24,6 +24,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
 	"github.com/flotilla-dev/flotilla/test/sandbox"
 )
 
@@ -40,7 +41,7 @@ func main() {
 	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
 	dir := fs.String("dir", ".sandbox/demo", "Folder for the clusters' data, kubeconfigs and logs.")
 	clusters := fs.String("clusters", "c1,c2,c3", "Comma-separated names of the clusters to start.")
-	nodes := fs.Int("nodes", 3, "Fake nodes per cluster; node i of cluster c is in zone <c>-z<i%3>.")
+	nodes := fs.Int("nodes", 3, "Fake nodes per cluster; node i of cluster c is in zone <c>-z<i%3>, a spot node when i%3 is 2, else on-demand.")
 	timeout := fs.Duration("timeout", 5*time.Minute, "How long `up` waits for the clusters.")
 	agents := fs.Bool("agents", true, "Install Flotilla's chart in every cluster and run its agent; no targets or invitations (the demo makes them, as a user would).")
 	_ = fs.Parse(os.Args[2:])
@@ -138,9 +139,14 @@ func serve(dir, clusters string, nodes int, agents bool) error {
 		spec := sandbox.ClusterSpec{Name: strings.TrimSpace(name)}
 		for i := range nodes {
 			// Small nodes: a Deployment soon outgrows one cluster.
+			capacity := protocol.CapacityOnDemand
+			if i%3 == 2 {
+				capacity = protocol.CapacitySpot
+			}
 			spec.Nodes = append(spec.Nodes, sandbox.NodeSpec{CPU: "4", Labels: map[string]string{
-				"topology.kubernetes.io/region": spec.Name,
-				"topology.kubernetes.io/zone":   fmt.Sprintf("%s-z%d", spec.Name, i%3),
+				"topology.kubernetes.io/region":   spec.Name,
+				"topology.kubernetes.io/zone":     fmt.Sprintf("%s-z%d", spec.Name, i%3),
+				protocol.DefaultCapacityNodeLabel: capacity,
 			}})
 		}
 		opts.Clusters = append(opts.Clusters, spec)
