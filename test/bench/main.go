@@ -24,6 +24,9 @@ import (
 	"syscall"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/flotilla-dev/flotilla/api/v1alpha1"
 	"github.com/flotilla-dev/flotilla/test/sandbox"
 )
 
@@ -40,8 +43,16 @@ type config struct {
 	Profile       bool   `json:"-"`
 	// Invite: every target runs an agent and invites the source through a
 	// ClusterSource; the source reaches it with the invited identity only.
-	Invite bool   `json:"invite"`
-	Out    string `json:"-"`
+	Invite bool `json:"invite"`
+	// Spread places one ReplicaSet of Pods replicas twice with Flotilla,
+	// under a region-then-zone spread policy and without a policy, over
+	// targets labelled with regions and zones.
+	Spread bool `json:"spread"`
+	// SpreadWhen is the spread's whenUnsatisfiable.
+	SpreadWhen string `json:"spreadWhen,omitempty"`
+	// PolicyFirst runs the policy's placement before the one without.
+	PolicyFirst bool   `json:"policyFirst,omitempty"`
+	Out         string `json:"-"`
 }
 
 func main() {
@@ -58,10 +69,21 @@ func main() {
 	hold := flag.Bool("hold", false, "Keep the clusters up after the run until interrupted, to look around.")
 	flag.StringVar(&cfg.AgentMemLimit, "agent-gomemlimit", "", "GOMEMLIMIT of the agent (e.g. 120MiB), as a chart sets it from the container's memory limit; empty: none.")
 	flag.BoolVar(&cfg.Invite, "invite", true, "Every target runs its own agent and invites the source (ClusterSource, least-privilege identity, ClusterSummary), as in production; false: the source uses admin kubeconfigs and targets run no agent.")
-	flag.BoolVar(&cfg.Profile, "profile", false, "Serve the agent's pprof and save its heap and a CPU profile of the Flotilla run into -out.")
+	flag.BoolVar(&cfg.Profile, "profile", false, "Serve the agent's pprof and save its heap and a CPU profile of the Flotilla run (with -spread: the run under the policy) into -out.")
+	flag.BoolVar(&cfg.Spread, "spread", false, "Label the targets with regions and zones and place one ReplicaSet of -pods replicas with Flotilla twice, under a region-then-zone spread PlacementPolicy and without a policy (the baseline: the same ReplicaSet with topologySpreadConstraints); the JSON goes into <out>/spread.")
+	flag.StringVar(&cfg.SpreadWhen, "spread-when", v1alpha1.DoNotSchedule, "With -spread: the spread's whenUnsatisfiable, DoNotSchedule or ScheduleAnyway (the baseline's topologySpreadConstraints too).")
+	flag.BoolVar(&cfg.PolicyFirst, "policy-first", false, "With -spread: place the workload under the policy first, then without (default: without first).")
 	flag.Parse()
 	if cfg.Targets < 1 || cfg.Nodes < 1 || cfg.Pods < 1 {
 		fmt.Fprintln(os.Stderr, "bench: -targets, -nodes and -pods must be at least 1")
+		os.Exit(2)
+	}
+	if cfg.SpreadWhen != v1alpha1.DoNotSchedule && cfg.SpreadWhen != v1alpha1.ScheduleAnyway {
+		fmt.Fprintln(os.Stderr, "bench: -spread-when is DoNotSchedule or ScheduleAnyway")
+		os.Exit(2)
+	}
+	if cfg.Spread && cfg.Rate > 0 {
+		fmt.Fprintln(os.Stderr, "bench: -spread makes its pods through a ReplicaSet, which has no -rate")
 		os.Exit(2)
 	}
 	cfg.Out = *out
@@ -76,6 +98,14 @@ func main() {
 		os.Exit(1)
 	}
 	name := filepath.Join(*out, fmt.Sprintf("k%d-m%d-p%d-r%g-c%d.json", cfg.Targets, cfg.Nodes, cfg.Pods, cfg.Rate, cfg.MaxCandidates))
+	if cfg.Spread {
+		// Aside from the grid's files, which the plot reads all of.
+		name = filepath.Join(*out, "spread", fmt.Sprintf("k%d-m%d-p%d-c%d-%s.json", cfg.Targets, cfg.Nodes, cfg.Pods, cfg.MaxCandidates, time.Now().UTC().Format("20060102T150405")))
+		if err := os.MkdirAll(filepath.Dir(name), 0o755); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+	}
 	raw, _ := json.MarshalIndent(report, "", "  ")
 	if err := os.WriteFile(name, raw, 0o644); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -175,17 +205,29 @@ func saveProfile(ctx context.Context, addr, what, path string) error {
 }
 
 func run(cfg config, keep, hold bool) (*Report, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeout+10*time.Minute)
+	runs := 1 // how many -timeout the whole bench may take, beside the sandbox's start
+	if cfg.Spread {
+		runs = 4 // the baseline, two Flotilla runs, the clean-up between
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(runs)*cfg.Timeout+10*time.Minute)
 	defer cancel()
 	opts := sandbox.Options{Clusters: []sandbox.ClusterSpec{{Name: "src", Nodes: []sandbox.NodeSpec{{}}}}}
 	// The baseline is plain kube-scheduler in one cluster: no Flotilla.
 	base := sandbox.ClusterSpec{Name: "base", WithoutRelease: true}
+	var where map[string]place
+	if cfg.Spread {
+		where = topology(cfg.Targets)
+	}
 	for k := 1; k <= cfg.Targets; k++ {
 		spec := sandbox.ClusterSpec{Name: fmt.Sprintf("t%d", k)}
+		labels := map[string]string{regionKey: spec.Name}
+		if p, ok := where[spec.Name]; ok {
+			labels = map[string]string{regionKey: p.Region, zoneKey: p.Zone}
+		}
 		for m := range cfg.Nodes {
 			// Room for every pod on every cluster's nodes, so that neither run
 			// is limited by capacity: 1000 pods and 64 CPUs a node.
-			n := sandbox.NodeSpec{Name: fmt.Sprintf("t%d-n%d", k, m), CPU: "64", Pods: 1000, Labels: map[string]string{"topology.kubernetes.io/region": spec.Name}}
+			n := sandbox.NodeSpec{Name: fmt.Sprintf("t%d-n%d", k, m), CPU: "64", Pods: 1000, Labels: labels}
 			spec.Nodes = append(spec.Nodes, n)
 			base.Nodes = append(base.Nodes, n)
 		}
@@ -260,15 +302,23 @@ func run(cfg config, keep, hold bool) (*Report, error) {
 	} else if agent, err = sandbox.StartAgentEnv(ctx, src, targets, agentEnv, agentArgs...); err != nil {
 		return nil, err
 	}
+	if cfg.Spread {
+		if err := labelTargets(ctx, src, where); err != nil {
+			return nil, err
+		}
+	}
 	report := &Report{Config: cfg, Date: time.Now().UTC().Format(time.RFC3339)}
 
 	fmt.Fprintln(os.Stderr, "bench: baseline run (plain kube-scheduler, one cluster)")
 	baseCluster := s.Cluster("base")
-	report.Baseline, err = measure(ctx, cfg, s.Clusters, baseCluster, nil, false, []process{{"scheduler", baseCluster.PIDs()[sandbox.Scheduler]}})
+	baseShape := podShape{}
+	if cfg.Spread {
+		baseShape = podShape{replicaSet: spreadWorkload, topologySpread: true}
+	}
+	report.Baseline, err = measure(ctx, cfg, s.Clusters, baseCluster, nil, baseShape, []process{{"scheduler", baseCluster.PIDs()[sandbox.Scheduler]}})
 	if err != nil {
 		return nil, fmt.Errorf("baseline: %w", err)
 	}
-	fmt.Fprintln(os.Stderr, "bench: flotilla run")
 	procs := []process{{"agent", agent.PID()}}
 	for _, t := range targets {
 		procs = append(procs, process{t.Name + " scheduler", t.PIDs()[sandbox.CandidateScheduler]})
@@ -276,6 +326,69 @@ func run(cfg config, keep, hold bool) (*Report, error) {
 	for i, a := range targetAgents {
 		procs = append(procs, process{targets[i].Name + " agent", a.PID()})
 	}
+	if !cfg.Spread {
+		fmt.Fprintln(os.Stderr, "bench: flotilla run")
+		report.Flotilla, err = profiledRun(ctx, cfg, pprofAddr, func() (*Run, error) {
+			return measure(ctx, cfg, s.Clusters, src, targets, podShape{optIn: true}, procs)
+		})
+		if err != nil {
+			return nil, fmt.Errorf("flotilla: %w", err)
+		}
+		return report, holdOn(ctx, report, dir, hold)
+	}
+	// The same ReplicaSet twice, under the policy and without, one after
+	// the other: the first is removed everywhere before the second starts.
+	report.Spread = &Spread{PolicyFirst: cfg.PolicyFirst, Places: where}
+	withPolicy := func() error {
+		fmt.Fprintln(os.Stderr, "bench: flotilla run under the spread policy")
+		if err := createSpreadPolicy(ctx, cfg, src); err != nil {
+			return err
+		}
+		r, err := profiledRun(ctx, cfg, pprofAddr, func() (*Run, error) {
+			return measure(ctx, cfg, s.Clusters, src, targets, podShape{optIn: true, replicaSet: spreadWorkload}, procs)
+		})
+		if err != nil {
+			return fmt.Errorf("flotilla, spread policy: %w", err)
+		}
+		report.Flotilla = r
+		return nil
+	}
+	withoutPolicy := func() error {
+		fmt.Fprintln(os.Stderr, "bench: flotilla run without a policy")
+		r, err := measure(ctx, cfg, s.Clusters, src, targets, podShape{optIn: true, replicaSet: noPolicyWorkload}, procs)
+		if err != nil {
+			return fmt.Errorf("flotilla, no policy: %w", err)
+		}
+		report.Spread.NoPolicy = r
+		return nil
+	}
+	first, second, firstWorkload := withoutPolicy, withPolicy, noPolicyWorkload
+	if cfg.PolicyFirst {
+		first, second, firstWorkload = withPolicy, withoutPolicy, spreadWorkload
+	}
+	if err := first(); err != nil {
+		return nil, err
+	}
+	if err := removeWorkload(ctx, cfg, src, targets, firstWorkload); err != nil {
+		return nil, err
+	}
+	if cfg.PolicyFirst {
+		// "Without a policy" means none in the namespace, not one that
+		// selects other pods.
+		if err := src.CRClient().Delete(ctx, &v1alpha1.PlacementPolicy{ObjectMeta: metav1.ObjectMeta{Name: spreadPolicy, Namespace: namespace}}); err != nil {
+			return nil, fmt.Errorf("deleting PlacementPolicy %s: %w", spreadPolicy, err)
+		}
+	}
+	if err := second(); err != nil {
+		return nil, err
+	}
+	return report, holdOn(ctx, report, dir, hold)
+}
+
+// profiledRun runs one Flotilla measurement; with -profile, it takes the
+// agent's CPU profile of its first 20 s, its heap at its peak and after
+// it, and its live heap after the run.
+func profiledRun(ctx context.Context, cfg config, pprofAddr string, measureRun func() (*Run, error)) (*Run, error) {
 	var profiled, peaked chan error
 	stopPeak := func() {}
 	if cfg.Profile {
@@ -286,10 +399,10 @@ func run(cfg config, keep, hold bool) (*Report, error) {
 		peaked = make(chan error, 1)
 		go func() { peaked <- savePeakHeap(peakCtx, pprofAddr, cfg.profilePath("heap-peak")) }()
 	}
-	report.Flotilla, err = measure(ctx, cfg, s.Clusters, src, targets, true, procs)
+	run, err := measureRun()
 	stopPeak()
 	if err != nil {
-		return nil, fmt.Errorf("flotilla: %w", err)
+		return nil, err
 	}
 	if cfg.Profile {
 		if err := saveProfile(ctx, pprofAddr, "heap?gc=1", cfg.profilePath("heap")); err != nil {
@@ -301,7 +414,7 @@ func run(cfg config, keep, hold bool) (*Report, error) {
 		if err != nil {
 			return nil, err
 		}
-		report.Flotilla.AgentLiveHeapMiB = float64(live) / (1 << 20)
+		run.AgentLiveHeapMiB = float64(live) / (1 << 20)
 		if err := <-profiled; err != nil {
 			return nil, err
 		}
@@ -310,6 +423,11 @@ func run(cfg config, keep, hold bool) (*Report, error) {
 		}
 		fmt.Fprintf(os.Stderr, "bench: agent profiles written to %s, %s and %s\n", cfg.profilePath("cpu"), cfg.profilePath("heap"), cfg.profilePath("heap-peak"))
 	}
+	return run, nil
+}
+
+// holdOn keeps the clusters up after the run, with -hold, until interrupted.
+func holdOn(ctx context.Context, report *Report, dir string, hold bool) error {
 	if hold {
 		fmt.Println(report.Markdown())
 		fmt.Fprintf(os.Stderr, "bench: clusters up in %s; interrupt to stop\n", dir)
@@ -317,5 +435,5 @@ func run(cfg config, keep, hold bool) (*Report, error) {
 		defer stop()
 		<-sig.Done()
 	}
-	return report, nil
+	return nil
 }

@@ -57,6 +57,12 @@ type Run struct {
 	// AgentLiveHeapMiB is the agent's heap right after a collection at the
 	// end of the run (with -profile only).
 	AgentLiveHeapMiB float64 `json:"agentLiveHeapMiB,omitempty"`
+	// PodsByNode counts the run's pods by the node they were bound to (a
+	// virtual node flotilla-<target> for Flotilla).
+	PodsByNode map[string]int `json:"podsByNode"`
+	// EventsByReason counts the Events of the run's pods in home by
+	// reason, each Event as many times as it occurred (its series).
+	EventsByReason map[string]int `json:"eventsByReason"`
 }
 
 // Percentiles of a latency, in milliseconds.
@@ -91,9 +97,25 @@ func createNamespace(ctx context.Context, c *sandbox.Cluster) error {
 	return nil
 }
 
-// measure creates cfg.Pods pods in home and times them from the create call
-// to bound and to Running, as seen by an informer in home.
-func measure(ctx context.Context, cfg config, all []*sandbox.Cluster, home *sandbox.Cluster, targets []*sandbox.Cluster, optIn bool, procs []process) (*Run, error) {
+// podShape is how a run makes its pods.
+type podShape struct {
+	// optIn labels the pods for Flotilla.
+	optIn bool
+	// replicaSet, when set, makes the pods through a ReplicaSet of this
+	// name with cfg.Pods replicas, one workload, instead of bare pods each
+	// a workload of its own; a pod's creation is then when the informer
+	// first sees it.
+	replicaSet string
+	// topologySpread gives the ReplicaSet's pods kube-scheduler's
+	// topologySpreadConstraints by region then zone (maxSkew 1,
+	// DoNotSchedule): the baseline's counterpart of a spread policy.
+	topologySpread bool
+}
+
+// measure makes cfg.Pods pods in home and times them from their creation to
+// bound and to Running, as seen by an informer in home; throughput counts
+// from the first create call (of the pods, or of their ReplicaSet).
+func measure(ctx context.Context, cfg config, all []*sandbox.Cluster, home *sandbox.Cluster, targets []*sandbox.Cluster, shape podShape, procs []process) (*Run, error) {
 	clusters := append([]*sandbox.Cluster{home}, targets...)
 	before := map[string]Requests{}
 	for _, c := range clusters {
@@ -112,8 +134,13 @@ func measure(ctx context.Context, cfg config, all []*sandbox.Cluster, home *sand
 	var mu sync.Mutex
 	created, bound, running := map[string]time.Time{}, map[string]time.Time{}, map[string]time.Time{}
 	client := home.Client()
+	labels := map[string]string{"bench": "true"}
+	if shape.replicaSet != "" {
+		labels["app"] = shape.replicaSet
+	}
+	selector := metav1.FormatLabelSelector(&metav1.LabelSelector{MatchLabels: labels})
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(namespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = "bench=true" }))
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }))
 	see := func(obj any) {
 		pod, ok := obj.(*corev1.Pod)
 		if !ok {
@@ -122,6 +149,9 @@ func measure(ctx context.Context, cfg config, all []*sandbox.Cluster, home *sand
 		now := time.Now()
 		mu.Lock()
 		defer mu.Unlock()
+		if _, seen := created[pod.Name]; !seen && shape.replicaSet != "" {
+			created[pod.Name] = now
+		}
 		if _, seen := bound[pod.Name]; !seen && pod.Spec.NodeName != "" {
 			bound[pod.Name] = now
 		}
@@ -135,11 +165,83 @@ func measure(ctx context.Context, cfg config, all []*sandbox.Cluster, home *sand
 	factory.Start(stop)
 	factory.WaitForCacheSync(stop)
 
-	labels := map[string]string{"bench": "true"}
-	if optIn {
+	if shape.optIn {
 		labels[protocol.ElectLabel] = "true"
 	}
 	start := time.Now()
+	if shape.replicaSet != "" {
+		rs := benchReplicaSet(shape, cfg, labels)
+		if _, err := client.AppsV1().ReplicaSets(namespace).Create(ctx, rs, metav1.CreateOptions{}); err != nil {
+			return nil, fmt.Errorf("creating ReplicaSet %s: %w", rs.Name, err)
+		}
+	} else if err := createPods(ctx, cfg, home, labels, &mu, created); err != nil {
+		return nil, err
+	}
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, cfg.Timeout, true, func(context.Context) (bool, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(running) == cfg.Pods && len(bound) == cfg.Pods, nil
+	})
+	mu.Lock()
+	nBound, nRunning := len(bound), len(running)
+	mu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("only %d bound and %d Running of %d pods after %s", nBound, nRunning, cfg.Pods, cfg.Timeout)
+	}
+	r := &Run{Pods: cfg.Pods, Requests: map[string]Requests{}, PodsByNode: map[string]int{}}
+	for _, obj := range factory.Core().V1().Pods().Informer().GetStore().List() {
+		if pod, ok := obj.(*corev1.Pod); ok && pod.Spec.NodeName != "" {
+			r.PodsByNode[pod.Spec.NodeName]++
+		}
+	}
+	mu.Lock()
+	lastBound, lastRunning := latest(bound), latest(running)
+	r.BoundMillis = percentiles(created, bound)
+	r.RunningMillis = percentiles(created, running)
+	mu.Unlock()
+	r.Seconds = lastRunning.Sub(start).Seconds()
+	r.PodsPerSecondBound = float64(cfg.Pods) / lastBound.Sub(start).Seconds()
+	r.PodsPerSecondRunning = float64(cfg.Pods) / lastRunning.Sub(start).Seconds()
+	for _, c := range clusters {
+		after, err := scrapeRequests(ctx, c)
+		if err != nil {
+			return nil, err
+		}
+		req := Requests{
+			All:          (after.All - before[c.Name].All) / float64(cfg.Pods),
+			Writes:       (after.Writes - before[c.Name].Writes) / float64(cfg.Pods),
+			WritesByKind: map[string]float64{},
+		}
+		for kind, n := range after.WritesByKind {
+			if d := n - before[c.Name].WritesByKind[kind]; d > 0 {
+				req.WritesByKind[kind] = d / float64(cfg.Pods)
+			}
+		}
+		r.Requests[c.Name] = req
+	}
+	// Read after the request counts, which it would add to.
+	if r.EventsByReason, err = eventsByReason(ctx, home, factory.Core().V1().Pods().Informer().GetStore().ListKeys()); err != nil {
+		return nil, err
+	}
+	for _, p := range procs {
+		cpu, rss := readProc(p.pid)
+		r.Processes = append(r.Processes, ProcessCost{Name: p.name, CPUSeconds: cpu - cpuBefore[p.name], PeakRSSMiB: rss})
+	}
+	cpuEnd := machineCPU(all)
+	r.MachineCPUSeconds = cpuEnd.total - cpuStart.total
+	r.CPUByComponent = since(cpuEnd.byComponent, cpuStart.byComponent)
+	r.CPUByCluster = map[string]float64{}
+	for _, c := range clusters {
+		r.CPUByCluster[c.Name] = cpuEnd.byCluster[c.Name] - cpuStart.byCluster[c.Name]
+	}
+	r.HomeCPUByComponent = since(cpuEnd.byClusterComponent[home.Name], cpuStart.byClusterComponent[home.Name])
+	return r, nil
+}
+
+// createPods creates cfg.Pods bare pods in home, 16 creators in parallel or
+// at cfg.Rate, and records when each create call was made.
+func createPods(ctx context.Context, cfg config, home *sandbox.Cluster, labels map[string]string, mu *sync.Mutex, created map[string]time.Time) error {
+	client := home.Client()
 	names := make(chan string)
 	errs := make(chan error, cfg.Pods)
 	var wg sync.WaitGroup
@@ -171,58 +273,34 @@ func measure(ctx context.Context, cfg config, all []*sandbox.Cluster, home *sand
 	wg.Wait()
 	close(errs)
 	for err := range errs {
-		return nil, fmt.Errorf("creating pods: %w", err)
+		return fmt.Errorf("creating pods: %w", err)
 	}
-	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, cfg.Timeout, true, func(context.Context) (bool, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(running) == cfg.Pods && len(bound) == cfg.Pods, nil
-	})
-	mu.Lock()
-	nBound, nRunning := len(bound), len(running)
-	mu.Unlock()
+	return nil
+}
+
+// eventsByReason counts the Events of the pods named by keys
+// (namespace/name), each as often as it occurred.
+func eventsByReason(ctx context.Context, home *sandbox.Cluster, keys []string) (map[string]int, error) {
+	pods := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		pods[strings.TrimPrefix(k, namespace+"/")] = true
+	}
+	list, err := home.Client().CoreV1().Events(namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("only %d bound and %d Running of %d pods after %s", nBound, nRunning, cfg.Pods, cfg.Timeout)
+		return nil, fmt.Errorf("cluster %s: listing events: %w", home.Name, err)
 	}
-	r := &Run{Pods: cfg.Pods, Requests: map[string]Requests{}}
-	mu.Lock()
-	lastBound, lastRunning := latest(bound), latest(running)
-	r.BoundMillis = percentiles(created, bound)
-	r.RunningMillis = percentiles(created, running)
-	mu.Unlock()
-	r.Seconds = lastRunning.Sub(start).Seconds()
-	r.PodsPerSecondBound = float64(cfg.Pods) / lastBound.Sub(start).Seconds()
-	r.PodsPerSecondRunning = float64(cfg.Pods) / lastRunning.Sub(start).Seconds()
-	for _, c := range clusters {
-		after, err := scrapeRequests(ctx, c)
-		if err != nil {
-			return nil, err
+	out := map[string]int{}
+	for _, e := range list.Items {
+		if e.InvolvedObject.Kind != "Pod" || !pods[e.InvolvedObject.Name] {
+			continue
 		}
-		req := Requests{
-			All:          (after.All - before[c.Name].All) / float64(cfg.Pods),
-			Writes:       (after.Writes - before[c.Name].Writes) / float64(cfg.Pods),
-			WritesByKind: map[string]float64{},
+		n := int(e.Count)
+		if e.Series != nil {
+			n = int(e.Series.Count)
 		}
-		for kind, n := range after.WritesByKind {
-			if d := n - before[c.Name].WritesByKind[kind]; d > 0 {
-				req.WritesByKind[kind] = d / float64(cfg.Pods)
-			}
-		}
-		r.Requests[c.Name] = req
+		out[e.Reason] += max(n, 1)
 	}
-	for _, p := range procs {
-		cpu, rss := readProc(p.pid)
-		r.Processes = append(r.Processes, ProcessCost{Name: p.name, CPUSeconds: cpu - cpuBefore[p.name], PeakRSSMiB: rss})
-	}
-	cpuEnd := machineCPU(all)
-	r.MachineCPUSeconds = cpuEnd.total - cpuStart.total
-	r.CPUByComponent = since(cpuEnd.byComponent, cpuStart.byComponent)
-	r.CPUByCluster = map[string]float64{}
-	for _, c := range clusters {
-		r.CPUByCluster[c.Name] = cpuEnd.byCluster[c.Name] - cpuStart.byCluster[c.Name]
-	}
-	r.HomeCPUByComponent = since(cpuEnd.byClusterComponent[home.Name], cpuStart.byClusterComponent[home.Name])
-	return r, nil
+	return out, nil
 }
 
 // cpuSample is the CPU seconds every process of the sandbox used so far, in

@@ -13,6 +13,9 @@ type Report struct {
 	Date     string `json:"date"`
 	Flotilla *Run   `json:"flotilla"`
 	Baseline *Run   `json:"baseline"`
+	// Spread (with -spread): Flotilla is the run under the spread policy,
+	// and this holds the run without a policy.
+	Spread *Spread `json:"spread,omitempty"`
 }
 
 // Markdown renders the report; every Flotilla figure is also given as a
@@ -20,10 +23,7 @@ type Report struct {
 func (r *Report) Markdown() string {
 	var b strings.Builder
 	f, base := r.Flotilla, r.Baseline
-	cands := "all targets"
-	if r.Config.MaxCandidates > 0 && r.Config.MaxCandidates < r.Config.Targets {
-		cands = fmt.Sprintf("%d target(s)", r.Config.MaxCandidates)
-	}
+	cands := candidatesText(r.Config)
 	memLimit := ""
 	if r.Config.AgentMemLimit != "" {
 		memLimit = ", agent GOMEMLIMIT=" + r.Config.AgentMemLimit
@@ -31,6 +31,9 @@ func (r *Report) Markdown() string {
 	access := "admin kubeconfigs"
 	if r.Config.Invite {
 		access = "invited (ClusterSource per target)"
+	}
+	if r.Spread != nil {
+		r.spreadMarkdown(&b)
 	}
 	fmt.Fprintf(&b, "### K=%d targets × M=%d nodes, P=%d pods, rate %s, candidates to %s%s, %s, %s\n\n", r.Config.Targets, r.Config.Nodes, r.Config.Pods, rateText(r.Config.Rate), cands, memLimit, access, r.Date)
 	fmt.Fprintln(&b, "| figure | flotilla | baseline (kube-scheduler, one cluster) | ratio |")
@@ -157,4 +160,121 @@ func rateText(rate float64) string {
 		return "burst"
 	}
 	return fmt.Sprintf("%g pods/s", rate)
+}
+
+// spreadMarkdown compares the Flotilla runs of one ReplicaSet under the
+// spread policy (a) and without a policy (b), with the baseline's
+// kube-scheduler spreading the same ReplicaSet by topologySpreadConstraints.
+func (r *Report) spreadMarkdown(b *strings.Builder) {
+	a, n, base := r.Flotilla, r.Spread.NoPolicy, r.Baseline
+	order := "without a policy first, then under the policy"
+	if r.Spread.PolicyFirst {
+		order = "under the policy first, then without"
+	}
+	fmt.Fprintf(b, "### Spread policy (%s): K=%d targets × M=%d nodes, one ReplicaSet of P=%d, candidates to %s, %s, %s\n\n", r.Config.SpreadWhen, r.Config.Targets, r.Config.Nodes, r.Config.Pods, candidatesText(r.Config), order, r.Date)
+	fmt.Fprintln(b, "| figure | (a) flotilla, spread policy | (b) flotilla, no policy | a ÷ b | baseline (kube-scheduler, topologySpreadConstraints) |")
+	fmt.Fprintln(b, "|---|---|---|---|---|")
+	row := func(name string, av, nv, bv float64, format string) {
+		ratio := "-"
+		if nv != 0 {
+			ratio = fmt.Sprintf("%.2f", av/nv)
+		}
+		baseText := "-"
+		if bv >= 0 {
+			baseText = fmt.Sprintf(format, bv)
+		}
+		fmt.Fprintf(b, "| %s | "+format+" | "+format+" | %s | %s |\n", name, av, nv, ratio, baseText)
+	}
+	row("pods/s to bound", a.PodsPerSecondBound, n.PodsPerSecondBound, base.PodsPerSecondBound, "%.1f")
+	row("pods/s to Running", a.PodsPerSecondRunning, n.PodsPerSecondRunning, base.PodsPerSecondRunning, "%.1f")
+	row("p50 create→bound, ms", a.BoundMillis.P50, n.BoundMillis.P50, base.BoundMillis.P50, "%.0f")
+	row("p99 create→bound, ms", a.BoundMillis.P99, n.BoundMillis.P99, base.BoundMillis.P99, "%.0f")
+	row("p99 create→Running, ms", a.RunningMillis.P99, n.RunningMillis.P99, base.RunningMillis.P99, "%.0f")
+	baseReq := base.Requests["base"]
+	row("source writes/pod", a.Requests["src"].Writes, n.Requests["src"].Writes, baseReq.Writes, "%.2f")
+	row("source writes/pod to objects (no Events, Leases)", objectWrites(a.Requests["src"]), objectWrites(n.Requests["src"]), objectWrites(baseReq), "%.2f")
+	targetWrites := func(run *Run, objects bool) float64 {
+		total := 0.0
+		for name, req := range run.Requests {
+			switch {
+			case name == "src":
+			case objects:
+				total += objectWrites(req)
+			default:
+				total += req.Writes
+			}
+		}
+		return total
+	}
+	row("all targets' writes/pod", targetWrites(a, false), targetWrites(n, false), -1, "%.2f")
+	row("all targets' writes/pod to objects", targetWrites(a, true), targetWrites(n, true), -1, "%.2f")
+	row("CPU of all sandbox processes, s", a.MachineCPUSeconds, n.MachineCPUSeconds, base.MachineCPUSeconds, "%.1f")
+	row("cores busy during the run (of 2)", a.MachineCPUSeconds/a.Seconds, n.MachineCPUSeconds/n.Seconds, base.MachineCPUSeconds/base.Seconds, "%.2f")
+	perPod := func(run *Run, cluster string) float64 { return 1000 * run.CPUByCluster[cluster] / float64(run.Pods) }
+	row("CPU/pod of the source cluster, ms", perPod(a, "src"), perPod(n, "src"), perPod(base, "base"), "%.1f")
+	agentCPU := func(run *Run) float64 {
+		for _, p := range run.Processes {
+			if p.Name == "agent" {
+				return p.CPUSeconds
+			}
+		}
+		return 0
+	}
+	row("source agent CPU, s", agentCPU(a), agentCPU(n), -1, "%.1f")
+	reasons := map[string]bool{}
+	for _, run := range []*Run{a, n, base} {
+		for reason := range run.EventsByReason {
+			reasons[reason] = true
+		}
+	}
+	var sortedReasons []string
+	for reason := range reasons {
+		sortedReasons = append(sortedReasons, reason)
+	}
+	sort.Strings(sortedReasons)
+	for _, reason := range sortedReasons {
+		per := func(run *Run) float64 { return float64(run.EventsByReason[reason]) / float64(run.Pods) }
+		row("Events `"+reason+"` per pod (with repeats)", per(a), per(n), per(base), "%.2f")
+	}
+	fmt.Fprintf(b, "| pods per zone | %s | %s | | %s |\n\n", zoneText(zoneCounts(a, r.Spread.Places)), zoneText(zoneCounts(n, r.Spread.Places)), zoneText(zoneCounts(base, r.Spread.Places)))
+
+	fmt.Fprintln(b, "Writes per pod by kind, (a) under the policy and (b) without:")
+	fmt.Fprintln(b)
+	fmt.Fprintln(b, "| kind | source (a) | source (b) | all targets (a) | all targets (b) |")
+	fmt.Fprintln(b, "|---|---|---|---|---|")
+	byKind := func(run *Run, source bool) map[string]float64 {
+		out := map[string]float64{}
+		for name, req := range run.Requests {
+			if (name == "src") == source {
+				for k, v := range req.WritesByKind {
+					out[k] += v
+				}
+			}
+		}
+		return out
+	}
+	as, ns, at, nt := byKind(a, true), byKind(n, true), byKind(a, false), byKind(n, false)
+	kinds := map[string]bool{}
+	for _, m := range []map[string]float64{as, ns, at, nt} {
+		for k := range m {
+			kinds[k] = true
+		}
+	}
+	var sorted []string
+	for k := range kinds {
+		sorted = append(sorted, k)
+	}
+	sort.Strings(sorted)
+	for _, k := range sorted {
+		fmt.Fprintf(b, "| %s | %.2f | %.2f | %.2f | %.2f |\n", k, as[k], ns[k], at[k], nt[k])
+	}
+	fmt.Fprint(b, "\nThe run under the policy against the baseline:\n\n")
+}
+
+// candidatesText says how many targets get a candidate of each pod at first.
+func candidatesText(c config) string {
+	if c.MaxCandidates > 0 && c.MaxCandidates < c.Targets {
+		return fmt.Sprintf("%d target(s)", c.MaxCandidates)
+	}
+	return "all targets"
 }
