@@ -115,7 +115,11 @@ func main() {
 }
 
 func (c config) profilePath(kind string) string {
-	return filepath.Join(c.Out, fmt.Sprintf("k%d-m%d-p%d-r%g-c%d-agent-%s.pprof", c.Targets, c.Nodes, c.Pods, c.Rate, c.MaxCandidates, kind))
+	dir := c.Out
+	if c.Spread {
+		dir = filepath.Join(dir, "spread") // beside its JSON, not over the grid's profiles
+	}
+	return filepath.Join(dir, fmt.Sprintf("k%d-m%d-p%d-r%g-c%d-agent-%s.pprof", c.Targets, c.Nodes, c.Pods, c.Rate, c.MaxCandidates, kind))
 }
 
 // savePeakHeap samples the agent's heap every second until ctx is done and
