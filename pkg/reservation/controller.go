@@ -96,6 +96,10 @@ type Controller struct {
 	// (by UID) until the cache shows it: a reconcile on an older copy would
 	// only lose the optimistic-concurrency race, at the cost of a write.
 	elections sync.Map
+	// waiters are the pods the spread narrowed, woken when a sibling moves.
+	waiters spreadWaiters
+	// changes sends pods to the queue.
+	changes chan<- event.TypedGenericEvent[*corev1.Pod]
 }
 
 type writtenElection struct {
@@ -122,6 +126,7 @@ func (c *Controller) staleElection(pod *corev1.Pod) bool {
 // change in every target to its source pod.
 func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 	changes := make(chan event.TypedGenericEvent[*corev1.Pod], 1024)
+	c.changes = changes
 	c.Targets.OnCandidate(func(cand *corev1.Pod) {
 		ns, name := cand.Annotations[protocol.SourceNamespaceAnnotation], cand.Annotations[protocol.SourceNameAnnotation]
 		if ns == "" || name == "" {
@@ -202,11 +207,19 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, nil
 	}
 	if pod.DeletionTimestamp != nil {
+		// Its siblings' counts change: those it narrowed look again.
+		if key := workloadOf(pod); key != "" {
+			c.waiters.done(pod.Namespace+"/"+key, req.NamespacedName, false)
+		}
+		c.wakeSiblings(pod)
 		return c.cleanUp(ctx, pod.Namespace, pod.Name, "", "", targets)
 	}
 	if pod.Spec.NodeName != "" {
 		c.bound.Delete(pod.UID)
 		c.forget(pod.UID)
+		if key := workloadOf(pod); key != "" {
+			c.waiters.done(pod.Namespace+"/"+key, req.NamespacedName, false)
+		}
 		// Bound: keep the delegate in the elected target, remove the rest
 		// (including candidates of an earlier pod with the same name).
 		elected := ""
@@ -246,11 +259,19 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		log.Info("Deleting candidates of an earlier pod of the same name failed; will retry", "error", err.Error())
 		unhealthy = true
 	}
+	waitKey, seen := "", uint64(0)
 	if pl.policy.Spreads() {
+		if key := workloadOf(pod); key != "" {
+			waitKey = pod.Namespace + "/" + key
+			seen = c.waiters.begin(waitKey)
+		}
 		// Counted without the workload's lock: only which targets get a
 		// candidate depends on it; the election counts again under it.
 		placed, err := c.siblingDomains(ctx, pod, &pl)
 		if err != nil {
+			if waitKey != "" {
+				c.waiters.done(waitKey, req.NamespacedName, true)
+			}
 			return reconcile.Result{}, err
 		}
 		c.prepareFanOut(&pl, placed)
@@ -266,7 +287,20 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	// Candidates the policy no longer sends (it changed, or the spread
 	// moved) are still looked at: a bound one must be adopted, and the
 	// others are never elected.
-	placements = append(placements, c.leftOut(pod, invited, eligible, &pl)...)
+	kept, deleted := c.leftOut(ctx, pod, election, invited, eligible, &pl)
+	placements = append(placements, kept...)
+	if !deleted {
+		unhealthy = true
+	}
+	lookAgain := false
+	if waitKey != "" {
+		// Narrowed by the spread: a sibling moving may widen it again.
+		if pl.narrowedBySpread() {
+			lookAgain = c.waiters.wait(waitKey, req.NamespacedName, seen)
+		} else {
+			c.waiters.done(waitKey, req.NamespacedName, true)
+		}
+	}
 	observed := make([]Observed, 0, len(placements))
 	for _, p := range placements {
 		o := observe(p)
@@ -322,6 +356,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			}
 			return reconcile.Result{}, err
 		}
+		c.wakeSiblings(pod)
 		if d.Elect.Elected() {
 			// No Event: one write per pod less in the source; the Scheduled
 			// event names the winner.
@@ -348,10 +383,33 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			c.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, "NoTargetAvailable", "Elect", "No target can run this pod: %s", reasons)
 		}
 	}
+	if lookAgain {
+		// A sibling moved while this pod counted: count again now.
+		return reconcile.Result{Requeue: true}, nil
+	}
 	if unhealthy {
 		return reconcile.Result{RequeueAfter: retryUnhealthy}, nil
 	}
 	return reconcile.Result{}, nil
+}
+
+// wakeSiblings records that a pod's place among its workload's changed
+// (elected, withdrawn, deleted) and sends the siblings the spread narrowed
+// to the queue.
+func (c *Controller) wakeSiblings(pod *corev1.Pod) {
+	key := workloadOf(pod)
+	if key == "" {
+		return
+	}
+	pods := c.waiters.changed(pod.Namespace + "/" + key)
+	if len(pods) == 0 || c.changes == nil {
+		return
+	}
+	go func() {
+		for _, p := range pods {
+			c.changes <- event.TypedGenericEvent[*corev1.Pod]{Object: &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name}}}
+		}
+	}()
 }
 
 // objectsOf is what the pod needs copied into the targets (nil: nothing),

@@ -351,7 +351,7 @@ func (t *Target) Candidates() []*corev1.Pod {
 // Create creates a candidate; an existing one is not an error. created
 // tells whether this call made it.
 func (t *Target) Create(ctx context.Context, candidate *corev1.Pod) (created bool, err error) {
-	key := "create/" + candidate.Namespace + "/" + candidate.Name + "/" + candidate.Labels[protocol.SourceUIDLabel]
+	key := createKey(candidate.Namespace, candidate.Name, candidate.Labels[protocol.SourceUIDLabel])
 	if t.writes.has(key) {
 		return false, nil
 	}
@@ -370,6 +370,18 @@ func (t *Target) Create(ctx context.Context, candidate *corev1.Pod) (created boo
 	}
 	t.writes.add(key)
 	return true, t.observe(nil)
+}
+
+// createKey names the creation of a source pod's candidate in writes.
+func createKey(namespace, name, sourceUID string) string {
+	return "create/" + namespace + "/" + name + "/" + sourceUID
+}
+
+// ForgetCreate forgets that this process created the candidate of source
+// pod sourceUID, so that Create makes it again after it was deleted on
+// purpose (a placement policy excluded its target, then allows it again).
+func (t *Target) ForgetCreate(namespace, name string, sourceUID types.UID) {
+	t.writes.forget(createKey(namespace, name, string(sourceUID)))
 }
 
 // Delete deletes a candidate if it still has the given UID (empty: any).
