@@ -292,15 +292,22 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if !deleted {
 		unhealthy = true
 	}
-	lookAgain := false
-	if waitKey != "" {
-		// Narrowed by the spread: a sibling moving may widen it again.
-		if pl.narrowedBySpread() {
-			lookAgain = c.waiters.wait(waitKey, req.NamespacedName, seen)
-		} else {
-			c.waiters.done(waitKey, req.NamespacedName, true)
+	// endCount ends the count begun above: a pod the spread narrowed (a
+	// target excluded, or every reservation it holds) waits for a sibling
+	// to move; it reports whether one moved meanwhile, to count again now.
+	endCount := func(narrowed bool) (lookAgain bool) {
+		if waitKey == "" {
+			return false
 		}
+		key := waitKey
+		waitKey = ""
+		if narrowed {
+			return c.waiters.wait(key, req.NamespacedName, seen)
+		}
+		c.waiters.done(key, req.NamespacedName, true)
+		return false
 	}
+	lookAgain := false
 	observed := make([]Observed, 0, len(placements))
 	for _, p := range placements {
 		o := observe(p)
@@ -320,25 +327,39 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 		observed = append(observed, o)
 	}
+	// unlock releases the workload's lock once the election is written:
+	// siblings count it from then on (c.elections), so the allowance and
+	// the rest need not hold them up.
+	unlock := func() {}
+	defer func() { unlock() }()
 	if pl.policy != nil && !election.Elected() && anyReserved(observed) {
 		var placed []placement.Domain
 		if pl.policy.Spreads() {
 			// Siblings elect one at a time, each counting the others'.
 			if key := workloadOf(pod); key != "" {
-				defer c.locks.lock(pod.Namespace + "/" + key)()
+				unlock = c.locks.lock(pod.Namespace + "/" + key)
 			}
 			if placed, err = c.siblingDomains(ctx, pod, &pl); err != nil {
+				endCount(false)
 				return reconcile.Result{}, err
 			}
 		}
 		c.judge(pod, &pl, placed, observed)
 		if wait, open := c.windowOpen(pod, &pl, observed); open && !anyBound(observed) {
+			endCount(pl.narrowedBySpread())
 			return reconcile.Result{RequeueAfter: wait}, nil
 		}
 		if excludedReservation(observed) {
-			// Siblings moving may allow it: look again.
-			unhealthy = true
+			// Siblings moving may allow it: look again when one does, or
+			// after a while for a pod of no workload.
+			if waitKey == "" {
+				unhealthy = true
+			}
+			lookAgain = endCount(true)
 		}
+	}
+	if endCount(pl.narrowedBySpread()) {
+		lookAgain = true
 	}
 	d := decide(string(pod.UID), election, observed)
 	for _, v := range d.Violations {
@@ -356,6 +377,8 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			}
 			return reconcile.Result{}, err
 		}
+		unlock()
+		unlock = func() {}
 		c.wakeSiblings(pod)
 		if d.Elect.Elected() {
 			// No Event: one write per pod less in the source; the Scheduled
