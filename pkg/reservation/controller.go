@@ -287,11 +287,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	// Candidates the policy no longer sends (it changed, or the spread
 	// moved) are still looked at: a bound one must be adopted, and the
 	// others are never elected.
-	kept, deleted := c.leftOut(ctx, pod, election, invited, eligible, &pl)
-	placements = append(placements, kept...)
-	if !deleted {
-		unhealthy = true
-	}
+	placements = append(placements, c.leftOut(pod, invited, eligible, &pl)...)
 	// endCount ends the count begun above: a pod the spread narrowed (a
 	// target excluded, or every reservation it holds) waits for a sibling
 	// to move; it reports whether one moved meanwhile, to count again now.

@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -53,39 +52,24 @@ type plan struct {
 
 // leftOut returns the candidates of the pod in invited targets that did
 // not get one in this fan-out, as placements to observe. Under a policy,
-// the plan records why each may not be elected. A candidate in a target
-// the plan excludes (policy, spread, or nodes that cannot run the pod),
-// neither bound nor elected, is deleted instead: it could only hold a
-// node, again after every Permit timeout, where it may not be elected; the
-// fan-out sends a new one if the target is allowed again. It returns
-// false when a deletion failed, to look again.
-func (c *Controller) leftOut(ctx context.Context, pod *corev1.Pod, election protocol.Election, invited, eligible []*target.Target, p *plan) ([]candidate.Placement, bool) {
+// the plan records why each may not be elected. They are not deleted: in
+// a burst the spread's verdicts change with every sibling elected, and
+// deleting and sending candidates again as they flip costs far more (tens
+// of writes per pod in the benchmark) than the node they hold until their
+// Permit times out.
+func (c *Controller) leftOut(pod *corev1.Pod, invited, eligible []*target.Target, p *plan) []candidate.Placement {
 	in := make(map[string]bool, len(eligible))
 	for _, t := range eligible {
 		in[t.Name] = true
 	}
 	name := candidate.CandidateNameOf(pod, c.SourceCluster)
 	var out []candidate.Placement
-	ok := true
 	for _, t := range invited {
 		if in[t.Name] {
 			continue
 		}
-		cand, found := t.Candidate(t.NamespaceFor(pod.Namespace), name)
-		if !found || types.UID(cand.Labels[protocol.SourceUIDLabel]) != pod.UID {
-			continue
-		}
-		why, excluded := p.excluded[t.Name]
-		if excluded && cand.Spec.NodeName == "" && election.Target != t.Name {
-			if cand.DeletionTimestamp == nil {
-				if err := t.Delete(ctx, cand.Namespace, cand.Name, cand.UID); err != nil {
-					logr.FromContextOrDiscard(ctx).Info("Deleting a candidate the plan excludes failed; will retry", "target", t.Name, "error", err.Error())
-					ok = false
-				} else {
-					// Sent again if the target is allowed again.
-					t.ForgetCreate(cand.Namespace, cand.Name, pod.UID)
-				}
-			}
+		cand, ok := t.Candidate(t.NamespaceFor(pod.Namespace), name)
+		if !ok || types.UID(cand.Labels[protocol.SourceUIDLabel]) != pod.UID {
 			continue
 		}
 		out = append(out, candidate.Placement{Target: t, Candidate: cand})
@@ -93,13 +77,14 @@ func (c *Controller) leftOut(ctx context.Context, pod *corev1.Pod, election prot
 			if p.leftOut == nil {
 				p.leftOut = map[string]string{}
 			}
+			why := p.excluded[t.Name]
 			if why == "" {
 				why = "not selected by the placement policy now"
 			}
 			p.leftOut[t.Name] = why
 		}
 	}
-	return out, ok
+	return out
 }
 
 // planFor resolves the policy of a source pod and selects its targets.

@@ -377,13 +377,6 @@ func createKey(namespace, name, sourceUID string) string {
 	return "create/" + namespace + "/" + name + "/" + sourceUID
 }
 
-// ForgetCreate forgets that this process created the candidate of source
-// pod sourceUID, so that Create makes it again after it was deleted on
-// purpose (a placement policy excluded its target, then allows it again).
-func (t *Target) ForgetCreate(namespace, name string, sourceUID types.UID) {
-	t.writes.forget(createKey(namespace, name, string(sourceUID)))
-}
-
 // Delete deletes a candidate if it still has the given UID (empty: any).
 func (t *Target) Delete(ctx context.Context, namespace, name string, uid types.UID) error {
 	key := "delete/" + namespace + "/" + name + "/" + string(uid)
