@@ -311,7 +311,7 @@ func policyScene(ctx context.Context, home cluster, clusters []cluster, kubectl,
 		return err
 	}
 	start := time.Now()
-	if err := createDeployment(ctx, home.client, "web", replicas, "500m"); err != nil {
+	if err := createDeployment(ctx, home.client, "web", replicas, "250m"); err != nil {
 		return err
 	}
 	pods, err := waitRunning(ctx, home.client, "web", replicas)

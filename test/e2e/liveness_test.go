@@ -165,10 +165,7 @@ func sourceAndTarget(t *testing.T, cpu string) (src, c2 *sandbox.Cluster) {
 	}})
 	src, c2 = s.Cluster("src"), s.Cluster("c2")
 	for _, c := range []*sandbox.Cluster{src, c2} {
-		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: placementNS, Labels: map[string]string{protocol.NamespaceEnabledLabel: "true"}}}
-		if _, err := c.Client().CoreV1().Namespaces().Create(t.Context(), ns, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		createNamespace(t, c.Client(), placementNS)
 	}
 	if _, err := sandbox.StartAgent(t.Context(), src, []*sandbox.Cluster{c2}); err != nil {
 		t.Fatal(err)

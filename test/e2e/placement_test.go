@@ -34,10 +34,7 @@ func placementSandbox(t *testing.T) (*sandbox.Sandbox, *sandbox.Agent) {
 	}})
 	ctx := t.Context()
 	for _, c := range s.Clusters {
-		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: placementNS, Labels: map[string]string{protocol.NamespaceEnabledLabel: "true"}}}
-		if _, err := c.Client().CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		createNamespace(t, c.Client(), placementNS)
 	}
 	agent, err := sandbox.StartAgent(ctx, s.Cluster("c1"), s.Clusters)
 	if err != nil {

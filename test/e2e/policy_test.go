@@ -48,10 +48,7 @@ func TestPlacementPolicy(t *testing.T) {
 	}})
 	ctx := t.Context()
 	for _, c := range s.Clusters {
-		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: placementNS, Labels: map[string]string{protocol.NamespaceEnabledLabel: "true"}}}
-		if _, err := c.Client().CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		createNamespace(t, c.Client(), placementNS)
 	}
 	c1 := s.Cluster("c1")
 	if _, err := sandbox.StartAgent(ctx, c1, s.Clusters); err != nil {

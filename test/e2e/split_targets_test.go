@@ -53,10 +53,7 @@ func TestCapacitySplitAcrossTargets(t *testing.T) {
 	}})
 	ctx := t.Context()
 	for _, c := range s.Clusters {
-		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: acrossNS, Labels: map[string]string{protocol.NamespaceEnabledLabel: "true"}}}
-		if _, err := c.Client().CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		createNamespace(t, c.Client(), acrossNS)
 	}
 	agent, err := sandbox.StartAgent(ctx, s.Cluster("src"), s.Clusters)
 	if err != nil {

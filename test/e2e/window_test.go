@@ -33,10 +33,7 @@ func TestFanOutWindow(t *testing.T) {
 	}})
 	ctx := t.Context()
 	for _, c := range s.Clusters {
-		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: placementNS, Labels: map[string]string{protocol.NamespaceEnabledLabel: "true"}}}
-		if _, err := c.Client().CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		createNamespace(t, c.Client(), placementNS)
 	}
 	targets := []*sandbox.Cluster{s.Cluster("small1"), s.Cluster("small2"), s.Cluster("big")}
 	if _, err := sandbox.StartAgent(ctx, s.Cluster("src"), targets, "--max-candidates=1"); err != nil {
