@@ -186,17 +186,7 @@ func explainPolicy(pod *corev1.Pod, res policy.Resolved, views []policyView, sib
 			pe.Siblings[showDomain(d)]++
 		}
 	}
-	best := map[string]placement.Verdict{}
-	why := map[string]string{}
-	for _, v := range placement.Evaluate(compiled.Constraints, compiled.Weight, known, placed, options) {
-		if v.Excluded != "" {
-			why[v.Cluster] = v.Excluded
-			continue
-		}
-		if b, ok := best[v.Cluster]; !ok || v.Total > b.Total || v.Total == b.Total && v.Domain.Key() < b.Domain.Key() {
-			best[v.Cluster] = v
-		}
-	}
+	best, why := placement.BestPerCluster(placement.Evaluate(compiled.Constraints, compiled.Weight, known, placed, options))
 	for _, cl := range selected {
 		a := answerOf[cl.Name]
 		if a == nil {

@@ -157,6 +157,28 @@ func Best(verdicts []Verdict) (Verdict, bool) {
 	return best, found
 }
 
+// BestPerCluster picks, for each cluster with an option not excluded, its
+// best one: the higher Total, then the smaller Domain.Key() (a cluster
+// spanning several domains is counted, and its candidate pinned, in that
+// one). excluded says why, for each cluster all of whose options are
+// excluded, the last of them is.
+func BestPerCluster(verdicts []Verdict) (best map[string]Verdict, excluded map[string]string) {
+	best, excluded = map[string]Verdict{}, map[string]string{}
+	for _, v := range verdicts {
+		if v.Excluded != "" {
+			excluded[v.Cluster] = v.Excluded
+			continue
+		}
+		if b, ok := best[v.Cluster]; !ok || v.Total > b.Total || v.Total == b.Total && v.Domain.Key() < b.Domain.Key() {
+			best[v.Cluster] = v
+		}
+	}
+	for name := range best {
+		delete(excluded, name)
+	}
+	return best, excluded
+}
+
 func outranks(a, b Verdict) bool {
 	return cmp.Or(
 		cmp.Compare(b.Total, a.Total),

@@ -43,3 +43,23 @@ func TestUnfit(t *testing.T) {
 		})
 	}
 }
+
+func TestBestPerCluster(t *testing.T) {
+	best, excluded := BestPerCluster([]Verdict{
+		{Option: Option{Cluster: "a", Domain: Domain{"z2"}}, Total: 10},
+		{Option: Option{Cluster: "a", Domain: Domain{"z1"}}, Total: 10},
+		{Option: Option{Cluster: "a", Domain: Domain{"z0"}}, Excluded: "skew"},
+		{Option: Option{Cluster: "b", Domain: Domain{"z1"}}, Total: 5},
+		{Option: Option{Cluster: "b", Domain: Domain{"z3"}}, Total: 7},
+		{Option: Option{Cluster: "c", Domain: Domain{"z1"}}, Excluded: "skew"},
+	})
+	if got := best["a"].Domain.Key(); got != (Domain{"z1"}).Key() {
+		t.Errorf("a: %q, want z1 (equal totals: the smaller key)", got)
+	}
+	if got := best["b"].Domain.Key(); got != (Domain{"z3"}).Key() {
+		t.Errorf("b: %q, want z3 (the higher total)", got)
+	}
+	if _, ok := best["c"]; ok || excluded["c"] != "skew" || len(excluded) != 1 {
+		t.Errorf("best %v, excluded %v: want only c excluded", best, excluded)
+	}
+}

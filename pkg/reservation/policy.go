@@ -293,17 +293,7 @@ func (c *Controller) prepareFanOut(p *plan, placed []placement.Domain) {
 		}
 	}
 	verdicts := placement.Evaluate(p.policy.Constraints, p.policy.Weight, p.known, placed, options)
-	best := map[string]placement.Verdict{}
-	why := map[string]string{}
-	for _, v := range verdicts {
-		if v.Excluded != "" {
-			why[v.Cluster] = v.Excluded
-			continue
-		}
-		if b, ok := best[v.Cluster]; !ok || v.Total > b.Total || v.Total == b.Total && v.Domain.Key() < b.Domain.Key() {
-			best[v.Cluster] = v
-		}
-	}
+	best, why := placement.BestPerCluster(verdicts)
 	p.pins = map[string]placement.Domain{}
 	kept := p.selected[:0:0]
 	for _, t := range p.selected {

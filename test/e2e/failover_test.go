@@ -215,8 +215,15 @@ func waitNode(t *testing.T, client kubernetes.Interface, name string, timeout ti
 func waitEvent(t *testing.T, client kubernetes.Interface, pod *corev1.Pod, reason, word string) {
 	t.Helper()
 	selector := fields.Set{"involvedObject.name": pod.Name, "involvedObject.uid": string(pod.UID)}.AsSelector().String()
-	waitFor(t, 30*time.Second, fmt.Sprintf("event %s on pod %s", reason, pod.Name), func() (bool, string) {
-		list, err := client.CoreV1().Events(pod.Namespace).List(t.Context(), metav1.ListOptions{FieldSelector: selector})
+	waitEventOf(t, client, pod.Namespace, selector, "pod "+pod.Name, 30*time.Second, reason, word)
+}
+
+// waitEventOf waits for an Event of namespace, among those selector picks
+// (by involvedObject), with reason and a message holding word.
+func waitEventOf(t *testing.T, client kubernetes.Interface, namespace, selector, what string, timeout time.Duration, reason, word string) {
+	t.Helper()
+	waitFor(t, timeout, fmt.Sprintf("event %s on %s", reason, what), func() (bool, string) {
+		list, err := client.CoreV1().Events(namespace).List(t.Context(), metav1.ListOptions{FieldSelector: selector})
 		if err != nil {
 			return false, err.Error()
 		}

@@ -164,15 +164,7 @@ func TestPlacement(t *testing.T) {
 
 	t.Run("an agent killed mid-burst resumes without a second delegate", func(t *testing.T) {
 		burstWithRestart(t, s, "restart", func() {
-			if err := agent.Kill(); err != nil {
-				t.Fatal(err)
-			}
-			if err := agent.Start(); err != nil {
-				t.Fatal(err)
-			}
-			if err := agent.WaitReady(ctx); err != nil {
-				t.Fatal(err)
-			}
+			crashAgent(t, agent)
 		})
 	})
 
@@ -235,6 +227,21 @@ func burstWithRestart(t *testing.T, s *sandbox.Sandbox, name string, restart fun
 	waitFor(t, 60*time.Second, "one delegate per pod after the restart", func() (bool, string) {
 		return checkOneDelegateEach(ctx, s, sources)
 	})
+}
+
+// crashAgent kills an agent with SIGKILL, as a crash would, starts it
+// again and waits until it is ready.
+func crashAgent(t *testing.T, a *sandbox.Agent) {
+	t.Helper()
+	if err := a.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.WaitReady(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func optedInDeployment(name string, replicas int32, cpu string) *appsv1.Deployment {

@@ -87,15 +87,7 @@ func TestCapacitySplitAcrossTargets(t *testing.T) {
 		if onDemandPods == nil {
 			t.Skip("no split to scale up")
 		}
-		if err := agent.Kill(); err != nil {
-			t.Fatal(err)
-		}
-		if err := agent.Start(); err != nil {
-			t.Fatal(err)
-		}
-		if err := agent.WaitReady(ctx); err != nil {
-			t.Fatal(err)
-		}
+		crashAgent(t, agent)
 		// The restarted agent's webhook, not its rebalancer, places the
 		// new pods: no pod of the workload is deleted on the way.
 		deletions := watchDeletions(t, src, "web")

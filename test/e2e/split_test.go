@@ -101,15 +101,7 @@ func TestCapacitySplit(t *testing.T) {
 	})
 
 	t.Run("the agent killed and restarted: scaled to 5, still 3 on-demand", func(t *testing.T) {
-		if err := release.Agent.Kill(); err != nil {
-			t.Fatal(err)
-		}
-		if err := release.Agent.Start(); err != nil {
-			t.Fatal(err)
-		}
-		if err := release.Agent.WaitReady(ctx); err != nil {
-			t.Fatal(err)
-		}
+		crashAgent(t, release.Agent)
 		// The webhook, not the rebalancer, places the new pods: none is
 		// replaced.
 		watch := watchAvailability(t, client, "web", 3)
@@ -394,18 +386,5 @@ func (w *availabilityWatch) evictions() int {
 func waitWorkloadEvent(t *testing.T, client kubernetes.Interface, name, reason, word string) {
 	t.Helper()
 	selector := fields.Set{"involvedObject.kind": "Deployment", "involvedObject.name": name}.AsSelector().String()
-	waitFor(t, 60*time.Second, fmt.Sprintf("event %s on Deployment %s", reason, name), func() (bool, string) {
-		list, err := client.CoreV1().Events(splitNS).List(t.Context(), metav1.ListOptions{FieldSelector: selector})
-		if err != nil {
-			return false, err.Error()
-		}
-		var seen []string
-		for _, e := range list.Items {
-			if e.Reason == reason && strings.Contains(e.Message, word) {
-				return true, ""
-			}
-			seen = append(seen, e.Reason+": "+e.Message)
-		}
-		return false, fmt.Sprintf("events %v", seen)
-	})
+	waitEventOf(t, client, splitNS, selector, "Deployment "+name, 60*time.Second, reason, word)
 }
