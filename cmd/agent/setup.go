@@ -135,15 +135,16 @@ func setupPlacement(mgr manager.Manager, cfg *rest.Config, kube kubernetes.Inter
 		return fmt.Errorf("setting up the PlacementPolicy status: %w", err)
 	}
 	return (&reservation.Controller{
-		Client:        mgr.GetClient(),
-		Kube:          kube,
-		SourceCluster: opts.clusterName,
-		Targets:       targets,
-		Recorder:      mgr.GetEventRecorder("flotilla-agent"),
-		Workers:       opts.workers,
-		MaxCandidates: opts.maxCands,
-		Objects:       copier,
-		Policies:      &policy.Resolver{Reader: mgr.GetClient()},
+		Client:          mgr.GetClient(),
+		Kube:            kube,
+		SourceCluster:   opts.clusterName,
+		Targets:         targets,
+		Recorder:        mgr.GetEventRecorder("flotilla-agent"),
+		Workers:         opts.workers,
+		MaxCandidates:   opts.maxCands,
+		ElectionTimeout: opts.electionTimeout,
+		Objects:         copier,
+		Policies:        &policy.Resolver{Reader: mgr.GetClient()},
 	}).SetupWithManager(mgr)
 }
 

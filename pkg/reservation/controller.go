@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -28,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
+	"github.com/flotilla-dev/flotilla/api/v1alpha1"
 	"github.com/flotilla-dev/flotilla/pkg/candidate"
 	"github.com/flotilla-dev/flotilla/pkg/objects"
 	"github.com/flotilla-dev/flotilla/pkg/placement"
@@ -76,6 +78,10 @@ type Controller struct {
 	// Policies finds the PlacementPolicy of a pod; nil places every pod
 	// as if no policy selected it.
 	Policies *policy.Resolver
+	// ElectionTimeout is how long an elected candidate may stay unbound
+	// while its target answers before the source revokes it (deletes it
+	// unless it has bound meanwhile) and elects another; 0 never does.
+	ElectionTimeout time.Duration
 
 	// locks serialises the elections of a workload's pods under a spread
 	// policy.
@@ -96,6 +102,9 @@ type Controller struct {
 	// (by UID) until the cache shows it: a reconcile on an older copy would
 	// only lose the optimistic-concurrency race, at the cost of a write.
 	elections sync.Map
+	// electedSince holds, per pod UID, the election generation this process
+	// first saw the pod wait on and when (electedAt), for ElectionTimeout.
+	electedSince sync.Map
 	// waiters are the pods the spread narrowed, woken when a sibling moves.
 	waiters spreadWaiters
 	// changes sends pods to the queue.
@@ -357,6 +366,14 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if endCount(pl.narrowedBySpread()) {
 		lookAgain = true
 	}
+	if election.Elected() {
+		observed = c.confirmRelease(ctx, pod, election, observed)
+		if !slices.ContainsFunc(observed, func(o Observed) bool { return o.Target == election.Target }) {
+			// Its target is not configured, but its object is there
+			// (draining, or not started yet): look again.
+			unhealthy = true
+		}
+	}
 	d := decide(string(pod.UID), election, observed)
 	for _, v := range d.Violations {
 		log.Error(errors.New("candidate bound without election"), "Protocol violation", "target", v, "election", election.Encode())
@@ -400,6 +417,11 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if d.Elect == nil && d.Allow == nil && missing == nil {
 		if reasons := Reasons(observed); reasons != "" {
 			c.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, "NoTargetAvailable", "Elect", "No target can run this pod: %s", reasons)
+		}
+	}
+	if d.Elect == nil && d.Bound == "" && election.Elected() {
+		if wait := c.revokeIfStalled(ctx, pod, election, placements); wait > 0 && (!unhealthy || wait < retryUnhealthy) && !lookAgain {
+			return reconcile.Result{RequeueAfter: wait}, nil
 		}
 	}
 	if lookAgain {
@@ -549,7 +571,110 @@ func (c *Controller) reportProblem(pod *corev1.Pod, problem string) {
 func (c *Controller) forget(uid types.UID) {
 	c.firstReserved.Delete(uid)
 	c.problems.Delete(uid)
+	c.electedSince.Delete(uid)
 }
+
+type electedAt struct {
+	generation int64
+	at         time.Time
+}
+
+// confirmRelease reads the elected candidate from its target's API server
+// when the cache says the candidate can no longer bind on the election
+// (gone, or a new one in its place): only a live read may release an
+// election, since the cache can lag behind the one that saw the
+// reservation. The live view replaces the cached one in observed.
+//
+// A target that is not configured any more is released once its object is
+// gone: deleting it drained it (its candidates that did not run a pod were
+// deleted), or its finalizer was removed by hand, which leaves what it holds
+// to its operator (docs/invitations.md). While the object is there (being
+// drained, or the agent starting) the election waits.
+func (c *Controller) confirmRelease(ctx context.Context, pod *corev1.Pod, election protocol.Election, observed []Observed) []Observed {
+	i := slices.IndexFunc(observed, func(o Observed) bool { return o.Target == election.Target })
+	if i < 0 {
+		if c.targetGone(ctx, election.Target) {
+			observed = append(observed, Observed{Target: election.Target, Live: true})
+		}
+		return observed
+	}
+	if observed[i].Live || !releasedIfLive(observed[i], election) {
+		return observed
+	}
+	t, ok := c.Targets.Get(election.Target)
+	if !ok {
+		return observed
+	}
+	live, err := t.Live(ctx, t.NamespaceFor(pod.Namespace), candidate.CandidateNameOf(pod, c.SourceCluster))
+	if live != nil && types.UID(live.Labels[protocol.SourceUIDLabel]) != pod.UID {
+		live = nil // another pod's of that name
+	}
+	o := observe(candidate.Placement{Target: t, Candidate: live, Err: err})
+	o.Live = err == nil
+	o.Bonus, o.Excluded = observed[i].Bonus, observed[i].Excluded
+	observed[i] = o
+	return observed
+}
+
+// targetGone reports whether the Target ("namespace/name") or ClusterTarget
+// ("name") of that name is gone.
+func (c *Controller) targetGone(ctx context.Context, name string) bool {
+	var obj client.Object = &v1alpha1.ClusterTarget{}
+	key := client.ObjectKey{Name: name}
+	if ns, n, namespaced := strings.Cut(name, "/"); namespaced {
+		obj, key = &v1alpha1.Target{}, client.ObjectKey{Namespace: ns, Name: n}
+	}
+	return apierrors.IsNotFound(c.Client.Get(ctx, key, obj))
+}
+
+// revokeIfStalled revokes the elected candidate once the pod has waited
+// ElectionTimeout on it, counted from when this process first saw the
+// election: a target that answers but never binds (its scheduler gone, or
+// a reservation no scheduler holds) would hold the pod for ever. The
+// candidate is deleted only if it has not bound nor changed since the
+// cache saw it (Target.Revoke); its absence then releases the election.
+// It returns how long until the timeout, 0 when there is nothing to wait
+// for.
+func (c *Controller) revokeIfStalled(ctx context.Context, pod *corev1.Pod, election protocol.Election, placements []candidate.Placement) time.Duration {
+	if c.ElectionTimeout <= 0 {
+		return 0
+	}
+	i := slices.IndexFunc(placements, func(p candidate.Placement) bool { return p.Target.Name == election.Target })
+	if i < 0 {
+		return 0
+	}
+	p := placements[i]
+	if p.Candidate == nil || p.Candidate.DeletionTimestamp != nil || p.Candidate.Spec.NodeName != "" {
+		return 0
+	}
+	v, _ := c.electedSince.LoadOrStore(pod.UID, electedAt{election.Generation, time.Now()})
+	since := v.(electedAt)
+	if since.generation != election.Generation {
+		since = electedAt{election.Generation, time.Now()}
+		c.electedSince.Store(pod.UID, since)
+	}
+	if wait := c.ElectionTimeout - time.Since(since.at); wait > 0 {
+		return wait
+	}
+	revoked, err := p.Target.Revoke(ctx, p.Candidate)
+	if err != nil {
+		logr.FromContextOrDiscard(ctx).Info("Revoking a stalled election failed; will retry", "target", election.Target, "error", err.Error())
+		return retryUnhealthy
+	}
+	if revoked {
+		c.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, ReasonElectionRevoked, "Elect",
+			"Target %s did not bind the candidate elected %s ago (election %d); deleted it before it could bind, to elect another target",
+			election.Target, c.ElectionTimeout, election.Generation)
+	}
+	// Its deletion, or the change that kept it, brings the pod back.
+	return 0
+}
+
+// ReasonElectionRevoked is the reason of the Event of a pod whose elected
+// candidate its target did not bind within the election timeout, and
+// which the source deleted to elect another target.
+const ReasonElectionRevoked = "ElectionRevoked"
+
 
 // sweep drops what this process remembers of pods that went before they
 // were placed: their UIDs are no longer known, so old entries go.
@@ -560,6 +685,12 @@ func (c *Controller) sweep() {
 	c.firstReserved.Range(func(k, v any) bool {
 		if now.Sub(v.(time.Time)) > staleWindow {
 			c.firstReserved.Delete(k)
+		}
+		return true
+	})
+	c.electedSince.Range(func(k, v any) bool {
+		if now.Sub(v.(electedAt).at) > time.Hour {
+			c.electedSince.Delete(k)
 		}
 		return true
 	})

@@ -26,6 +26,9 @@ type Observed struct {
 	Unschedulable string
 	// Err is set when the target could not be reached or refused the candidate.
 	Err error
+	// Live is true when this was read from the target's API server rather
+	// than from the source's cache of it.
+	Live bool
 	// Bonus is added to the reservation's score by the placement policy
 	// (spread and preferences).
 	Bonus int64
@@ -109,8 +112,10 @@ func Decide(sourceUID string, current protocol.Election, observed []Observed) De
 				d.Allow = &Allowance{Target: current.Target, Allowance: want}
 			}
 			return d
-		case ok && elected.Exists && elected.State.Phase == protocol.PhaseUnreserved && elected.State.Nonce == current.Nonce:
-			// The elected reservation is gone: the election is free again.
+		case ok && released(elected, current):
+			// The elected reservation is gone (unreserved, its candidate
+			// deleted or revoked or replaced by a new one): the election is
+			// free again.
 			next, found := best(observed, current.Target)
 			if !found {
 				return withdraw(d, current.Generation+1)
@@ -127,6 +132,42 @@ func Decide(sourceUID string, current protocol.Election, observed []Observed) De
 		return d
 	}
 	return elect(d, sourceUID, current.Generation+1, next.Target, next.State.Nonce)
+}
+
+// released reports whether the elected target's candidate can no longer
+// bind on the election, whose reservation is not reported Reserved any more
+// (Decide looked at that first): its scheduler reports the elected
+// reservation ended (Unreserved, with its nonce), or a live read of the
+// target (Live: a cache may lag behind the one that saw the reservation)
+// finds no candidate of the pod but one being deleted (a pod without a node
+// cannot be bound once it is being deleted), or one that reports nothing
+// and carries no allowance of this election (a new candidate, made after
+// the elected one went). Never a bound one.
+func released(o Observed, current protocol.Election) bool {
+	switch {
+	case o.State.Phase == protocol.PhaseBound:
+		return false
+	case o.Exists && o.State.Phase == protocol.PhaseUnreserved && o.State.Nonce == current.Nonce:
+		return true
+	}
+	return o.Live && releasedIfLive(o, current)
+}
+
+// releasedIfLive reports whether o would release the election if a live
+// read confirms it: no candidate, or one that reports nothing and carries
+// no allowance of this election.
+func releasedIfLive(o Observed, current protocol.Election) bool {
+	if o.State.Phase == protocol.PhaseBound {
+		return false
+	}
+	if !o.Exists {
+		return o.Err == nil
+	}
+	if o.State.Nonce != "" {
+		return false
+	}
+	a, err := protocol.ParseAllowance(o.Allowed)
+	return err != nil || a.Generation != current.Generation || a.Nonce != current.Nonce
 }
 
 // allowedOwnReservation reports whether a candidate carries an allowance of

@@ -103,6 +103,47 @@ func TestDecide(t *testing.T) {
 			wantBound: "c2",
 		},
 		{
+			name:     "elected candidate missing from the cache: keep the election until a live read confirms",
+			current:  protocol.Election{Generation: 1, Target: "c1", Nonce: "n1"},
+			observed: []Observed{{Target: "c1"}, reserved("c2", "n2", 1)},
+		},
+		{
+			name:      "elected candidate gone, read live: another target elected",
+			current:   protocol.Election{Generation: 1, Target: "c1", Nonce: "n1"},
+			observed:  []Observed{{Target: "c1", Live: true}, reserved("c2", "n2", 1)},
+			wantElect: &protocol.Election{Generation: 2, Target: "c2", Nonce: "n2"},
+			wantAllow: "c2", wantNonce: "n2",
+		},
+		{
+			name:      "elected candidate gone, read live, nothing else reserved: withdrawn",
+			current:   protocol.Election{Generation: 1, Target: "c1", Nonce: "n1"},
+			observed:  []Observed{{Target: "c1", Live: true}, {Target: "c2", Exists: true}},
+			wantElect: &protocol.Election{Generation: 2},
+		},
+		{
+			name:     "live read failed: keep the election",
+			current:  protocol.Election{Generation: 1, Target: "c1", Nonce: "n1"},
+			observed: []Observed{{Target: "c1", Live: true, Err: errors.New("timeout")}, reserved("c2", "n2", 1)},
+		},
+		{
+			name:      "a new candidate in the elected one's place, read live: another target elected",
+			current:   protocol.Election{Generation: 1, Target: "c1", Nonce: "n1"},
+			observed:  []Observed{{Target: "c1", Exists: true, Live: true}, reserved("c2", "n2", 1)},
+			wantElect: &protocol.Election{Generation: 2, Target: "c2", Nonce: "n2"},
+			wantAllow: "c2", wantNonce: "n2",
+		},
+		{
+			name:    "the elected candidate with its report wiped but its allowance on it: keep the election",
+			current: protocol.Election{Generation: 1, Target: "c1", Nonce: "n1"},
+			observed: []Observed{{Target: "c1", Exists: true, Live: true,
+				Allowed: protocol.Allowance{SourceUID: uid, Generation: 1, Nonce: "n1"}.Encode()}, reserved("c2", "n2", 1)},
+		},
+		{
+			name:     "elected candidate bound and being deleted: keep the election",
+			current:  protocol.Election{Generation: 1, Target: "c1", Nonce: "n1"},
+			observed: []Observed{{Target: "c1", Live: true, State: protocol.State{Phase: protocol.PhaseBound, Nonce: "n1"}}, reserved("c2", "n2", 1)},
+		},
+		{
 			name:      "withdrawn election: next reservation elected with a higher generation",
 			current:   protocol.Election{Generation: 5},
 			observed:  []Observed{reserved("c3", "n3", 1)},

@@ -405,6 +405,55 @@ func (t *Target) Delete(ctx context.Context, namespace, name string, uid types.U
 	return t.observe(nil)
 }
 
+// Live reads a candidate from the target's API server rather than from
+// the cache, for a decision a lagging cache must not make: nil, with no
+// error, when there is none.
+func (t *Target) Live(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
+	if err := t.silent(); err != nil {
+		return nil, fmt.Errorf("target %s: not reading candidate %s/%s: %w", t.Name, namespace, name, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	pod, err := t.client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, t.observe(nil)
+	}
+	if err != nil {
+		return nil, t.observe(fmt.Errorf("target %s: reading candidate %s/%s: %w", t.Name, namespace, name, err))
+	}
+	return pod, t.observe(nil)
+}
+
+// Revoke deletes a candidate that has not been bound, as the given copy
+// shows it: the deletion carries its UID and resourceVersion as
+// preconditions, so it fails if the candidate changed meanwhile (bound, or a
+// new report of its scheduler). A pod that is not bound is removed at once,
+// and a pod that is gone or being deleted can no longer be bound: once
+// Revoke reports it revoked, that candidate never runs. revoked is false,
+// with no error, when the candidate changed: look again.
+func (t *Target) Revoke(ctx context.Context, candidate *corev1.Pod) (revoked bool, err error) {
+	if candidate.Spec.NodeName != "" {
+		return false, nil
+	}
+	if err := t.silent(); err != nil {
+		return false, fmt.Errorf("target %s: not revoking candidate %s/%s: %w", t.Name, candidate.Namespace, candidate.Name, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	err = t.client.CoreV1().Pods(candidate.Namespace).Delete(ctx, candidate.Name, metav1.DeleteOptions{
+		Preconditions: &metav1.Preconditions{UID: &candidate.UID, ResourceVersion: &candidate.ResourceVersion},
+	})
+	switch {
+	case err == nil, apierrors.IsNotFound(err):
+		return true, t.observe(nil)
+	case apierrors.IsConflict(err):
+		// Changed since that copy, or another pod under that name.
+		return false, t.observe(nil)
+	default:
+		return false, t.observe(fmt.Errorf("target %s: revoking candidate %s/%s: %w", t.Name, candidate.Namespace, candidate.Name, err))
+	}
+}
+
 // Annotate merges annotations into a candidate (a nil value removes a key).
 func (t *Target) Annotate(ctx context.Context, namespace, name string, annotations map[string]*string) error {
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})

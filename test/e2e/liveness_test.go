@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
 	"slices"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/flotilla-dev/flotilla/api/v1alpha1"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
+	"github.com/flotilla-dev/flotilla/pkg/reservation"
 	"github.com/flotilla-dev/flotilla/test/sandbox"
 )
 
@@ -171,4 +174,160 @@ func sourceAndTarget(t *testing.T, cpu string) (src, c2 *sandbox.Cluster) {
 		t.Fatal(err)
 	}
 	return src, c2
+}
+
+// TestElectionOnAStalledTarget elects a reservation that no scheduler
+// holds: a candidate in c2 reports Reserved (the test writes it, as c2's
+// scheduler would have before it went away for good) while c2's scheduler
+// is stopped, so the allowance is never acted on. Pod a waits on it until
+// the election timeout revokes it; pod b's elected candidate is deleted
+// (a target's operator cleaning up), which frees its election at once.
+// Both then run in c3. Last, pod c is elected in c2 the same way and c2's
+// ClusterTarget is deleted: once the drain has deleted c's candidate and
+// the target is gone, c runs in c3 too. Without the revocation, a waits for
+// ever; without releasing an election whose candidate is gone, b does;
+// without releasing one whose target is gone, c does.
+func TestElectionOnAStalledTarget(t *testing.T) {
+	const timeout = 20 * time.Second
+	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
+		{Name: "src", WithoutScheduler: true},
+		{Name: "c2", Nodes: []sandbox.NodeSpec{{CPU: "4"}}},
+		{Name: "c3", Nodes: []sandbox.NodeSpec{{CPU: "4"}}},
+	}})
+	src, c2, c3 := s.Cluster("src"), s.Cluster("c2"), s.Cluster("c3")
+	ctx := t.Context()
+	for _, c := range s.Clusters {
+		createNamespace(t, c.Client(), placementNS)
+	}
+	for _, c := range []*sandbox.Cluster{c2, c3} {
+		if err := c.Stop(sandbox.CandidateScheduler); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := sandbox.StartAgent(ctx, src, []*sandbox.Cluster{c2, c3}, "--election-timeout="+timeout.String()); err != nil {
+		t.Fatal(err)
+	}
+	srcPods, c2Pods := src.Client().CoreV1().Pods(placementNS), c2.Client().CoreV1().Pods(placementNS)
+
+	// candidateIn waits for the candidate of pod in c.
+	candidateIn := func(c *sandbox.Cluster, pod *corev1.Pod) *corev1.Pod {
+		t.Helper()
+		var cand *corev1.Pod
+		waitFor(t, 60*time.Second, "the candidate of "+pod.Name+" in "+c.Name, func() (bool, string) {
+			list, err := c.Client().CoreV1().Pods(placementNS).List(ctx, metav1.ListOptions{LabelSelector: protocol.SourceUIDLabel + "=" + string(pod.UID)})
+			if err != nil || len(list.Items) != 1 {
+				return false, fmt.Sprintf("%d candidates (%v)", len(list.Items), err)
+			}
+			cand = &list.Items[0]
+			return true, ""
+		})
+		return cand
+	}
+	electionOf := func(pod *corev1.Pod) protocol.Election {
+		t.Helper()
+		live, err := srcPods.Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := protocol.ParseElection(live.Annotations[protocol.ElectionAnnotation])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+
+	pods := map[string]*corev1.Pod{}
+	stale := map[string]*corev1.Pod{}
+	// electInC2 creates a pod and has it elected in c2 on a reservation
+	// no scheduler holds, the test writing c2's report.
+	electInC2 := func(name string) {
+		t.Helper()
+		pod, err := srcPods.Create(ctx, optedInPod(name, "1"), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pods[name] = pod
+		candidateIn(c3, pod)
+		cand := candidateIn(c2, pod)
+		stale[name] = cand
+		state, err := json.Marshal(protocol.State{Phase: protocol.PhaseReserved, Nonce: "gone-" + name, Node: "node-0", Score: 50})
+		if err != nil {
+			t.Fatal(err)
+		}
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{protocol.StateAnnotation: string(state)}}})
+		if _, err := c2Pods.Patch(ctx, cand.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 30*time.Second, name+" elected in c2 and allowed there", func() (bool, string) {
+			e := electionOf(pod)
+			cand, err := c2Pods.Get(ctx, stale[name].Name, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			want := protocol.Allowance{SourceUID: string(pod.UID), Generation: e.Generation, Nonce: "gone-" + name}.Encode()
+			return e.Target == "c2" && cand.Annotations[protocol.AllowedAnnotation] == want,
+				fmt.Sprintf("election %s, allowance %q", e.Encode(), cand.Annotations[protocol.AllowedAnnotation])
+		})
+	}
+	electInC2("a")
+	electedA := time.Now()
+	electInC2("b")
+
+	// b's elected candidate goes: its election is released, though no
+	// other target has reserved anything yet.
+	if err := c2Pods.Delete(ctx, stale["b"].Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &stale["b"].UID}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, timeout/2, "b's election released once its candidate is gone", func() (bool, string) {
+		e := electionOf(pods["b"])
+		return !e.Elected(), "election " + e.Encode()
+	})
+	if e := electionOf(pods["a"]); e.Target != "c2" || time.Since(electedA) >= timeout {
+		t.Fatalf("a's election moved before its timeout, or b's release took the whole timeout: %s after %s", e.Encode(), time.Since(electedA))
+	}
+
+	// c3 reserves both; a's election is revoked after the timeout.
+	if err := c3.Start(ctx, sandbox.CandidateScheduler); err != nil {
+		t.Fatal(err)
+	}
+	waitEvent(t, src.Client(), pods["a"], reservation.ReasonElectionRevoked, "c2")
+	boundInC3 := func(name string) {
+		t.Helper()
+		waitPod(t, src.Client(), placementNS, name, name+" bound to c3's virtual node", func(p *corev1.Pod) bool {
+			return p.Spec.NodeName == protocol.VirtualNodeName("", "c3")
+		})
+	}
+	boundInC3("a")
+	boundInC3("b")
+
+	// c waits on c2 until c2 is deleted: its drain deletes c's candidate,
+	// and once the ClusterTarget is gone the election is released.
+	if err := c3.Stop(sandbox.CandidateScheduler); err != nil {
+		t.Fatal(err)
+	}
+	electInC2("c")
+	if err := src.CRClient().Delete(ctx, &v1alpha1.ClusterTarget{ObjectMeta: metav1.ObjectMeta{Name: "c2"}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 60*time.Second, "ClusterTarget c2 gone", func() (bool, string) {
+		err := src.CRClient().Get(ctx, client.ObjectKey{Name: "c2"}, &v1alpha1.ClusterTarget{})
+		return apierrors.IsNotFound(err), fmt.Sprintf("get: %v", err)
+	})
+	if err := c3.Start(ctx, sandbox.CandidateScheduler); err != nil {
+		t.Fatal(err)
+	}
+	boundInC3("c")
+	// The revoked candidate is gone for good, and so is every other
+	// candidate in c2 once the pods are bound.
+	waitFor(t, 30*time.Second, "no candidate left in c2", func() (bool, string) {
+		list, err := c2Pods.List(ctx, metav1.ListOptions{LabelSelector: protocol.CandidateLabel + "=true"})
+		if err != nil {
+			return false, err.Error()
+		}
+		var left []string
+		for _, p := range list.Items {
+			left = append(left, fmt.Sprintf("%s (uid %s, node %q)", p.Name, p.UID, p.Spec.NodeName))
+		}
+		return len(left) == 0, fmt.Sprintf("left: %v", left)
+	})
 }
