@@ -50,6 +50,7 @@ type options struct {
 	vnodeWorkers       int
 	maxCands           int
 	electionTimeout    time.Duration
+	denyAfter          time.Duration
 	notReadyToleration int64
 	notReadyAfter      time.Duration
 
@@ -96,6 +97,7 @@ func (o *options) bind(fs *flag.FlagSet) {
 	fs.Int64Var(&o.notReadyToleration, "not-ready-toleration-seconds", 60, "How long a source pod stays on a virtual node that is NotReady (its target's API does not answer) before it is evicted and its controller recreates it elsewhere; the webhook writes it as the pod's node.kubernetes.io/not-ready toleration unless the pod has one of its own. -1: never evicted.")
 	fs.DurationVar(&o.notReadyAfter, "virtual-node-not-ready-after", 20*time.Second, "How long a target's API must fail to answer before its virtual node turns NotReady.")
 	fs.DurationVar(&o.electionTimeout, "election-timeout", time.Minute, "How long an elected candidate may stay unbound while its target answers before the source revokes it (deletes it unless it bound meanwhile) and elects another target; longer than the targets' Permit timeout. 0: never.")
+	fs.DurationVar(&o.denyAfter, "deny-after", 10*time.Second, "How long a candidate must have stood unelectable (another target's candidate elected and not bound yet, or the placement policy excluding it) before the source denies it, so that it holds no node in its target until it may be elected again. 0: never.")
 	fs.IntVar(&o.maxCands, "max-candidates", 0, "Targets that get a candidate of a pod at first (0: all). Pods spread over targets by hashing; the set widens by this many while every target in it cannot run the pod.")
 	fs.Float64Var(&o.kubeAPIQPS, "kube-api-qps", 200, "Sustained queries per second of the agent to each API server (its own and each target's).")
 	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", 400, "Burst of queries of the agent to each API server.")

@@ -143,6 +143,7 @@ func setupPlacement(mgr manager.Manager, cfg *rest.Config, kube kubernetes.Inter
 		Workers:         opts.workers,
 		MaxCandidates:   opts.maxCands,
 		ElectionTimeout: opts.electionTimeout,
+		DenyAfter:       opts.denyAfter,
 		Objects:         copier,
 		Policies:        &policy.Resolver{Reader: mgr.GetClient()},
 	}).SetupWithManager(mgr)

@@ -85,7 +85,8 @@ func serving(targets []*target.Target, sourceNamespace string) []*target.Target 
 // out (its source was slow, failing over, or elected elsewhere) carries an
 // Unschedulable condition until its next failure or binding, though it may
 // be reserved again; the condition does not count while the target reports
-// a reservation, nor when it is the Permit timeout's own.
+// a reservation, nor when it is the Permit timeout's own, nor when the
+// source's denial turned the candidate away.
 func Unschedulable(c *corev1.Pod) string {
 	if raw := c.Annotations[protocol.StateAnnotation]; raw != "" {
 		var s protocol.State
@@ -95,7 +96,7 @@ func Unschedulable(c *corev1.Pod) string {
 	}
 	for _, cond := range c.Status.Conditions {
 		if cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionFalse && cond.Reason == corev1.PodReasonUnschedulable &&
-			!strings.Contains(cond.Message, permitTimeoutMessage) {
+			!strings.Contains(cond.Message, permitTimeoutMessage) && !strings.Contains(cond.Message, protocol.DeniedMessage) {
 			return cond.Message
 		}
 	}

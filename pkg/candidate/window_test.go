@@ -126,6 +126,7 @@ func TestUnschedulableIsNotWaiting(t *testing.T) {
 		{"reserved again after no fit", `{"phase":"Reserved","nonce":"b2"}`, ptr.To(condition(noFit)), ""},
 		{"bound", `{"phase":"Bound","nonce":"b2"}`, ptr.To(condition(noFit)), ""},
 		{"a malformed state is no report", `{"phase":`, ptr.To(condition(noFit)), noFit},
+		{"turned away on the source's denial", `{"phase":"Unreserved","nonce":"a1"}`, ptr.To(condition("0/3 nodes are available: " + protocol.DeniedMessage + " (election 2): another target's candidate is elected")), ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			c := &corev1.Pod{}

@@ -54,8 +54,10 @@ const (
 	// AllowedAnnotation is written by the source: the Allowance of the one
 	// reservation it elected.
 	AllowedAnnotation = Prefix + "allowed"
-	// DeniedAnnotation is written by the source: the reservation nonce it
-	// refuses; the plugin rejects that reservation.
+	// DeniedAnnotation is written by the source: a Denial. While it is on
+	// the candidate, the plugin makes no reservation for it and rejects the
+	// one it holds, so a candidate that cannot be elected now holds no node;
+	// the source removes it when the candidate may be elected again.
 	DeniedAnnotation = Prefix + "denied"
 
 	// SchedulerName is the target-side profile that schedules candidates.
@@ -177,6 +179,39 @@ func ParseAllowance(v string) (Allowance, error) {
 		return Allowance{}, fmt.Errorf("allowance %q: bad generation", v)
 	}
 	return Allowance{SourceUID: parts[0], Generation: gen, Nonce: parts[2]}, nil
+}
+
+// Denial is what the source writes on a candidate it will not elect now:
+// another target's candidate is elected, or its placement policy excludes
+// this one. It names the source pod, and the election generation it was
+// written under, for the humans reading it.
+type Denial struct {
+	SourceUID  string
+	Generation int64
+}
+
+// DeniedMessage starts the reason the plugin gives for a candidate it
+// turned away on its source's denial, in its Unreserved state and its
+// Unschedulable condition: the source, which asked for it, does not take it
+// for the target's failure.
+const DeniedMessage = "denied by the source"
+
+// Encode renders the denial as "<source uid>/<generation>".
+func (d Denial) Encode() string {
+	return fmt.Sprintf("%s/%d", d.SourceUID, d.Generation)
+}
+
+// ParseDenial reads a denial.
+func ParseDenial(v string) (Denial, error) {
+	uid, g, ok := strings.Cut(v, "/")
+	if !ok || uid == "" || strings.Contains(g, "/") {
+		return Denial{}, fmt.Errorf("denial %q: want <source uid>/<generation>", v)
+	}
+	gen, err := strconv.ParseInt(g, 10, 64)
+	if err != nil || gen < 0 {
+		return Denial{}, fmt.Errorf("denial %q: bad generation", v)
+	}
+	return Denial{SourceUID: uid, Generation: gen}, nil
 }
 
 // CandidateName is the deterministic name of the candidate of one source pod:

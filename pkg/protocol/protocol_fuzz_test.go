@@ -83,6 +83,30 @@ func FuzzParseAllowance(f *testing.F) {
 	})
 }
 
+// FuzzParseDenial is the denial the source writes on a candidate it will
+// not elect now, as the target's plugin reads it: an accepted denial names
+// a source pod and a generation ≥ 0, and encodes back to itself.
+func FuzzParseDenial(f *testing.F) {
+	for _, seed := range []string{
+		"", "uid-1/7", "uid/", "/1", "uid/x", "uid/1/n", "u/-1", "u/+1", "u/99999999999999999999", strings.Repeat("u", 4096) + "/1",
+	} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		d, err := ParseDenial(v)
+		if err != nil {
+			return
+		}
+		if d.SourceUID == "" || d.Generation < 0 || strings.Contains(d.SourceUID, "/") {
+			t.Fatalf("ParseDenial(%q) accepted %+v", v, d)
+		}
+		back, err := ParseDenial(d.Encode())
+		if err != nil || back != d {
+			t.Fatalf("ParseDenial(%q) = %+v, which encodes as %q and parses back as %+v, %v", v, d, d.Encode(), back, err)
+		}
+	})
+}
+
 // FuzzState is the state annotation a target's scheduler writes, as the
 // source reads it: JSON that decodes either fails or survives a round trip.
 func FuzzState(f *testing.F) {

@@ -78,6 +78,10 @@ type Controller struct {
 	// Policies finds the PlacementPolicy of a pod; nil places every pod
 	// as if no policy selected it.
 	Policies *policy.Resolver
+	// DenyAfter is how long a candidate must have stood unelectable (another
+	// target's elected, or the policy excludes it) before it is denied, so
+	// that it holds no node in its target; 0 denies none.
+	DenyAfter time.Duration
 	// ElectionTimeout is how long an elected candidate may stay unbound
 	// while its target answers before the source revokes it (deletes it
 	// unless it has bound meanwhile) and elects another; 0 never does.
@@ -105,6 +109,9 @@ type Controller struct {
 	// electedSince holds, per pod UID, the election generation this process
 	// first saw the pod wait on and when (electedAt), for ElectionTimeout.
 	electedSince sync.Map
+	// denySince holds, per pod UID, the denials it waits to write and since
+	// when (steadySince), for DenyAfter.
+	denySince sync.Map
 	// waiters are the pods the spread narrowed, woken when a sibling moves.
 	waiters spreadWaiters
 	// changes sends pods to the queue.
@@ -414,24 +421,88 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if d.Bound != "" {
 		return c.bind(ctx, pod, d.Bound, nodeOf(observed, d.Bound), election.Generation, targets)
 	}
-	if d.Elect == nil && d.Allow == nil && missing == nil {
+	if d.Elect == nil && d.Allow == nil && missing == nil && !election.Elected() {
 		if reasons := Reasons(observed); reasons != "" {
 			c.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, "NoTargetAvailable", "Elect", "No target can run this pod: %s", reasons)
 		}
 	}
-	if d.Elect == nil && d.Bound == "" && election.Elected() {
-		if wait := c.revokeIfStalled(ctx, pod, election, placements); wait > 0 && (!unhealthy || wait < retryUnhealthy) && !lookAgain {
-			return reconcile.Result{RequeueAfter: wait}, nil
-		}
+	// wake is when to look again (0: on the next change only).
+	var wake time.Duration
+	if d.Elect == nil && election.Elected() {
+		wake = c.revokeIfStalled(ctx, pod, election, placements)
 	}
+	now := election
+	if d.Elect != nil {
+		now = *d.Elect
+	}
+	wake = soonest(wake, c.applyDenials(ctx, pod, now, observed))
 	if lookAgain {
 		// A sibling moved while this pod counted: count again now.
 		return reconcile.Result{Requeue: true}, nil
 	}
 	if unhealthy {
-		return reconcile.Result{RequeueAfter: retryUnhealthy}, nil
+		wake = soonest(wake, retryUnhealthy)
 	}
-	return reconcile.Result{}, nil
+	return reconcile.Result{RequeueAfter: wake}, nil
+}
+
+// soonest is the earlier of two waits, where 0 is none.
+func soonest(a, b time.Duration) time.Duration {
+	if a == 0 || (b != 0 && b < a) {
+		return b
+	}
+	return a
+}
+
+// applyDenials denies the candidates that cannot be elected now and lifts
+// the denials of those that may be again (see Denials). Lifting is written
+// at once: a pod may wait for it. Denying waits until the same candidates
+// have stood denied under the same election for DenyAfter, so that the
+// short waits of a burst (an election bound a moment later, a spread that
+// moves with every sibling) cost no write; it returns how long until then.
+func (c *Controller) applyDenials(ctx context.Context, pod *corev1.Pod, election protocol.Election, observed []Observed) time.Duration {
+	deny, lift := Denials(string(pod.UID), election, observed)
+	if c.DenyAfter <= 0 {
+		deny = nil
+	}
+	name := candidate.CandidateNameOf(pod, c.SourceCluster)
+	write := func(target string, value *string) {
+		t, ok := c.Targets.Get(target)
+		if !ok {
+			return
+		}
+		if err := t.AnnotateAgain(ctx, t.NamespaceFor(pod.Namespace), name, map[string]*string{protocol.DeniedAnnotation: value}); err != nil {
+			logr.FromContextOrDiscard(ctx).Info("Writing a denial failed; will retry", "target", target, "deny", value != nil, "error", err.Error())
+		}
+	}
+	for _, target := range lift {
+		write(target, nil)
+	}
+	if len(deny) == 0 {
+		c.denySince.Delete(pod.UID)
+		return 0
+	}
+	key := election.Encode() + " " + strings.Join(deny, ",")
+	v, loaded := c.denySince.LoadOrStore(pod.UID, steadySince{key, time.Now()})
+	since := v.(steadySince)
+	if loaded && since.key != key {
+		since = steadySince{key, time.Now()}
+		c.denySince.Store(pod.UID, since)
+	}
+	if wait := c.DenyAfter - time.Since(since.at); wait > 0 {
+		return wait
+	}
+	value := protocol.Denial{SourceUID: string(pod.UID), Generation: election.Generation}.Encode()
+	for _, target := range deny {
+		write(target, &value)
+	}
+	logr.FromContextOrDiscard(ctx).V(2).Info("Denied candidates that cannot be elected now", "targets", deny, "election", election.Encode())
+	return 0
+}
+
+type steadySince struct {
+	key string
+	at  time.Time
 }
 
 // wakeSiblings records that a pod's place among its workload's changed
@@ -572,6 +643,7 @@ func (c *Controller) forget(uid types.UID) {
 	c.firstReserved.Delete(uid)
 	c.problems.Delete(uid)
 	c.electedSince.Delete(uid)
+	c.denySince.Delete(uid)
 }
 
 type electedAt struct {
@@ -694,6 +766,12 @@ func (c *Controller) sweep() {
 		}
 		return true
 	})
+	c.denySince.Range(func(k, v any) bool {
+		if now.Sub(v.(steadySince).at) > time.Hour {
+			c.denySince.Delete(k)
+		}
+		return true
+	})
 	c.problems.Range(func(k, v any) bool {
 		if now.Sub(v.(reported).at) > time.Hour {
 			c.problems.Delete(k)
@@ -762,6 +840,7 @@ func observe(p candidate.Placement) Observed {
 	}
 	o.Exists = cand.DeletionTimestamp == nil
 	o.Allowed = cand.Annotations[protocol.AllowedAnnotation]
+	o.Denied = cand.Annotations[protocol.DeniedAnnotation]
 	if raw := cand.Annotations[protocol.StateAnnotation]; raw != "" {
 		var s protocol.State
 		if json.Unmarshal([]byte(raw), &s) == nil {

@@ -22,6 +22,8 @@ type Observed struct {
 	State protocol.State
 	// Allowed is the candidate's current allowance annotation.
 	Allowed string
+	// Denied is the candidate's current denial annotation (see Denials).
+	Denied string
 	// Unschedulable is the target scheduler's reason when it found no node.
 	Unschedulable string
 	// Err is set when the target could not be reached or refused the candidate.
@@ -116,7 +118,7 @@ func Decide(sourceUID string, current protocol.Election, observed []Observed) De
 			// The elected reservation is gone (unreserved, its candidate
 			// deleted or revoked or replaced by a new one): the election is
 			// free again.
-			next, found := best(observed, current.Target)
+			next, found := best(sourceUID, observed, current.Target)
 			if !found {
 				return withdraw(d, current.Generation+1)
 			}
@@ -127,7 +129,7 @@ func Decide(sourceUID string, current protocol.Election, observed []Observed) De
 			return d
 		}
 	}
-	next, found := best(observed, "")
+	next, found := best(sourceUID, observed, "")
 	if !found {
 		return d
 	}
@@ -219,11 +221,12 @@ func find(observed []Observed, target string) (Observed, bool) {
 // the policy's bonus, then the target name, so that the choice does not
 // depend on the order in which the reports arrived within one reconcile. A
 // reservation whose nonce the election record cannot carry (a peer's
-// malformed write), or that the policy excludes, is never elected.
-func best(observed []Observed, except string) (Observed, bool) {
+// malformed write), that the policy excludes, or that carries this pod's
+// denial (its scheduler is about to reject it), is never elected.
+func best(sourceUID string, observed []Observed, except string) (Observed, bool) {
 	var reserved []Observed
 	for _, o := range observed {
-		if o.Exists && o.Target != except && o.State.Phase == protocol.PhaseReserved && protocol.ValidNonce(o.State.Nonce) && o.Excluded == "" {
+		if o.Exists && o.Target != except && o.State.Phase == protocol.PhaseReserved && protocol.ValidNonce(o.State.Nonce) && o.Excluded == "" && !deniedBy(sourceUID, o.Denied) {
 			reserved = append(reserved, o)
 		}
 	}

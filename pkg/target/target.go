@@ -456,12 +456,23 @@ func (t *Target) Revoke(ctx context.Context, candidate *corev1.Pod) (revoked boo
 
 // Annotate merges annotations into a candidate (a nil value removes a key).
 func (t *Target) Annotate(ctx context.Context, namespace, name string, annotations map[string]*string) error {
+	return t.annotate(ctx, namespace, name, annotations, true)
+}
+
+// AnnotateAgain is Annotate without its memory of recent writes, for a
+// value that may be set, removed and set again under one name (a denial):
+// every call writes.
+func (t *Target) AnnotateAgain(ctx context.Context, namespace, name string, annotations map[string]*string) error {
+	return t.annotate(ctx, namespace, name, annotations, false)
+}
+
+func (t *Target) annotate(ctx context.Context, namespace, name string, annotations map[string]*string, remember bool) error {
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
 	if err != nil {
 		return err
 	}
 	key := "annotate/" + namespace + "/" + name + "/" + string(patch)
-	if t.writes.has(key) {
+	if remember && t.writes.has(key) {
 		return nil
 	}
 	if err := t.silent(); err != nil {
@@ -473,7 +484,9 @@ func (t *Target) Annotate(ctx context.Context, namespace, name string, annotatio
 	if err != nil {
 		return t.observe(fmt.Errorf("target %s: annotating candidate %s/%s: %w", t.Name, namespace, name, err))
 	}
-	t.writes.add(key)
+	if remember {
+		t.writes.add(key)
+	}
 	return t.observe(nil)
 }
 

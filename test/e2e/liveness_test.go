@@ -5,14 +5,18 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/flotilla-dev/flotilla/api/v1alpha1"
@@ -329,5 +333,108 @@ func TestElectionOnAStalledTarget(t *testing.T) {
 			left = append(left, fmt.Sprintf("%s (uid %s, node %q)", p.Name, p.UID, p.Spec.NodeName))
 		}
 		return len(left) == 0, fmt.Sprintf("left: %v", left)
+	})
+}
+
+// TestLosersAreDenied holds a pod's election in c2, where no scheduler
+// acts on it, while its candidate in c3 reserves c3's only node: once the
+// election has stood for --deny-after, the source denies the candidate in
+// c3, whose scheduler then rejects its reservation and makes none, so a
+// pod of c3's own gets the node at once instead of after the Permit
+// timeout (and again after each). When the election is released, the
+// denial is lifted and the pod runs in c3. Without denials, c3's own pod
+// waits for the Permit timeout (30 s) and the test fails; without lifting,
+// the pod stays Pending.
+func TestLosersAreDenied(t *testing.T) {
+	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
+		{Name: "src", WithoutScheduler: true},
+		{Name: "c2", Nodes: []sandbox.NodeSpec{{CPU: "2"}}},
+		{Name: "c3", Nodes: []sandbox.NodeSpec{{CPU: "2"}}},
+	}})
+	src, c2, c3 := s.Cluster("src"), s.Cluster("c2"), s.Cluster("c3")
+	ctx := t.Context()
+	for _, c := range s.Clusters {
+		createNamespace(t, c.Client(), placementNS)
+	}
+	for _, c := range []*sandbox.Cluster{c2, c3} {
+		if err := c.Stop(sandbox.CandidateScheduler); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := sandbox.StartAgent(ctx, src, []*sandbox.Cluster{c2, c3}, "--deny-after=8s", "--election-timeout=0"); err != nil {
+		t.Fatal(err)
+	}
+	c2Pods, c3Pods := c2.Client().CoreV1().Pods(placementNS), c3.Client().CoreV1().Pods(placementNS)
+	pod, err := src.Client().CoreV1().Pods(placementNS).Create(ctx, optedInPod("web", "1500m"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	candidateOf := func(pods corev1client.PodInterface, what string, ok func(*corev1.Pod, protocol.State) bool) *corev1.Pod {
+		t.Helper()
+		var cand *corev1.Pod
+		waitFor(t, 60*time.Second, what, func() (bool, string) {
+			list, err := pods.List(ctx, metav1.ListOptions{LabelSelector: protocol.SourceUIDLabel + "=" + string(pod.UID)})
+			if err != nil || len(list.Items) != 1 {
+				return false, fmt.Sprintf("%d candidates (%v)", len(list.Items), err)
+			}
+			cand = &list.Items[0]
+			var st protocol.State
+			_ = json.Unmarshal([]byte(cand.Annotations[protocol.StateAnnotation]), &st)
+			return ok(cand, st), fmt.Sprintf("state %+v, denied %q, node %q", st, cand.Annotations[protocol.DeniedAnnotation], cand.Spec.NodeName)
+		})
+		return cand
+	}
+	// c2 reports a reservation (the test writes it) and is elected; then
+	// c3's scheduler reserves c3's node for the pod, a loser.
+	candidateOf(c3Pods, "the candidate in c3", func(*corev1.Pod, protocol.State) bool { return true })
+	stale := candidateOf(c2Pods, "the candidate in c2", func(*corev1.Pod, protocol.State) bool { return true })
+	state, _ := json.Marshal(protocol.State{Phase: protocol.PhaseReserved, Nonce: "held", Node: "node-0", Score: 1000})
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{protocol.StateAnnotation: string(state)}}})
+	if _, err := c2Pods.Patch(ctx, stale.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitPod(t, src.Client(), placementNS, pod.Name, "elected in c2", func(p *corev1.Pod) bool {
+		e, err := protocol.ParseElection(p.Annotations[protocol.ElectionAnnotation])
+		return err == nil && e.Target == "c2"
+	})
+	if err := c3.Start(ctx, sandbox.CandidateScheduler); err != nil {
+		t.Fatal(err)
+	}
+	candidateOf(c3Pods, "the candidate reserved in c3", func(c *corev1.Pod, st protocol.State) bool {
+		if c.Annotations[protocol.DeniedAnnotation] != "" {
+			t.Fatalf("denied before it could reserve: the election stood less than --deny-after")
+		}
+		return st.Phase == protocol.PhaseReserved
+	})
+	candidateOf(c3Pods, "the candidate in c3 denied and turned away by its scheduler", func(c *corev1.Pod, st protocol.State) bool {
+		return c.Annotations[protocol.DeniedAnnotation] != "" && st.Phase == protocol.PhaseUnreserved && strings.Contains(st.Reason, protocol.DeniedMessage)
+	})
+	// The node is free: a pod of c3's own that needs most of it runs, well
+	// before the 30 s Permit timeout would have freed it.
+	local := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "local", Namespace: placementNS},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox", Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1500m")}}}}},
+	}
+	if _, err := c3Pods.Create(ctx, local, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 15*time.Second, "c3's own pod bound to the node the denied candidate left", func() (bool, string) {
+		p, err := c3Pods.Get(ctx, local.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return p.Spec.NodeName != "", fmt.Sprintf("node %q conditions %+v", p.Spec.NodeName, p.Status.Conditions)
+	})
+	if err := c3Pods.Delete(ctx, local.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		t.Fatal(err)
+	}
+	// The election is released once c2's candidate goes: the denial is
+	// lifted, and the pod runs in c3.
+	if err := c2Pods.Delete(ctx, stale.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &stale.UID}}); err != nil {
+		t.Fatal(err)
+	}
+	waitPod(t, src.Client(), placementNS, pod.Name, "bound to c3's virtual node", func(p *corev1.Pod) bool {
+		return p.Spec.NodeName == protocol.VirtualNodeName("", "c3")
 	})
 }

@@ -79,8 +79,8 @@ func New(ctx context.Context, obj runtime.Object, handle fwk.Handle) (fwk.Plugin
 func (p *Plugin) Name() string { return Name }
 
 // PreFilter reports a reservation of an earlier scheduler that the
-// candidate's state still shows as lost, and refuses a candidate that would
-// exceed its invitation's quota.
+// candidate's state still shows as lost, and refuses a candidate its source
+// denies or that would exceed its invitation's quota.
 // No node can change that, so preemption is not tried; the candidate is
 // activated again when its source's usage drops or its quota changes.
 func (p *Plugin) PreFilter(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
@@ -88,6 +88,9 @@ func (p *Plugin) PreFilter(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, _
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
 	p.manager.Rescheduling(ctx, pod)
+	if reason, denied := core.Denied(pod.Labels, pod.Annotations); denied {
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reason)
+	}
 	if reason := p.quotas.admit(pod); reason != "" {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reason)
 	}
@@ -178,12 +181,13 @@ func (p *Plugin) PostBind(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, no
 }
 
 // EventsToRegister requeues a candidate whose reservation this plugin ended
-// once its Unreserved report has landed, and on no other event.
+// once its Unreserved report has landed, or whose denial the source lifted,
+// and on no other event.
 func (p *Plugin) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, error) {
 	return []fwk.ClusterEventWithHint{{
 		Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Update},
 		QueueingHintFn: func(_ klog.Logger, pod *v1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
-			if core.ReservationEnded(pod, oldObj, newObj) {
+			if core.ReservationEnded(pod, oldObj, newObj) || core.DenialLifted(pod, oldObj, newObj) {
 				return fwk.Queue, nil
 			}
 			return fwk.QueueSkip, nil

@@ -16,13 +16,18 @@ import (
 // FuzzDecide: the allowed and denied annotations are the source's writes
 // (or anyone's with update rights on the candidate). Whatever they hold,
 // the target allows only on a well-formed allowance naming this very
-// reservation and source pod, and rejects only on a denial of it.
+// reservation and source pod and no denial of that pod, and rejects only on
+// a well-formed denial naming that source pod.
 func FuzzDecide(f *testing.F) {
 	const nonce, sourceUID = "a1b2c3d4e5f60718", "6b0f1d2e-0000-4000-8000-000000000001"
 	ok := protocol.Allowance{SourceUID: sourceUID, Generation: 1, Nonce: nonce}.Encode()
+	no := protocol.Denial{SourceUID: sourceUID, Generation: 2}.Encode()
 	f.Add(nonce, sourceUID, ok, "", true)
+	f.Add(nonce, sourceUID, ok, no, true)
 	f.Add(nonce, sourceUID, ok, nonce, true)
-	f.Add(nonce, sourceUID, "", nonce, false)
+	f.Add(nonce, sourceUID, "", no, false)
+	f.Add(nonce, sourceUID, ok, sourceUID+"/2/x", true)
+	f.Add(nonce, sourceUID, ok, "/2", true)
 	f.Add("", "", "/0/", "", true)
 	f.Add("", sourceUID, sourceUID+"/1/", "", true)
 	f.Add("n/x", "u", "u/1/n/x", "", true)
@@ -40,11 +45,13 @@ func FuzzDecide(f *testing.F) {
 		switch d.Verdict {
 		case Allow:
 			a, err := protocol.ParseAllowance(allowed)
-			if !hasAllowed || err != nil || nonce == "" || a.Nonce != nonce || a.SourceUID != uidLabel || denied == nonce {
+			n, nerr := protocol.ParseDenial(denied)
+			if !hasAllowed || err != nil || nonce == "" || a.Nonce != nonce || a.SourceUID != uidLabel || (nerr == nil && n.SourceUID == uidLabel) {
 				t.Fatalf("reservation %q allowed on allowance %q (uid label %q, denied %q)", nonce, allowed, uidLabel, denied)
 			}
 		case Reject:
-			if nonce == "" || denied != nonce || d.Reason == "" {
+			n, err := protocol.ParseDenial(denied)
+			if nonce == "" || err != nil || n.SourceUID != uidLabel || n.SourceUID == "" || d.Reason == "" {
 				t.Fatalf("reservation %q rejected on denial %q with reason %q", nonce, denied, d.Reason)
 			}
 		case Wait:

@@ -40,9 +40,25 @@ func IsCandidate(labels map[string]string) bool {
 	return labels[protocol.CandidateLabel] == "true"
 }
 
+// Denied reports why the source denies the candidate, if it does: a
+// well-formed denial naming the source pod the candidate stands for. While
+// it holds, the candidate gets no reservation (PreFilter) and the one it
+// holds is rejected.
+func Denied(labels, annotations map[string]string) (reason string, denied bool) {
+	raw, ok := annotations[protocol.DeniedAnnotation]
+	if !ok {
+		return "", false
+	}
+	d, err := protocol.ParseDenial(raw)
+	if err != nil || d.SourceUID != labels[protocol.SourceUIDLabel] {
+		return "", false
+	}
+	return fmt.Sprintf(protocol.DeniedMessage+" (election %d): another target's candidate is elected, or its placement policy excludes this one; it is let in again when that changes", d.Generation), true
+}
+
 // Decide applies the protocol's rule to the reservation named by nonce and
-// the candidate's current labels and annotations. A denial of this nonce
-// rejects. An allowance allows only if it parses, names this very nonce and
+// the candidate's current labels and annotations. A denial rejects (see
+// Denied). An allowance allows only if it parses, names this very nonce and
 // the source pod the candidate stands for; anything else (no allowance, a
 // malformed one, one for an earlier reservation or another source pod) waits,
 // because the annotations are a peer's writes and must never make the target
@@ -51,8 +67,8 @@ func Decide(nonce string, labels, annotations map[string]string) Decision {
 	if nonce == "" {
 		return Decision{Verdict: Wait}
 	}
-	if annotations[protocol.DeniedAnnotation] == nonce {
-		return Decision{Verdict: Reject, Reason: fmt.Sprintf("denied by source: reservation %s was refused", nonce)}
+	if reason, denied := Denied(labels, annotations); denied {
+		return Decision{Verdict: Reject, Reason: reason}
 	}
 	raw, ok := annotations[protocol.AllowedAnnotation]
 	if !ok {

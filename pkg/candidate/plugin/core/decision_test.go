@@ -16,6 +16,7 @@ func TestDecide(t *testing.T) {
 	allow := func(uid, nonce string) string {
 		return protocol.Allowance{SourceUID: uid, Generation: 1, Nonce: nonce}.Encode()
 	}
+	deny := func(uid string) string { return protocol.Denial{SourceUID: uid, Generation: 2}.Encode() }
 	tests := []struct {
 		name        string
 		nonce       string
@@ -27,17 +28,21 @@ func TestDecide(t *testing.T) {
 		{name: "allowed for this reservation", nonce: nonce, labels: labels,
 			annotations: map[string]string{protocol.AllowedAnnotation: allow(sourceUID, nonce)}, want: Allow},
 		{name: "allowance for an earlier reservation is stale", nonce: "ffff000011112222", labels: labels,
-			annotations: map[string]string{protocol.AllowedAnnotation: allow(sourceUID, nonce), protocol.DeniedAnnotation: nonce}, want: Wait},
+			annotations: map[string]string{protocol.AllowedAnnotation: allow(sourceUID, nonce)}, want: Wait},
 		{name: "allowance for another source pod", nonce: nonce, labels: labels,
 			annotations: map[string]string{protocol.AllowedAnnotation: allow("someone-else", nonce)}, want: Wait},
 		{name: "candidate without source uid label never allows", nonce: nonce, labels: map[string]string{protocol.CandidateLabel: "true"},
 			annotations: map[string]string{protocol.AllowedAnnotation: allow(sourceUID, nonce)}, want: Wait},
 		{name: "denied", nonce: nonce, labels: labels,
-			annotations: map[string]string{protocol.DeniedAnnotation: nonce}, want: Reject},
+			annotations: map[string]string{protocol.DeniedAnnotation: deny(sourceUID)}, want: Reject},
 		{name: "denial wins over a matching allowance", nonce: nonce, labels: labels,
-			annotations: map[string]string{protocol.AllowedAnnotation: allow(sourceUID, nonce), protocol.DeniedAnnotation: nonce}, want: Reject},
-		{name: "denial of another reservation", nonce: nonce, labels: labels,
-			annotations: map[string]string{protocol.DeniedAnnotation: "0000000000000000"}, want: Wait},
+			annotations: map[string]string{protocol.AllowedAnnotation: allow(sourceUID, nonce), protocol.DeniedAnnotation: deny(sourceUID)}, want: Reject},
+		{name: "denial of another source pod", nonce: nonce, labels: labels,
+			annotations: map[string]string{protocol.DeniedAnnotation: deny("someone-else")}, want: Wait},
+		{name: "malformed denial: a nonce", nonce: nonce, labels: labels,
+			annotations: map[string]string{protocol.DeniedAnnotation: nonce}, want: Wait},
+		{name: "malformed denial: bad generation", nonce: nonce, labels: labels,
+			annotations: map[string]string{protocol.DeniedAnnotation: sourceUID + "/-1"}, want: Wait},
 		{name: "malformed allowance: garbage", nonce: nonce, labels: labels,
 			annotations: map[string]string{protocol.AllowedAnnotation: "true"}, want: Wait},
 		{name: "malformed allowance: bad generation", nonce: nonce, labels: labels,

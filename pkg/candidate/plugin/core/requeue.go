@@ -30,3 +30,16 @@ func ReservationEnded(pod *v1.Pod, oldObj, newObj any) bool {
 	var state protocol.State
 	return json.Unmarshal([]byte(after), &state) == nil && state.Phase == protocol.PhaseUnreserved
 }
+
+// DenialLifted reports whether an update of a candidate removed the
+// source's denial of it (see Denied): it may reserve again.
+func DenialLifted(pod *v1.Pod, oldObj, newObj any) bool {
+	updated, ok := newObj.(*v1.Pod)
+	old, okOld := oldObj.(*v1.Pod)
+	if !ok || !okOld || updated.UID != pod.UID {
+		return false
+	}
+	_, before := Denied(old.Labels, old.Annotations)
+	_, after := Denied(updated.Labels, updated.Annotations)
+	return before && !after
+}

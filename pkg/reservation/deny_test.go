@@ -1,0 +1,72 @@
+package reservation
+
+import (
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
+)
+
+func TestDenials(t *testing.T) {
+	ours := protocol.Denial{SourceUID: uid, Generation: 3}.Encode()
+	theirs := protocol.Denial{SourceUID: "another-pod", Generation: 3}.Encode()
+	denied := func(o Observed, d string) Observed { o.Denied = d; return o }
+	excluded := func(o Observed) Observed { o.Excluded = "spread"; return o }
+	elected := protocol.Election{Generation: 3, Target: "c1", Nonce: "n1"}
+	for _, tt := range []struct {
+		name       string
+		current    protocol.Election
+		observed   []Observed
+		deny, lift []string
+	}{
+		{
+			name:     "elected: every other candidate is denied, bound, gone and unreachable ones aside",
+			current:  elected,
+			observed: []Observed{reserved("c1", "n1", 1), reserved("c2", "n2", 1), unreserved("c3", "n3"), {Target: "c4"}, {Target: "c5", Exists: true, Err: errors.New("timeout")}, bound("c6", "n6", 2)},
+			deny:     []string{"c2", "c3"},
+		},
+		{
+			name:     "elected: a denial in place is not written again; a denial of another pod does not count",
+			current:  elected,
+			observed: []Observed{reserved("c1", "n1", 1), denied(reserved("c2", "n2", 1), ours), denied(reserved("c3", "n3", 1), theirs)},
+			deny:     []string{"c3"},
+		},
+		{
+			name:     "the elected candidate itself is never denied, and its denial is lifted",
+			current:  elected,
+			observed: []Observed{denied(reserved("c1", "n1", 1), ours)},
+			lift:     []string{"c1"},
+		},
+		{
+			name:     "withdrawn: every denial is lifted but that of a candidate the policy excludes",
+			current:  protocol.Election{Generation: 4},
+			observed: []Observed{denied(unreserved("c1", "n1"), ours), denied(excluded(unreserved("c2", "n2")), ours), excluded(reserved("c3", "n3", 1))},
+			deny:     []string{"c3"},
+			lift:     []string{"c1"},
+		},
+		{
+			name:     "nothing elected, no policy: nothing denied",
+			observed: []Observed{reserved("c1", "n1", 1), reserved("c2", "n2", 1)},
+		},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			deny, lift := Denials(uid, tt.current, tt.observed)
+			if !slices.Equal(deny, tt.deny) || !slices.Equal(lift, tt.lift) {
+				t.Errorf("Denials = deny %v, lift %v; want deny %v, lift %v", deny, lift, tt.deny, tt.lift)
+			}
+		})
+	}
+}
+
+// TestDecideNeverElectsADeniedReservation: a Reserved report of a
+// candidate the source has denied is about to be rejected by its
+// scheduler; electing it would only lose a round.
+func TestDecideNeverElectsADeniedReservation(t *testing.T) {
+	c2 := reserved("c2", "n2", 99)
+	c2.Denied = protocol.Denial{SourceUID: uid, Generation: 1}.Encode()
+	d := Decide(uid, protocol.Election{Generation: 2}, []Observed{c2, reserved("c3", "n3", 1)})
+	if d.Elect == nil || d.Elect.Target != "c3" {
+		t.Fatalf("Elect = %+v, want c3", d.Elect)
+	}
+}
