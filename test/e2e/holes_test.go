@@ -10,6 +10,7 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
@@ -125,6 +126,114 @@ func TestAgentKilledBetweenElectionAndAllowance(t *testing.T) {
 	}
 	if st := bound[len(bound)-1].state; st.Phase != protocol.PhaseBound || st.Nonce != before.Nonce {
 		t.Errorf("the delegate reports %+v, want Bound for the elected reservation %s", st, before.Nonce)
+	}
+}
+
+// TestRogueBindingNeverAdopted binds a candidate by hand in target b, with
+// an allowance the source never gave (a target binding on its own): the
+// source reports it, never binds its pod there, places the pod in a once a
+// candidate is elected there, and deletes b's candidate.
+func TestRogueBindingNeverAdopted(t *testing.T) {
+	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
+		{Name: "src", WithoutScheduler: true},
+		{Name: "a", Nodes: []sandbox.NodeSpec{{CPU: "4"}}},
+		{Name: "b", Nodes: []sandbox.NodeSpec{{CPU: "4"}}},
+	}})
+	ctx := t.Context()
+	for _, c := range s.Clusters {
+		createNamespace(t, c.Client(), placementNS)
+	}
+	src, a, b := s.Cluster("src"), s.Cluster("a"), s.Cluster("b")
+	if _, err := sandbox.StartAgent(ctx, src, []*sandbox.Cluster{a, b}); err != nil {
+		t.Fatal(err)
+	}
+	// Nobody reserves: the candidates wait unscheduled.
+	for _, c := range []*sandbox.Cluster{a, b} {
+		if err := c.Stop(sandbox.CandidateScheduler); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := watchCandidates(t, []*sandbox.Cluster{a, b}, "rogue")
+	srcPods := src.Client().CoreV1().Pods(placementNS)
+	pod, err := srcPods.Create(ctx, optedInPod("rogue", "1"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := protocol.CandidateName("src", placementNS, pod.Name, string(pod.UID))
+	for _, c := range []*sandbox.Cluster{a, b} {
+		waitPod(t, c.Client(), placementNS, name, "created, unbound", func(p *corev1.Pod) bool { return p.Spec.NodeName == "" })
+	}
+
+	// b binds its candidate on an allowance of an election the source never
+	// held, for a reservation its scheduler never made.
+	bPods := b.Client().CoreV1().Pods(placementNS)
+	forged := protocol.Allowance{SourceUID: string(pod.UID), Generation: 7, Nonce: "forged"}.Encode()
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{protocol.AllowedAnnotation: forged}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rogue, err := bPods.Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bPods.Bind(ctx, &corev1.Binding{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: placementNS, UID: rogue.UID},
+		Target:     corev1.ObjectReference{Kind: "Node", Name: "b-node-0"},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	waitFor(t, 60*time.Second, "a ProtocolViolation event naming b on the source pod", func() (bool, string) {
+		p, err := srcPods.Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		if p.Spec.NodeName != "" {
+			// Nothing was elected: any binding is the rogue's adoption.
+			t.Fatalf("the source pod was bound to %s, though no candidate was ever allowed", p.Spec.NodeName)
+		}
+		evs, err := src.Client().CoreV1().Events(placementNS).List(ctx, metav1.ListOptions{
+			FieldSelector: "involvedObject.uid=" + string(pod.UID) + ",reason=ProtocolViolation",
+		})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, e := range evs.Items {
+			if strings.Contains(e.Message, "Target b ") {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%d ProtocolViolation events, none naming b", len(evs.Items))
+	})
+
+	if err := a.Start(ctx, sandbox.CandidateScheduler); err != nil {
+		t.Fatal(err)
+	}
+	want := protocol.VirtualNodeName("", "a")
+	sources := waitSourcePods(t, src.Client(), "app=rogue", 1, func(p *corev1.Pod) bool {
+		if p.Spec.NodeName != "" && p.Spec.NodeName != want {
+			t.Fatalf("the source pod was bound to %s, the rogue target's virtual node", p.Spec.NodeName)
+		}
+		return p.Spec.NodeName == want && p.Status.Phase == corev1.PodRunning
+	})
+	waitFor(t, 60*time.Second, "b's rogue candidate deleted", func() (bool, string) {
+		p, err := bPods.Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, ""
+		}
+		if err != nil {
+			return false, err.Error()
+		}
+		return p.UID != rogue.UID, fmt.Sprintf("still there (deleting: %v)", p.DeletionTimestamp != nil)
+	})
+	waitFor(t, 60*time.Second, "only a's candidate left, as the delegate", func() (bool, string) {
+		return checkOneDelegateEach(ctx, s, sources)
+	})
+	// a's candidate was only ever allowed by an election of a.
+	for _, v := range seen.where(func(v candidateVersion) bool { return v.cluster == "a" && v.allowed != "" }) {
+		if al, err := protocol.ParseAllowance(v.allowed); err != nil || al.SourceUID != string(pod.UID) || al.Generation == 7 {
+			t.Errorf("a's candidate carried allowance %q", v.allowed)
+		}
 	}
 }
 
