@@ -385,9 +385,26 @@ func (c *Cluster) schedulerConfig() string {
 	case c.spec.SchedulerConfig != "":
 		return fmt.Sprintf(c.spec.SchedulerConfig, c.Kubeconfig)
 	case c.spec.WithoutRelease:
-		return fmt.Sprintf(DefaultSchedulerConfig, c.Kubeconfig)
+		return fmt.Sprintf(withPermitTimeout(DefaultSchedulerConfig, c.spec.PermitTimeoutSeconds), c.Kubeconfig)
 	}
 	return fmt.Sprintf(PlainSchedulerConfig, c.Kubeconfig)
+}
+
+// withPermitTimeout is a scheduler configuration of the flotilla profile
+// with its Permit timeout set to seconds, unless seconds is 0.
+func withPermitTimeout(config string, seconds int) string {
+	if seconds == 0 {
+		return config
+	}
+	return strings.Replace(config, "permitTimeoutSeconds: 30", "permitTimeoutSeconds: "+strconv.Itoa(seconds), 1)
+}
+
+// releaseSet are the chart values of the release the cluster gets at start.
+func (c *Cluster) releaseSet() []string {
+	if c.spec.PermitTimeoutSeconds == 0 {
+		return nil
+	}
+	return []string{"scheduler.permitTimeoutSeconds=" + strconv.Itoa(c.spec.PermitTimeoutSeconds)}
 }
 
 // PlainSchedulerConfig is the scheduler of a cluster whose Flotilla release

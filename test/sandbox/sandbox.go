@@ -44,6 +44,11 @@ type ClusterSpec struct {
 	// (CandidateScheduler) schedules candidates under the chart's
 	// ServiceAccount; StartAgent adds the release's agent.
 	WithoutRelease bool
+	// PermitTimeoutSeconds, when set, is how long a reserved candidate
+	// waits in Permit in this cluster (the chart's
+	// scheduler.permitTimeoutSeconds, or the flotilla profile of the
+	// cluster's own scheduler without a release) instead of 30 s.
+	PermitTimeoutSeconds int
 }
 
 // Sandbox is a set of running clusters.
@@ -187,7 +192,7 @@ func (c *Cluster) settle(ctx context.Context) error {
 		return err
 	}
 	if !c.spec.WithoutScheduler && !c.spec.WithoutRelease {
-		if _, err := c.InstallRelease(ctx, ReleaseOptions{Scheduler: true, WithoutAgent: true}); err != nil {
+		if _, err := c.InstallRelease(ctx, ReleaseOptions{Scheduler: true, WithoutAgent: true, Set: c.releaseSet()}); err != nil {
 			return fmt.Errorf("installing Flotilla's release: %w", err)
 		}
 	}
