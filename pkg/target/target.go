@@ -80,6 +80,9 @@ type Target struct {
 
 	// summary is the last believable ClusterSummary the target published.
 	summary atomic.Pointer[v1alpha1.ClusterSummaryStatus]
+
+	// health is what the last look at the target found.
+	health atomic.Pointer[probed]
 }
 
 // Config describes a target to connect to.
@@ -369,6 +372,7 @@ func (t *Target) Create(ctx context.Context, candidate *corev1.Pod) (created boo
 		return false, t.observe(fmt.Errorf("target %s: creating candidate %s/%s: %w", t.Name, candidate.Namespace, candidate.Name, err))
 	}
 	t.writes.add(key)
+	candidatesCreated.WithLabelValues(t.Name).Inc()
 	return true, t.observe(nil)
 }
 
@@ -401,6 +405,7 @@ func (t *Target) Delete(ctx context.Context, namespace, name string, uid types.U
 		return t.observe(fmt.Errorf("target %s: deleting candidate %s/%s: %w", t.Name, namespace, name, err))
 	}
 	t.writes.add(key)
+	candidatesDeleted.WithLabelValues(t.Name).Inc()
 	klog.V(4).InfoS("Deleted candidate", "target", t.Name, "pod", klog.KRef(namespace, name))
 	return t.observe(nil)
 }
@@ -425,6 +430,9 @@ func (t *Target) Annotate(ctx context.Context, namespace, name string, annotatio
 		return t.observe(fmt.Errorf("target %s: annotating candidate %s/%s: %w", t.Name, namespace, name, err))
 	}
 	t.writes.add(key)
+	if v := annotations[protocol.AllowedAnnotation]; v != nil {
+		candidatesAllowed.WithLabelValues(t.Name).Inc()
+	}
 	return t.observe(nil)
 }
 
@@ -433,3 +441,12 @@ func (t *Target) Annotate(ctx context.Context, namespace, name string, annotatio
 // callers that need more than a clientset: streams of exec, attach and
 // port-forward.
 func (t *Target) RESTConfig() *rest.Config { return rest.CopyConfig(t.rest) }
+
+// CandidateCount is how many candidates the target's cache holds.
+func (t *Target) CandidateCount() int {
+	n := 0
+	for _, idx := range t.informers.indexers() {
+		n += len(idx.ListKeys())
+	}
+	return n
+}
