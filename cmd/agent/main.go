@@ -9,6 +9,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"time"
@@ -30,6 +31,7 @@ import (
 
 	"github.com/flotilla-dev/flotilla/api/v1alpha1"
 	"github.com/flotilla-dev/flotilla/pkg/cleanup"
+	"github.com/flotilla-dev/flotilla/pkg/debugstate"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
 	"github.com/flotilla-dev/flotilla/pkg/slim"
 )
@@ -192,6 +194,8 @@ func run(opts options) error {
 	// protobuf: it sends JSON and still reads protobuf where there is one.
 	mgrCfg := rest.CopyConfig(cfg)
 	mgrCfg.ContentType = runtime.ContentTypeJSON
+	// /debug/state is served beside /metrics; components add to it below.
+	state := debugstate.NewRegistry()
 	mgr, err := ctrl.NewManager(mgrCfg, ctrl.Options{
 		Scheme: scheme,
 		// The agent caches only source pods, not every pod of the cluster,
@@ -214,7 +218,10 @@ func run(opts options) error {
 			Port:    opts.webhookPort,
 			CertDir: opts.webhookCertDir,
 		}),
-		Metrics:                       metricsserver.Options{BindAddress: opts.metricsAddr},
+		Metrics: metricsserver.Options{
+			BindAddress:   opts.metricsAddr,
+			ExtraHandlers: map[string]http.Handler{debugstate.Path: state},
+		},
 		HealthProbeBindAddress:        opts.probeAddr,
 		PprofBindAddress:              opts.pprofAddr,
 		LeaderElection:                opts.leaderElect,
@@ -235,7 +242,15 @@ func run(opts options) error {
 	if err := setupWebhook(mgr, kube, opts); err != nil {
 		return err
 	}
-	if err := setupPlacement(mgr, cfg, kube, opts); err != nil {
+	state.Register("leader", func() any {
+		select {
+		case <-mgr.Elected():
+			return true
+		default:
+			return false
+		}
+	})
+	if err := setupPlacement(mgr, cfg, kube, state, opts); err != nil {
 		return err
 	}
 	if err := setupInvitations(mgr, cfg, kube, opts); err != nil {

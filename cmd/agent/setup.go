@@ -12,7 +12,9 @@ import (
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/flotilla-dev/flotilla/pkg/debugstate"
 	"github.com/flotilla-dev/flotilla/pkg/invitation"
 	"github.com/flotilla-dev/flotilla/pkg/objects"
 	"github.com/flotilla-dev/flotilla/pkg/policy"
@@ -64,8 +66,9 @@ func setupWebhook(mgr manager.Manager, kube kubernetes.Interface, opts options) 
 
 // setupPlacement runs the targets controller (which connects each Target
 // and ClusterTarget and runs its virtual node) and the placement controller.
-// Both run on the leader only.
-func setupPlacement(mgr manager.Manager, cfg *rest.Config, kube kubernetes.Interface, opts options) error {
+// Both run on the leader only. Their state goes into /debug/state and the
+// targets' into the metrics.
+func setupPlacement(mgr manager.Manager, cfg *rest.Config, kube kubernetes.Interface, state *debugstate.Registry, opts options) error {
 	// Placement and the virtual nodes share the cache of source pods.
 	informer, err := mgr.GetCache().GetInformer(context.Background(), &corev1.Pod{})
 	if err != nil {
@@ -76,6 +79,11 @@ func setupPlacement(mgr manager.Manager, cfg *rest.Config, kube kubernetes.Inter
 		return fmt.Errorf("the source pod informer is a %T, not a SharedIndexInformer", informer)
 	}
 	targets := target.NewSet()
+	if err := metrics.Registry.Register(target.Collector{Set: targets}); err != nil {
+		return fmt.Errorf("registering the targets' metrics: %w", err)
+	}
+	state.Register("targets", targets.DebugState(debugstate.DefaultLimit))
+	state.Register("elections", reservation.ElectionsProvider(mgr.GetCache(), targets, opts.clusterName, debugstate.DefaultLimit))
 	kubeletAddress, kubeletPort := opts.kubelet.published()
 	if err := (&target.Controller{
 		Client:          mgr.GetClient(),

@@ -18,5 +18,6 @@ import (
 
 func main() {
 	command := app.NewSchedulerCommand(plugins()...)
+	serveDebugState(command)
 	os.Exit(cli.Run(command))
 }

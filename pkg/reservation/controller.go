@@ -872,6 +872,9 @@ func (c *Controller) writeElection(ctx context.Context, pod *corev1.Pod, e proto
 		return fmt.Errorf("recording election %s on %s/%s: %w", e.Encode(), pod.Namespace, pod.Name, err)
 	}
 	c.elections.Store(pod.UID, writtenElection{value: e.Encode(), at: time.Now()})
+	if e.Elected() {
+		electionSeconds.Observe(sinceCreation(pod))
+	}
 	return nil
 }
 
@@ -890,6 +893,7 @@ func (c *Controller) bind(ctx context.Context, pod *corev1.Pod, targetName, targ
 	err := c.Kube.CoreV1().Pods(pod.Namespace).Bind(ctx, binding, metav1.CreateOptions{})
 	switch {
 	case err == nil:
+		podBoundSeconds.Observe(sinceCreation(pod))
 		c.Recorder.Eventf(pod, nil, corev1.EventTypeNormal, "Scheduled", "Bind", "Elected target %s (election %d), whose node %s runs it; bound to virtual node %s",
 			targetName, generation, targetNode, node)
 	case apierrors.IsConflict(err):

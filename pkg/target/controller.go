@@ -311,6 +311,7 @@ func (c *Controller) connect(ctx context.Context, v view) (reconcile.Result, err
 		h = r.t.Probe(ctx)
 	}
 	h.apply(v, r.t.HasSynced())
+	r.t.setHealth(h, time.Now())
 	r.observeHealth(h, time.Now(), c.NotReadyAfter)
 	resync := c.ResyncPeriod
 	if !meta.IsStatusConditionTrue(v.status.Conditions, v1alpha1.TargetReady) {

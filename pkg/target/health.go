@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,6 +20,26 @@ type Health struct {
 	Authorized bool
 	// Reason and Message explain the first thing that failed.
 	Reason, Message string
+}
+
+// probed is a Health and when it was found.
+type probed struct {
+	Health
+	at time.Time
+}
+
+// setHealth records what a look at the target found (the controller's, each
+// resync).
+func (t *Target) setHealth(h Health, at time.Time) { t.health.Store(&probed{Health: h, at: at}) }
+
+// LastHealth is what the last look at the target found, and when; ok is
+// false before the first.
+func (t *Target) LastHealth() (h Health, at time.Time, ok bool) {
+	p := t.health.Load()
+	if p == nil {
+		return Health{}, time.Time{}, false
+	}
+	return p.Health, p.at, true
 }
 
 // Probe asks the target for what the source needs most, listing its

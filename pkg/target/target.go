@@ -80,6 +80,9 @@ type Target struct {
 
 	// summary is the last believable ClusterSummary the target published.
 	summary atomic.Pointer[v1alpha1.ClusterSummaryStatus]
+
+	// health is what the last look at the target found.
+	health atomic.Pointer[probed]
 }
 
 // Config describes a target to connect to.
@@ -369,6 +372,7 @@ func (t *Target) Create(ctx context.Context, candidate *corev1.Pod) (created boo
 		return false, t.observe(fmt.Errorf("target %s: creating candidate %s/%s: %w", t.Name, candidate.Namespace, candidate.Name, err))
 	}
 	t.writes.add(key)
+	candidatesCreated.WithLabelValues(t.Name).Inc()
 	return true, t.observe(nil)
 }
 
@@ -401,6 +405,7 @@ func (t *Target) Delete(ctx context.Context, namespace, name string, uid types.U
 		return t.observe(fmt.Errorf("target %s: deleting candidate %s/%s: %w", t.Name, namespace, name, err))
 	}
 	t.writes.add(key)
+	candidatesDeleted.WithLabelValues(t.Name).Inc()
 	klog.V(4).InfoS("Deleted candidate", "target", t.Name, "pod", klog.KRef(namespace, name))
 	return t.observe(nil)
 }
@@ -444,7 +449,11 @@ func (t *Target) Revoke(ctx context.Context, candidate *corev1.Pod) (revoked boo
 		Preconditions: &metav1.Preconditions{UID: &candidate.UID, ResourceVersion: &candidate.ResourceVersion},
 	})
 	switch {
-	case err == nil, apierrors.IsNotFound(err):
+	case err == nil:
+		candidatesDeleted.WithLabelValues(t.Name).Inc()
+		candidatesRevoked.WithLabelValues(t.Name).Inc()
+		return true, t.observe(nil)
+	case apierrors.IsNotFound(err):
 		return true, t.observe(nil)
 	case apierrors.IsConflict(err):
 		// Changed since that copy, or another pod under that name.
@@ -487,6 +496,16 @@ func (t *Target) annotate(ctx context.Context, namespace, name string, annotatio
 	if remember {
 		t.writes.add(key)
 	}
+	if v := annotations[protocol.AllowedAnnotation]; v != nil {
+		candidatesAllowed.WithLabelValues(t.Name).Inc()
+	}
+	if v, ok := annotations[protocol.DeniedAnnotation]; ok {
+		if v != nil {
+			candidatesDenied.WithLabelValues(t.Name).Inc()
+		} else {
+			denialsLifted.WithLabelValues(t.Name).Inc()
+		}
+	}
 	return t.observe(nil)
 }
 
@@ -495,3 +514,12 @@ func (t *Target) annotate(ctx context.Context, namespace, name string, annotatio
 // callers that need more than a clientset: streams of exec, attach and
 // port-forward.
 func (t *Target) RESTConfig() *rest.Config { return rest.CopyConfig(t.rest) }
+
+// CandidateCount is how many candidates the target's cache holds.
+func (t *Target) CandidateCount() int {
+	n := 0
+	for _, idx := range t.informers.indexers() {
+		n += len(idx.ListKeys())
+	}
+	return n
+}

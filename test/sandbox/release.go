@@ -75,7 +75,7 @@ func (c *Cluster) InstallRelease(ctx context.Context, opts ReleaseOptions) (*Rel
 	if opts.Name == "" {
 		opts.Name = "flotilla"
 	}
-	ports, err := FreePorts(5)
+	ports, err := FreePorts(6)
 	if err != nil {
 		return nil, err
 	}
@@ -99,7 +99,7 @@ func (c *Cluster) InstallRelease(ctx context.Context, opts ReleaseOptions) (*Rel
 		return nil, err
 	}
 	if opts.Scheduler {
-		if err := c.runReleaseScheduler(ctx, r, deployments, ports[3]); err != nil {
+		if err := c.runReleaseScheduler(ctx, r, deployments, ports[3], ports[5]); err != nil {
 			return nil, err
 		}
 	}
@@ -191,8 +191,9 @@ func (a *Agent) WebhookAddr() string {
 }
 
 // runReleaseScheduler runs the release's scheduler as CandidateScheduler,
-// unless it runs already.
-func (c *Cluster) runReleaseScheduler(ctx context.Context, r *Release, deployments map[string]*appsv1.Deployment, port int) error {
+// unless it runs already: its secure port on port, its debug state (when
+// the chart asks for it) on debugPort.
+func (c *Cluster) runReleaseScheduler(ctx context.Context, r *Release, deployments map[string]*appsv1.Deployment, port, debugPort int) error {
 	c.mu.Lock()
 	running := c.procs[CandidateScheduler]
 	c.mu.Unlock()
@@ -213,7 +214,8 @@ func (c *Cluster) runReleaseScheduler(ctx context.Context, r *Release, deploymen
 	if err := setSchedulerKubeconfig(pod, pod.kubeconfig); err != nil {
 		return err
 	}
-	args := append(pod.args,
+	debugAddr := "127.0.0.1:" + strconv.Itoa(debugPort)
+	args := append(replaceFlags(pod.args, map[string]string{"--flotilla-debug-bind-address": debugAddr}),
 		"--bind-address=127.0.0.1",
 		"--secure-port="+strconv.Itoa(port),
 		"--cert-dir="+filepath.Join(pod.dir, "certs"),
@@ -227,9 +229,29 @@ func (c *Cluster) runReleaseScheduler(ctx context.Context, r *Release, deploymen
 	c.mu.Lock()
 	c.procs[CandidateScheduler] = p
 	c.ports["candidate-scheduler"] = port
+	if slices.Contains(args, "--flotilla-debug-bind-address="+debugAddr) {
+		c.ports["candidate-scheduler-debug"] = debugPort
+	}
 	c.mu.Unlock()
 	r.Scheduler = p
 	return c.waitHealthy(ctx, CandidateScheduler)
+}
+
+// SchedulerAddr is where the release's scheduler serves HTTPS (health,
+// /metrics), "" when it does not run.
+func (c *Cluster) SchedulerAddr() string { return c.portAddr("candidate-scheduler") }
+
+// SchedulerDebugAddr is where the release's scheduler serves its
+// /debug/state over plain HTTP, "" when it does not.
+func (c *Cluster) SchedulerDebugAddr() string { return c.portAddr("candidate-scheduler-debug") }
+
+func (c *Cluster) portAddr(name string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if port, ok := c.ports[name]; ok {
+		return "127.0.0.1:" + strconv.Itoa(port)
+	}
+	return ""
 }
 
 // Uninstall stops the release's processes (as scaling its Deployments to

@@ -24,6 +24,22 @@ var (
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"cluster"})
 
+	candidatesReserved = metrics.NewCounterVec(&metrics.CounterOpts{
+		Name:           "flotilla_candidates_reserved_total",
+		Help:           "Reservations of candidates made at Reserve (each holds a node until its source allows or denies it, or Permit times out), by source cluster.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"cluster"})
+	candidatesUnreserved = metrics.NewCounterVec(&metrics.CounterOpts{
+		Name:           "flotilla_candidates_unreserved_total",
+		Help:           "Reservations of candidates that ended without a binding, by source cluster and reason: rejected (the source denied it or the candidate was deleted), permit-timeout (no allowance within permitTimeoutSeconds), bind-failed (ended while or after waiting, before its timeout, without Flotilla rejecting it), cycle-failed (ended before Permit waited).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"cluster", "reason"})
+	candidatesBound = metrics.NewCounterVec(&metrics.CounterOpts{
+		Name:           "flotilla_candidates_bound_total",
+		Help:           "Candidates bound to a node (PostBind), by source cluster.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"cluster"})
+
 	registerMetrics sync.Once
 )
 
@@ -31,6 +47,6 @@ var (
 // profiles build the plugin.
 func register() {
 	registerMetrics.Do(func() {
-		legacyregistry.MustRegister(quotaUsed, quotaLimit, quotaRefusals)
+		legacyregistry.MustRegister(quotaUsed, quotaLimit, quotaRefusals, candidatesReserved, candidatesUnreserved, candidatesBound)
 	})
 }

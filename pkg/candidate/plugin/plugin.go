@@ -23,6 +23,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/flotilla-dev/flotilla/pkg/candidate/plugin/core"
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
 )
 
 // Name is the plugin's name in a KubeSchedulerConfiguration.
@@ -71,8 +72,10 @@ func New(ctx context.Context, obj runtime.Object, handle fwk.Handle) (fwk.Plugin
 	}
 	go manager.Run(ctx)
 	go quotas.run(ctx)
+	p := &Plugin{handle: handle, manager: manager, quotas: quotas, permitTimeout: timeout}
+	State.Register(handle.ProfileName(), p.debugState)
 	klog.FromContext(ctx).Info("Flotilla candidate plugin ready", "profile", handle.ProfileName(), "permitTimeout", timeout)
-	return &Plugin{handle: handle, manager: manager, quotas: quotas, permitTimeout: timeout}, nil
+	return p, nil
 }
 
 // Name returns the plugin's name.
@@ -114,13 +117,16 @@ func (p *Plugin) Reserve(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, nod
 		return fwk.AsStatus(err)
 	}
 	p.quotas.ledger.Reserve(pod, nonce)
+	candidatesReserved.WithLabelValues(pod.Labels[protocol.SourceClusterLabel]).Inc()
 	return nil
 }
 
 // Unreserve ends a candidate's reservation.
 func (p *Plugin) Unreserve(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, nodeName string) {
 	if core.IsCandidate(pod.Labels) {
-		p.manager.Unreserve(ctx, pod, nodeName)
+		if kind := p.manager.Unreserve(ctx, pod, nodeName); kind != "" {
+			candidatesUnreserved.WithLabelValues(pod.Labels[protocol.SourceClusterLabel], kind).Inc()
+		}
 		p.quotas.activate(p.quotas.ledger.Unreserve(pod))
 	}
 }
@@ -177,6 +183,7 @@ func (p *Plugin) PostBind(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, no
 	if core.IsCandidate(pod.Labels) {
 		p.quotas.ledger.Bound(pod)
 		p.manager.Bound(ctx, pod, nodeName)
+		candidatesBound.WithLabelValues(pod.Labels[protocol.SourceClusterLabel]).Inc()
 	}
 }
 

@@ -99,7 +99,7 @@ func (m *Manager) Reserve(ctx context.Context, pod *v1.Pod, node string, score i
 		return "", fmt.Errorf("reserving pod %s on node %s: %w", klog.KObj(pod), node, err)
 	}
 	m.mu.Lock()
-	m.reserved[pod.UID] = &Reservation{Nonce: nonce, Node: node}
+	m.reserved[pod.UID] = &Reservation{Nonce: nonce, Node: node, Pod: refOf(pod), Cluster: pod.Labels[protocol.SourceClusterLabel]}
 	m.mu.Unlock()
 	m.writer.Set(refOf(pod), protocol.State{Phase: protocol.PhaseReserved, Nonce: nonce, Node: node, Score: score})
 	klog.FromContext(ctx).V(2).Info("Reserved candidate", "pod", klog.KObj(pod), "node", node, "nonce", nonce, "score", score)
@@ -164,18 +164,21 @@ func (m *Manager) Permit(ctx context.Context, pod *v1.Pod) Decision {
 
 // Unreserve forgets the reservation and reports it as Unreserved with the
 // reason. That report landing on the pod is what requeues the candidate (see
-// ReservationEnded).
-func (m *Manager) Unreserve(ctx context.Context, pod *v1.Pod, node string) {
+// ReservationEnded). It returns the UnreserveKind, "" when it held no
+// reservation of pod.
+func (m *Manager) Unreserve(ctx context.Context, pod *v1.Pod, node string) (kind string) {
 	m.mu.Lock()
 	r, ok := m.reserved[pod.UID]
 	delete(m.reserved, pod.UID)
 	m.mu.Unlock()
 	if !ok {
-		return
+		return ""
 	}
-	reason := UnreserveReason(*r, m.opts.PermitTimeout, time.Now())
+	now := time.Now()
+	reason := UnreserveReason(*r, m.opts.PermitTimeout, now)
 	m.writer.Set(refOf(pod), protocol.State{Phase: protocol.PhaseUnreserved, Nonce: r.Nonce, Node: node, Reason: reason})
 	klog.FromContext(ctx).V(2).Info("Unreserved candidate", "pod", klog.KObj(pod), "node", node, "nonce", r.Nonce, "reason", reason)
+	return UnreserveKind(*r, m.opts.PermitTimeout, now)
 }
 
 // BindingAnnotations returns the annotations a binding of pod to node

@@ -12,6 +12,10 @@ import (
 type Reservation struct {
 	Nonce string
 	Node  string
+	// Pod is the candidate and Cluster its source cluster, for the
+	// scheduler's /debug/state.
+	Pod     PodRef
+	Cluster string
 	// WaitingSince is when Permit started to wait; zero before.
 	WaitingSince time.Time
 	// Settled is set once the reservation was allowed or rejected on the
@@ -33,16 +37,50 @@ func NewNonce() (string, error) {
 	return hex.EncodeToString(b[:]), nil
 }
 
-// UnreserveReason says why a reservation ended without binding: the reason
-// Flotilla recorded when it rejected it, else a timeout if Permit waited at
-// least timeout, else a failure later in the binding cycle.
-func UnreserveReason(r Reservation, timeout time.Duration, now time.Time) string {
+// Kinds of ended reservations: the bounded reason of the
+// flotilla_candidates_unreserved_total metric.
+const (
+	// UnreservedRejected: Flotilla rejected it on the source's word (a
+	// denial, the candidate deleted) and recorded why.
+	UnreservedRejected = "rejected"
+	// UnreservedPermitTimeout: Permit waited the whole timeout without an
+	// allowance.
+	UnreservedPermitTimeout = "permit-timeout"
+	// UnreservedBindFailed: it waited in Permit and ended before its
+	// timeout without Flotilla rejecting it: binding failed, or the
+	// scheduler abandoned it.
+	UnreservedBindFailed = "bind-failed"
+	// UnreservedCycleFailed: it ended before Permit waited (a later plugin
+	// of the scheduling cycle failed).
+	UnreservedCycleFailed = "cycle-failed"
+)
+
+// UnreserveKind classifies why a reservation ended without binding: the
+// reason Flotilla recorded when it rejected it, else a timeout if Permit
+// waited at least timeout, else a failure later in the binding cycle, or
+// in the scheduling cycle if Permit never waited.
+func UnreserveKind(r Reservation, timeout time.Duration, now time.Time) string {
 	switch {
 	case r.Reason != "":
-		return r.Reason
+		return UnreservedRejected
 	case !r.WaitingSince.IsZero() && now.Sub(r.WaitingSince) >= timeout:
-		return fmt.Sprintf("permit timed out after %s without an allowance from the source", timeout)
+		return UnreservedPermitTimeout
 	case !r.WaitingSince.IsZero():
+		return UnreservedBindFailed
+	default:
+		return UnreservedCycleFailed
+	}
+}
+
+// UnreserveReason says in words why a reservation ended without binding
+// (see UnreserveKind).
+func UnreserveReason(r Reservation, timeout time.Duration, now time.Time) string {
+	switch UnreserveKind(r, timeout, now) {
+	case UnreservedRejected:
+		return r.Reason
+	case UnreservedPermitTimeout:
+		return fmt.Sprintf("permit timed out after %s without an allowance from the source", timeout)
+	case UnreservedBindFailed:
 		return "binding failed or the reservation was abandoned"
 	default:
 		return "scheduling cycle failed after reserve"

@@ -44,3 +44,20 @@ func TestUnreserveReason(t *testing.T) {
 		})
 	}
 }
+
+func TestUnreserveKind(t *testing.T) {
+	now := time.Now()
+	for _, tt := range []struct {
+		r    Reservation
+		want string
+	}{
+		{Reservation{Reason: "denied by source", WaitingSince: now.Add(-time.Hour)}, UnreservedRejected},
+		{Reservation{WaitingSince: now.Add(-30 * time.Second)}, UnreservedPermitTimeout},
+		{Reservation{WaitingSince: now.Add(-time.Second)}, UnreservedBindFailed},
+		{Reservation{}, UnreservedCycleFailed},
+	} {
+		if got := UnreserveKind(tt.r, 30*time.Second, now); got != tt.want {
+			t.Errorf("UnreserveKind(%+v) = %q, want %q", tt.r, got, tt.want)
+		}
+	}
+}

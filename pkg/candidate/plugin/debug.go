@@ -1,0 +1,36 @@
+package plugin
+
+import (
+	"github.com/flotilla-dev/flotilla/pkg/candidate/plugin/core"
+	"github.com/flotilla-dev/flotilla/pkg/debugstate"
+)
+
+// State is the scheduler's /debug/state: each profile that runs the plugin
+// registers its state under the profile's name. kube-scheduler's own mux
+// takes no extra handlers, so cmd/scheduler serves it on a listener of its
+// own (--flotilla-debug-bind-address).
+var State = debugstate.NewRegistry()
+
+// profileState is what /debug/state shows of one profile.
+type profileState struct {
+	PermitTimeout string `json:"permitTimeout"`
+	// Reservations counts the reservations held: waiting, or allowed and
+	// binding.
+	Reservations int                                `json:"reservations"`
+	Waiting      debugstate.List[core.Waiting]      `json:"waiting"`
+	Quotas       debugstate.List[core.QuotaAccount] `json:"quotas"`
+	QuotasKnown  bool                               `json:"quotasKnown"`
+}
+
+func (p *Plugin) debugState() any {
+	waiting, held := p.manager.Waiting(debugstate.DefaultLimit)
+	return profileState{
+		PermitTimeout: p.permitTimeout.String(),
+		Reservations:  held,
+		Waiting:       waiting,
+		Quotas: core.Accounts(p.quotas.invitations.withQuota(), func(inv core.Invitation) core.Amounts {
+			return p.quotas.ledger.Usage(inv.Cluster, inv.Covers, "")
+		}, debugstate.DefaultLimit),
+		QuotasKnown: p.quotas.invitations.synced() && p.quotas.podsSynced(),
+	}
+}
