@@ -747,7 +747,6 @@ func (c *Controller) revokeIfStalled(ctx context.Context, pod *corev1.Pod, elect
 // which the source deleted to elect another target.
 const ReasonElectionRevoked = "ElectionRevoked"
 
-
 // sweep drops what this process remembers of pods that went before they
 // were placed: their UIDs are no longer known, so old entries go.
 func (c *Controller) sweep() {
