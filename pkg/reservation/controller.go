@@ -373,6 +373,9 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if endCount(pl.narrowedBySpread()) {
 		lookAgain = true
 	}
+	if newerAllowance(string(pod.UID), election, observed) {
+		election = c.freshElection(ctx, pod, election)
+	}
 	if election.Elected() {
 		observed = c.confirmRelease(ctx, pod, election, observed)
 		if !slices.ContainsFunc(observed, func(o Observed) bool { return o.Target == election.Target }) {
@@ -649,6 +652,23 @@ func (c *Controller) forget(uid types.UID) {
 type electedAt struct {
 	generation int64
 	at         time.Time
+}
+
+// freshElection reads the election record from the source's API server,
+// when a bound candidate carries an allowance of a later election than the
+// cached record: only the current election's candidate is adopted, and a
+// cache can lag behind the write that allowed it. It returns the record
+// read if it is later than the cached one.
+func (c *Controller) freshElection(ctx context.Context, pod *corev1.Pod, cached protocol.Election) protocol.Election {
+	live, err := c.Kube.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+	if err != nil || live.UID != pod.UID {
+		return cached
+	}
+	e, err := protocol.ParseElection(live.Annotations[protocol.ElectionAnnotation])
+	if err != nil || e.Generation <= cached.Generation {
+		return cached
+	}
+	return e
 }
 
 // confirmRelease reads the elected candidate from its target's API server

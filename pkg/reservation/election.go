@@ -65,39 +65,26 @@ type Allowance struct {
 // it asks for nothing new.
 func Decide(sourceUID string, current protocol.Election, observed []Observed) Decision {
 	var d Decision
-	// A candidate bound on an allowance for its own reservation won: the
-	// source only allows after recording the election durably, and never
-	// moves an election while the elected reservation may still bind. This
-	// holds even when the election record we read is older than the
-	// allowance (a stale cache).
-	//
-	// Two bound candidates cannot both have been allowed by one election
-	// history; should it happen anyway (a peer's forged allowance, a bug),
-	// the one of the latest election is adopted, preferring the current
-	// election's own, and the others are reported as violations and
-	// deleted, never adopted silently.
-	var adopted Observed
-	var adoptedGen int64 = -1
+	// The current election's candidate, bound on its allowance, won. No
+	// other bound candidate can have been allowed: the source allows only
+	// after recording the election durably, and moves an election only once
+	// the elected reservation can no longer bind (so a candidate bound on an
+	// earlier election's allowance cannot be). Any other bound candidate (a
+	// target that bound on its own, with or without a forged allowance) is
+	// reported as a violation and deleted, never adopted. The caller makes
+	// sure current is not older than the allowances it sees (a stale cache
+	// of the source pod; see Controller.freshElection).
 	for _, o := range observed {
 		if !o.Exists || o.State.Phase != protocol.PhaseBound {
 			continue
 		}
-		gen, ok := allowedOwnReservation(sourceUID, o)
-		if !ok {
-			d.Violations = append(d.Violations, o.Target)
+		if current.Elected() && o.Target == current.Target && allowedBy(sourceUID, o, current) {
+			d.Bound = o.Target
 			continue
 		}
-		if adoptedGen >= 0 && !adoptsOver(o, gen, adopted, adoptedGen, current) {
-			d.Violations = append(d.Violations, o.Target)
-			continue
-		}
-		if adoptedGen >= 0 {
-			d.Violations = append(d.Violations, adopted.Target)
-		}
-		adopted, adoptedGen = o, gen
+		d.Violations = append(d.Violations, o.Target)
 	}
-	if adoptedGen >= 0 {
-		d.Bound = adopted.Target
+	if d.Bound != "" {
 		return d
 	}
 	if current.Elected() {
@@ -172,29 +159,27 @@ func releasedIfLive(o Observed, current protocol.Election) bool {
 	return err != nil || a.Generation != current.Generation || a.Nonce != current.Nonce
 }
 
-// allowedOwnReservation reports whether a candidate carries an allowance of
-// this source pod for the reservation it reports, and of which election.
-func allowedOwnReservation(sourceUID string, o Observed) (generation int64, ok bool) {
+// allowedBy reports whether a candidate carries the allowance of election
+// e for the reservation it reports.
+func allowedBy(sourceUID string, o Observed, e protocol.Election) bool {
 	a, err := protocol.ParseAllowance(o.Allowed)
-	if err != nil || a.SourceUID != sourceUID || a.Nonce != o.State.Nonce {
-		return 0, false
-	}
-	return a.Generation, true
+	return err == nil && a.SourceUID == sourceUID && a.Generation == e.Generation && a.Nonce == e.Nonce && a.Nonce == o.State.Nonce
 }
 
-// adoptsOver reports whether bound candidate o (allowed by election gen)
-// is to be adopted rather than other (allowed by otherGen): the current
-// election's own first, then the later election, then the target name, so
-// that the choice does not depend on the order of the reports.
-func adoptsOver(o Observed, gen int64, other Observed, otherGen int64, current protocol.Election) bool {
-	ours := func(target string, g int64) bool { return target == current.Target && g == current.Generation }
-	if a, b := ours(o.Target, gen), ours(other.Target, otherGen); a != b {
-		return a
+// newerAllowance reports whether a bound candidate carries an allowance of
+// this source pod for its reservation from a later election than current:
+// the record read is older than the one that allowed it (a cache that lags).
+func newerAllowance(sourceUID string, current protocol.Election, observed []Observed) bool {
+	for _, o := range observed {
+		if o.State.Phase != protocol.PhaseBound {
+			continue
+		}
+		a, err := protocol.ParseAllowance(o.Allowed)
+		if err == nil && a.SourceUID == sourceUID && a.Nonce == o.State.Nonce && a.Generation > current.Generation {
+			return true
+		}
 	}
-	if gen != otherGen {
-		return gen > otherGen
-	}
-	return o.Target < other.Target
+	return false
 }
 
 func elect(d Decision, uid string, generation int64, target, nonce string) Decision {

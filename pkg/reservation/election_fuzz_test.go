@@ -106,9 +106,8 @@ func check(t *testing.T, current protocol.Election, observed []Observed, d Decis
 	}
 	if d.Bound != "" {
 		o, ok := find(observed, d.Bound)
-		_, own := allowedOwnReservation(uid, o)
-		if !ok || !o.Exists || o.State.Phase != protocol.PhaseBound || !own {
-			t.Fatalf("decision binds %s, which is not bound on its own allowance: %+v", d.Bound, o)
+		if !ok || !o.Exists || o.State.Phase != protocol.PhaseBound || d.Bound != current.Target || !allowedBy(uid, o, current) {
+			t.Fatalf("decision binds %s, which is not bound on the current election's (%+v) allowance: %+v", d.Bound, current, o)
 		}
 		return
 	}

@@ -97,10 +97,11 @@ func TestDecide(t *testing.T) {
 			wantBound: "c2",
 		},
 		{
-			name:      "stale election record, candidate bound on its allowance: bound there, nothing elected",
+			name:      "a candidate bound on an allowance of no election on record: never adopted; another elected",
 			current:   protocol.Election{},
 			observed:  []Observed{reserved("c1", "n1", 99), bound("c2", "n2", 1)},
-			wantBound: "c2",
+			wantElect: &protocol.Election{Generation: 1, Target: "c1", Nonce: "n1"},
+			wantAllow: "c1", wantNonce: "n1",
 		},
 		{
 			name:     "elected candidate missing from the cache: keep the election until a live read confirms",
@@ -252,18 +253,46 @@ func TestDecideNeverAdoptsASecondBindingSilently(t *testing.T) {
 			t.Errorf("%v: violations %v, want c1 reported", targetsOf(observed), d.Violations)
 		}
 	}
-	// Without the current election's among them (a stale record), the later
-	// election's binding is adopted.
 	later := bound("c4", "n2", 2)
 	for _, observed := range [][]Observed{{older, later}, {later, older}} {
 		d := Decide(uid, protocol.Election{Generation: 1, Target: "c1", Nonce: "n1"}, observed)
 		if d.Bound != "c1" || len(d.Violations) != 1 || d.Violations[0] != "c4" {
 			t.Errorf("%v with c1's election current: adopted %q, violations %v; want c1 adopted, c4 reported", targetsOf(observed), d.Bound, d.Violations)
 		}
+		// Neither is the current election's: an election is withdrawn only
+		// once its reservation cannot bind, so both are reported.
 		d = Decide(uid, protocol.Election{Generation: 9}, observed)
-		if d.Bound != "c4" || len(d.Violations) != 1 || d.Violations[0] != "c1" {
-			t.Errorf("%v with a withdrawn election: adopted %q, violations %v; want the later c4 adopted, c1 reported", targetsOf(observed), d.Bound, d.Violations)
+		if d.Bound != "" || len(d.Violations) != 2 {
+			t.Errorf("%v with a withdrawn election: adopted %q, violations %v; want none adopted, both reported", targetsOf(observed), d.Bound, d.Violations)
 		}
+	}
+}
+
+// TestDecideNeverAdoptsAForgedBinding: a target that binds its candidate on
+// its own and writes both its report (Bound, nonce X) and an allowance
+// naming X is never adopted, whatever generation it forges: only the
+// current election's own target, generation and nonce are.
+func TestDecideNeverAdoptsAForgedBinding(t *testing.T) {
+	elected := protocol.Election{Generation: 3, Target: "a", Nonce: "n1"}
+	for _, tt := range []struct {
+		name    string
+		current protocol.Election
+		forged  Observed
+	}{
+		{"no election", protocol.Election{}, bound("b", "x", 0)},
+		{"a later generation than the record", elected, bound("b", "x", 7)},
+		{"the current generation, another target", elected, bound("b", "x", 3)},
+		{"the current generation and target, another nonce", elected, bound("a", "x", 3)},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			d := Decide(uid, tt.current, []Observed{tt.forged, reserved("c", "n3", 1)})
+			if d.Bound != "" || len(d.Violations) != 1 || d.Violations[0] != tt.forged.Target {
+				t.Errorf("adopted %q, violations %v; want %s reported and nothing adopted", d.Bound, d.Violations, tt.forged.Target)
+			}
+		})
+	}
+	if !newerAllowance(uid, elected, []Observed{bound("b", "x", 7)}) {
+		t.Error("a bound candidate allowed by a later generation than the record is not sent for a fresh read of the record")
 	}
 }
 

@@ -130,7 +130,8 @@ func TestAgentKilledBetweenElectionAndAllowance(t *testing.T) {
 }
 
 // TestRogueBindingNeverAdopted binds a candidate by hand in target b, with
-// an allowance the source never gave (a target binding on its own): the
+// an allowance the source never gave and a forged report that it bound on
+// it (a target binding on its own): the
 // source reports it, never binds its pod there, places the pod in a once a
 // candidate is elected there, and deletes b's candidate.
 func TestRogueBindingNeverAdopted(t *testing.T) {
@@ -165,10 +166,16 @@ func TestRogueBindingNeverAdopted(t *testing.T) {
 	}
 
 	// b binds its candidate on an allowance of an election the source never
-	// held, for a reservation its scheduler never made.
+	// held, for a reservation its scheduler never made, and forges the
+	// report that it bound on it.
 	bPods := b.Client().CoreV1().Pods(placementNS)
 	forged := protocol.Allowance{SourceUID: string(pod.UID), Generation: 7, Nonce: "forged"}.Encode()
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{protocol.AllowedAnnotation: forged}}})
+	state, err := json.Marshal(protocol.State{Phase: protocol.PhaseBound, Nonce: "forged", Node: "b-node-0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
+		protocol.AllowedAnnotation: forged, protocol.StateAnnotation: string(state)}}})
 	if err != nil {
 		t.Fatal(err)
 	}
