@@ -78,9 +78,9 @@ type Controller struct {
 	// Policies finds the PlacementPolicy of a pod; nil places every pod
 	// as if no policy selected it.
 	Policies *policy.Resolver
-	// DenyAfter is how long a candidate must have stood unelectable (another
-	// target's elected, or the policy excludes it) before it is denied, so
-	// that it holds no node in its target; 0 denies none.
+	// DenyAfter is how long another target's candidate must have stood
+	// elected, unbound, before the other candidates are denied, so that
+	// they hold no node in their targets; 0 denies none.
 	DenyAfter time.Duration
 	// ElectionTimeout is how long an elected candidate may stay unbound
 	// while its target answers before the source revokes it (deletes it
@@ -459,10 +459,10 @@ func soonest(a, b time.Duration) time.Duration {
 
 // applyDenials denies the candidates that cannot be elected now and lifts
 // the denials of those that may be again (see Denials). Lifting is written
-// at once: a pod may wait for it. Denying waits until the same candidates
-// have stood denied under the same election for DenyAfter, so that the
-// short waits of a burst (an election bound a moment later, a spread that
-// moves with every sibling) cost no write; it returns how long until then.
+// at once: a pod may wait for it. Denying waits until the election has
+// stood for DenyAfter with the same candidates to deny, so that the short
+// waits of a burst (an election bound a moment later) cost no write; it
+// returns how long until then.
 func (c *Controller) applyDenials(ctx context.Context, pod *corev1.Pod, election protocol.Election, observed []Observed) time.Duration {
 	deny, lift := Denials(string(pod.UID), election, observed)
 	if c.DenyAfter <= 0 {

@@ -6,20 +6,23 @@ import (
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
 )
 
-// Denials says which candidates to deny and whose denial to lift. A
-// candidate that cannot be elected now is denied, so that it holds no node
-// in its target: while another target's candidate is elected, every other
-// candidate; while none is, a candidate the placement policy excludes. A
-// denial is lifted as soon as that no longer holds (the election was
-// withdrawn, the policy lets the target in again), so the candidate may
+// Denials says which candidates to deny and whose denial to lift. While
+// another target's candidate is elected, every other candidate is denied,
+// so that it holds no node in its target; the denial is lifted as soon as
+// the election is withdrawn or moves to its target, so the candidate may
 // reserve again. Bound candidates, and candidates in targets that cannot be
 // seen, are left alone. Both lists are sorted.
+//
+// A candidate the placement policy excludes while nothing is elected is not
+// denied: under a spread the verdicts flip with every sibling elected, and
+// denying and lifting them cost the K=6 spread benchmark 0.31 of its
+// throughput without a policy (against 0.81-0.85 without denials).
 func Denials(sourceUID string, current protocol.Election, observed []Observed) (deny, lift []string) {
 	for _, o := range observed {
 		if !o.Exists || o.Err != nil || o.State.Phase == protocol.PhaseBound {
 			continue
 		}
-		want := o.Excluded != "" && !current.Elected() || current.Elected() && o.Target != current.Target
+		want := current.Elected() && o.Target != current.Target
 		switch has := deniedBy(sourceUID, o.Denied); {
 		case want && !has:
 			deny = append(deny, o.Target)

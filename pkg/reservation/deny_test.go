@@ -39,11 +39,10 @@ func TestDenials(t *testing.T) {
 			lift:     []string{"c1"},
 		},
 		{
-			name:     "withdrawn: every denial is lifted but that of a candidate the policy excludes",
+			name:     "withdrawn: every denial is lifted, and a candidate the policy excludes is not denied",
 			current:  protocol.Election{Generation: 4},
 			observed: []Observed{denied(unreserved("c1", "n1"), ours), denied(excluded(unreserved("c2", "n2")), ours), excluded(reserved("c3", "n3", 1))},
-			deny:     []string{"c3"},
-			lift:     []string{"c1"},
+			lift:     []string{"c1", "c2"},
 		},
 		{
 			name:     "nothing elected, no policy: nothing denied",

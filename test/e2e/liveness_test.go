@@ -193,24 +193,8 @@ func sourceAndTarget(t *testing.T, cpu string) (src, c2 *sandbox.Cluster) {
 // without releasing one whose target is gone, c does.
 func TestElectionOnAStalledTarget(t *testing.T) {
 	const timeout = 20 * time.Second
-	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
-		{Name: "src", WithoutScheduler: true},
-		{Name: "c2", Nodes: []sandbox.NodeSpec{{CPU: "4"}}},
-		{Name: "c3", Nodes: []sandbox.NodeSpec{{CPU: "4"}}},
-	}})
-	src, c2, c3 := s.Cluster("src"), s.Cluster("c2"), s.Cluster("c3")
+	src, c2, c3 := stalledTargets(t, "4", "--election-timeout="+timeout.String())
 	ctx := t.Context()
-	for _, c := range s.Clusters {
-		createNamespace(t, c.Client(), placementNS)
-	}
-	for _, c := range []*sandbox.Cluster{c2, c3} {
-		if err := c.Stop(sandbox.CandidateScheduler); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := sandbox.StartAgent(ctx, src, []*sandbox.Cluster{c2, c3}, "--election-timeout="+timeout.String()); err != nil {
-		t.Fatal(err)
-	}
 	srcPods, c2Pods := src.Client().CoreV1().Pods(placementNS), c2.Client().CoreV1().Pods(placementNS)
 
 	// candidateIn waits for the candidate of pod in c.
@@ -254,14 +238,7 @@ func TestElectionOnAStalledTarget(t *testing.T) {
 		candidateIn(c3, pod)
 		cand := candidateIn(c2, pod)
 		stale[name] = cand
-		state, err := json.Marshal(protocol.State{Phase: protocol.PhaseReserved, Nonce: "gone-" + name, Node: "node-0", Score: 50})
-		if err != nil {
-			t.Fatal(err)
-		}
-		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{protocol.StateAnnotation: string(state)}}})
-		if _, err := c2Pods.Patch(ctx, cand.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		reportReserved(t, c2Pods, cand.Name, "gone-"+name, 50)
 		waitFor(t, 30*time.Second, name+" elected in c2 and allowed there", func() (bool, string) {
 			e := electionOf(pod)
 			cand, err := c2Pods.Get(ctx, stale[name].Name, metav1.GetOptions{})
@@ -346,24 +323,8 @@ func TestElectionOnAStalledTarget(t *testing.T) {
 // waits for the Permit timeout (30 s) and the test fails; without lifting,
 // the pod stays Pending.
 func TestLosersAreDenied(t *testing.T) {
-	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
-		{Name: "src", WithoutScheduler: true},
-		{Name: "c2", Nodes: []sandbox.NodeSpec{{CPU: "2"}}},
-		{Name: "c3", Nodes: []sandbox.NodeSpec{{CPU: "2"}}},
-	}})
-	src, c2, c3 := s.Cluster("src"), s.Cluster("c2"), s.Cluster("c3")
+	src, c2, c3 := stalledTargets(t, "2", "--deny-after=8s", "--election-timeout=0")
 	ctx := t.Context()
-	for _, c := range s.Clusters {
-		createNamespace(t, c.Client(), placementNS)
-	}
-	for _, c := range []*sandbox.Cluster{c2, c3} {
-		if err := c.Stop(sandbox.CandidateScheduler); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := sandbox.StartAgent(ctx, src, []*sandbox.Cluster{c2, c3}, "--deny-after=8s", "--election-timeout=0"); err != nil {
-		t.Fatal(err)
-	}
 	c2Pods, c3Pods := c2.Client().CoreV1().Pods(placementNS), c3.Client().CoreV1().Pods(placementNS)
 	pod, err := src.Client().CoreV1().Pods(placementNS).Create(ctx, optedInPod("web", "1500m"), metav1.CreateOptions{})
 	if err != nil {
@@ -388,11 +349,7 @@ func TestLosersAreDenied(t *testing.T) {
 	// c3's scheduler reserves c3's node for the pod, a loser.
 	candidateOf(c3Pods, "the candidate in c3", func(*corev1.Pod, protocol.State) bool { return true })
 	stale := candidateOf(c2Pods, "the candidate in c2", func(*corev1.Pod, protocol.State) bool { return true })
-	state, _ := json.Marshal(protocol.State{Phase: protocol.PhaseReserved, Nonce: "held", Node: "node-0", Score: 1000})
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{protocol.StateAnnotation: string(state)}}})
-	if _, err := c2Pods.Patch(ctx, stale.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	reportReserved(t, c2Pods, stale.Name, "held", 1000)
 	waitPod(t, src.Client(), placementNS, pod.Name, "elected in c2", func(p *corev1.Pod) bool {
 		e, err := protocol.ParseElection(p.Annotations[protocol.ElectionAnnotation])
 		return err == nil && e.Target == "c2"
@@ -437,4 +394,46 @@ func TestLosersAreDenied(t *testing.T) {
 	waitPod(t, src.Client(), placementNS, pod.Name, "bound to c3's virtual node", func(p *corev1.Pod) bool {
 		return p.Spec.NodeName == protocol.VirtualNodeName("", "c3")
 	})
+}
+
+// stalledTargets starts src, whose agent (with extra flags) targets c2 and
+// c3, each one node of cpu CPUs whose Flotilla scheduler is stopped, with
+// placementNS opted in everywhere.
+func stalledTargets(t *testing.T, cpu string, flags ...string) (src, c2, c3 *sandbox.Cluster) {
+	t.Helper()
+	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
+		{Name: "src", WithoutScheduler: true},
+		{Name: "c2", Nodes: []sandbox.NodeSpec{{CPU: cpu}}},
+		{Name: "c3", Nodes: []sandbox.NodeSpec{{CPU: cpu}}},
+	}})
+	src, c2, c3 = s.Cluster("src"), s.Cluster("c2"), s.Cluster("c3")
+	for _, c := range s.Clusters {
+		createNamespace(t, c.Client(), placementNS)
+	}
+	for _, c := range []*sandbox.Cluster{c2, c3} {
+		if err := c.Stop(sandbox.CandidateScheduler); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := sandbox.StartAgent(t.Context(), src, []*sandbox.Cluster{c2, c3}, flags...); err != nil {
+		t.Fatal(err)
+	}
+	return src, c2, c3
+}
+
+// reportReserved writes on a candidate the report of a reservation nonce
+// that its target's scheduler would write, for a scheduler that is gone.
+func reportReserved(t *testing.T, pods corev1client.PodInterface, name, nonce string, score int64) {
+	t.Helper()
+	state, err := json.Marshal(protocol.State{Phase: protocol.PhaseReserved, Nonce: nonce, Node: "node-0", Score: score})
+	if err != nil {
+		t.Fatal(err)
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{protocol.StateAnnotation: string(state)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pods.Patch(t.Context(), name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }

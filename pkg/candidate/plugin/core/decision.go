@@ -53,7 +53,7 @@ func Denied(labels, annotations map[string]string) (reason string, denied bool) 
 	if err != nil || d.SourceUID != labels[protocol.SourceUIDLabel] {
 		return "", false
 	}
-	return fmt.Sprintf(protocol.DeniedMessage+" (election %d): another target's candidate is elected, or its placement policy excludes this one; it is let in again when that changes", d.Generation), true
+	return fmt.Sprintf(protocol.DeniedMessage+" (election %d): another target's candidate is elected; it is let in again if that election ends without binding", d.Generation), true
 }
 
 // Decide applies the protocol's rule to the reservation named by nonce and
