@@ -87,25 +87,27 @@ func FanOut(ctx context.Context, source *corev1.Pod, sourceCluster string, targe
 	return out
 }
 
-// CleanUp deletes candidates of the source pod namespace/name in every target,
-// except those with keepUID as source UID in the target named keepTarget
-// (the delegate). An empty keepTarget deletes them all.
-func CleanUp(ctx context.Context, namespace, name string, keepUID types.UID, keepTarget string, targets []*target.Target) error {
-	return cleanUp(ctx, namespace, name, targets, func(t *target.Target, uid types.UID) bool {
-		return t.Name == keepTarget && uid == keepUID
-	})
+// CleanUp deletes the candidates of source pods named namespace/name in
+// every target, but those keep says to keep (by target and source UID).
+// Which ones may go is the caller's to know: a pod deleted and created
+// again under the same name (a StatefulSet's, or `kubectl replace --force`)
+// leaves the earlier pod's candidates behind, which must go, and those of
+// the pod that lives must not.
+func CleanUp(ctx context.Context, namespace, name string, targets []*target.Target, keep func(t *target.Target, sourceUID types.UID) bool) error {
+	return cleanUp(ctx, namespace, name, targets, keep)
 }
 
-// CleanUpStale deletes the candidates in every target of earlier source pods
-// named namespace/name: those whose source UID is not uid, the live pod's.
-// A pod deleted and created again under the same name (a StatefulSet's, or
-// `kubectl replace --force`) while a target was unreachable, or before the
-// old pod's candidates were cached, leaves them behind otherwise, holding
-// nodes, and one already allowed could run unseen.
-func CleanUpStale(ctx context.Context, namespace, name string, uid types.UID, targets []*target.Target) error {
-	return cleanUp(ctx, namespace, name, targets, func(_ *target.Target, candidateUID types.UID) bool {
-		return candidateUID == uid
-	})
+// OtherUIDs reports whether any target holds a candidate of a source pod
+// named namespace/name whose source UID is not uid.
+func OtherUIDs(namespace, name string, uid types.UID, targets []*target.Target) bool {
+	for _, t := range targets {
+		for _, c := range t.CandidatesOf(namespace, name) {
+			if types.UID(c.Labels[protocol.SourceUIDLabel]) != uid && c.DeletionTimestamp == nil {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func cleanUp(ctx context.Context, namespace, name string, targets []*target.Target, keep func(t *target.Target, sourceUID types.UID) bool) error {

@@ -157,7 +157,7 @@ func runChaos(t *testing.T, cfg config) result {
 			t.Fatal(err)
 		}
 	}
-	hole, err := NewForwarder(strings.TrimPrefix(clusters[holeTarget].Host, "https://"))
+	hole, err := sandbox.NewForwarder(strings.TrimPrefix(clusters[holeTarget].Host, "https://"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,7 +261,7 @@ func runChaos(t *testing.T, cfg config) result {
 // replicas behind one webhook address, and makes every cluster a target of
 // each: itself as self, the hole target through the forwarder, the others
 // directly.
-func startAgents(t *testing.T, s *sandbox.Sandbox, hole *Forwarder) map[string][]*sandbox.Agent {
+func startAgents(t *testing.T, s *sandbox.Sandbox, hole *sandbox.Forwarder) map[string][]*sandbox.Agent {
 	ctx := t.Context()
 	agents := map[string][]*sandbox.Agent{}
 	var mu sync.Mutex
@@ -315,7 +315,7 @@ func startReplicas(ctx context.Context, c *sandbox.Cluster) ([]*sandbox.Agent, e
 		return nil, err
 	}
 	first := fmt.Sprintf("127.0.0.1:%d", ports[0])
-	webhook, err := NewForwarder(first)
+	webhook, err := sandbox.NewForwarder(first)
 	if err != nil {
 		return nil, err
 	}

@@ -36,7 +36,7 @@ type Injector struct {
 	// Agents are the agent replicas of each cluster.
 	Agents map[string][]*sandbox.Agent
 	// Hole is the path of the other clusters to target HoleTarget.
-	Hole       *Forwarder
+	Hole       *sandbox.Forwarder
 	HoleTarget string
 	// LeaseDuration is the agents' leader-election lease.
 	LeaseDuration time.Duration

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -20,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/flotilla-dev/flotilla/api/v1alpha1"
+	flotillacandidate "github.com/flotilla-dev/flotilla/pkg/candidate"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
 	"github.com/flotilla-dev/flotilla/pkg/reservation"
 	"github.com/flotilla-dev/flotilla/test/sandbox"
@@ -436,4 +438,101 @@ func reportReserved(t *testing.T, pods corev1client.PodInterface, name, nonce st
 	if _, err := pods.Patch(t.Context(), name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestStaleCacheKeepsTheLivePod cuts the agent off from its own API server
+// (a forwarder that stops every byte) once pod db-0 runs in c2, then
+// deletes db-0 and creates it again, and puts the new pod's candidate in
+// c2 (as the agent would have, built by the same code). The agent sees the
+// candidate, but its cache still holds the old db-0, bound: deleting the
+// candidates of "other" pods of that name on that view would delete the
+// live pod's. It must first read the live pod, which it cannot until the
+// forwarder heals; then the new pod runs on that very candidate. Without
+// the live read, the agent deletes the candidate during the cut, and the
+// pod ends up on another one.
+func TestStaleCacheKeepsTheLivePod(t *testing.T) {
+	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
+		{Name: "src", WithoutScheduler: true},
+		{Name: "c2", Nodes: []sandbox.NodeSpec{{CPU: "4"}}},
+	}})
+	src, c2 := s.Cluster("src"), s.Cluster("c2")
+	ctx := t.Context()
+	for _, c := range s.Clusters {
+		createNamespace(t, c.Client(), placementNS)
+	}
+	cut, err := sandbox.NewForwarder(strings.TrimPrefix(src.Host, "https://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cut.Close)
+	agent, err := sandbox.StartAgentWith(ctx, src, []*sandbox.Cluster{c2}, sandbox.ReleaseOptions{
+		AgentServer: "https://" + cut.Addr(),
+		// Cut off, a leader could not renew its lease: the one agent
+		// runs without leader election.
+		AgentArgs: []string{"--leader-elect=false"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srcPods, c2Pods := src.Client().CoreV1().Pods(placementNS), c2.Client().CoreV1().Pods(placementNS)
+	old, err := srcPods.Create(ctx, optedInPod("db-0", "1"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitPod(t, src.Client(), placementNS, old.Name, "bound to c2's virtual node", func(p *corev1.Pod) bool { return p.Spec.NodeName == protocol.VirtualNodeName("", "c2") })
+
+	cut.Blackhole()
+	if err := srcPods.Delete(ctx, old.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the old db-0 gone", func() (bool, string) {
+		p, err := srcPods.Get(ctx, old.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Sprintf("uid %s, err %v", p.UID, err)
+	})
+	// The webhook still answers the API server: the new pod is a source pod.
+	fresh, err := srcPods.Create(ctx, optedInPod("db-0", "1"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cand, err := flotillacandidate.Build(fresh, src.Name, c2.Name, placementNS, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cand, err = c2Pods.Create(ctx, cand, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The agent's cache of c2 holds the old delegate and the new candidate;
+	// the candidate's event sends db-0 to a reconcile that sees the old
+	// pod. Without the live read, it deletes the candidate now; with it,
+	// it waits on the read.
+	waitFor(t, 30*time.Second, "the agent's cache of c2 holding both candidates of db-0, and its reconcile under way", func() (bool, string) {
+		body, err := get(http.DefaultClient, "http://"+agent.MetricsAddr+"/metrics", "")
+		if err != nil {
+			return false, err.Error()
+		}
+		m := parseMetrics(body)
+		cached, _ := m.value(`flotilla_target_candidates{target="c2"}`)
+		busy, _ := m.value(`controller_runtime_active_workers{controller="placement"}`)
+		if _, err := c2Pods.Get(ctx, cand.Name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+			return true, "" // deleted already: the check below says so
+		}
+		return cached == 2 && busy >= 1, fmt.Sprintf("%v candidates cached, %v reconciles under way", cached, busy)
+	})
+	cut.Heal()
+
+	waitPod(t, src.Client(), placementNS, fresh.Name, "the new db-0 bound to c2's virtual node", func(p *corev1.Pod) bool {
+		return p.UID == fresh.UID && p.Spec.NodeName == protocol.VirtualNodeName("", "c2")
+	})
+	waitFor(t, 30*time.Second, "the new db-0's delegate the candidate made during the cut, the old delegate gone", func() (bool, string) {
+		list, err := c2Pods.List(ctx, metav1.ListOptions{LabelSelector: protocol.CandidateLabel + "=true"})
+		if err != nil {
+			return false, err.Error()
+		}
+		var seen []string
+		for _, p := range list.Items {
+			seen = append(seen, fmt.Sprintf("%s (uid %s, source %s, node %q)", p.Name, p.UID, p.Labels[protocol.SourceUIDLabel], p.Spec.NodeName))
+		}
+		return len(list.Items) == 1 && list.Items[0].UID == cand.UID && list.Items[0].Spec.NodeName != "",
+			fmt.Sprintf("want only %s (uid %s), bound; have %v", cand.Name, cand.UID, seen)
+	})
 }

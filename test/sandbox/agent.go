@@ -37,7 +37,12 @@ func StartAgent(ctx context.Context, c *Cluster, targets []*Cluster, extra ...st
 // StartAgentEnv is StartAgent with env ("KEY=value", e.g. GOMEMLIMIT) added
 // to the agent's environment.
 func StartAgentEnv(ctx context.Context, c *Cluster, targets []*Cluster, env []string, extra ...string) (*Agent, error) {
-	r, err := c.InstallRelease(ctx, ReleaseOptions{AgentEnv: env, AgentArgs: extra})
+	return StartAgentWith(ctx, c, targets, ReleaseOptions{AgentEnv: env, AgentArgs: extra})
+}
+
+// StartAgentWith is StartAgent with the release's options.
+func StartAgentWith(ctx context.Context, c *Cluster, targets []*Cluster, opts ReleaseOptions) (*Agent, error) {
+	r, err := c.InstallRelease(ctx, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -44,6 +44,10 @@ type ReleaseOptions struct {
 	Scheduler bool
 	// WithoutAgent installs the release but runs no agent.
 	WithoutAgent bool
+	// AgentServer is the URL at which the agent reaches its own cluster's
+	// API server (a Forwarder in front of it, to cut the agent off);
+	// empty: the cluster's own.
+	AgentServer string
 }
 
 // Release is a Flotilla release installed with the real helm, whose agent
@@ -113,6 +117,11 @@ func (c *Cluster) InstallRelease(ctx context.Context, opts ReleaseOptions) (*Rel
 	pod, err := c.podProcess(ctx, opts.Name+"-agent", agentDep)
 	if err != nil {
 		return nil, err
+	}
+	if opts.AgentServer != "" {
+		if err := pod.setServer(opts.AgentServer); err != nil {
+			return nil, err
+		}
 	}
 	r.agentPod, r.agentOpts = pod, opts
 	r.Agent = &Agent{Cluster: c, ProbeAddr: "127.0.0.1:" + strconv.Itoa(ports[0]), MetricsAddr: "127.0.0.1:" + strconv.Itoa(ports[1]),
@@ -407,6 +416,18 @@ type podProcess struct {
 	kubeconfig string
 	// files maps a mount path to its folder here.
 	mounts map[string]string
+}
+
+// setServer makes the pod reach its API server at server.
+func (p *podProcess) setServer(server string) error {
+	kc, err := clientcmd.LoadFromFile(p.kubeconfig)
+	if err != nil {
+		return err
+	}
+	for _, cl := range kc.Clusters {
+		cl.Server = server
+	}
+	return clientcmd.WriteToFile(*kc, p.kubeconfig)
 }
 
 func (c *Cluster) podProcess(ctx context.Context, name string, d *appsv1.Deployment) (*podProcess, error) {

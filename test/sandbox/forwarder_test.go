@@ -1,4 +1,4 @@
-package chaos
+package sandbox
 
 import (
 	"errors"
