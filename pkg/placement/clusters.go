@@ -1,10 +1,12 @@
 package placement
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/labels"
 )
 
@@ -17,6 +19,9 @@ type Cluster struct {
 	// Topology: per topology key, the values the target's nodes have (from
 	// its ClusterSummary), for keys its Labels do not carry.
 	Topology map[string][]string
+	// LargestFree: the most of each resource free on any one of its nodes
+	// (from its ClusterSummary); nil when it does not say.
+	LargestFree corev1.ResourceList
 }
 
 // maxDomainsPerCluster caps what one cluster offers: its summary comes from
@@ -191,4 +196,56 @@ func unmet(c Cluster, term corev1.NodeSelectorTerm) string {
 		}
 	}
 	return ""
+}
+
+// TooLarge says why no node of the cluster can hold a pod with these
+// requests, as the largest free amounts of its summary tell: a request
+// above the most of that resource any one node has free ("" when each fits,
+// or the summary does not report it). A pod always needs room for one pod.
+func TooLarge(c Cluster, requests corev1.ResourceList) string {
+	if c.LargestFree == nil {
+		return ""
+	}
+	names := make([]string, 0, len(requests)+1)
+	for name := range requests {
+		names = append(names, string(name))
+	}
+	if _, ok := requests[corev1.ResourcePods]; !ok {
+		names = append(names, string(corev1.ResourcePods))
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		want, ok := requests[corev1.ResourceName(name)]
+		if !ok {
+			want = resource.MustParse("1") // the pod itself
+		}
+		have, reported := c.LargestFree[corev1.ResourceName(name)]
+		if !reported || want.Cmp(have) <= 0 {
+			continue
+		}
+		return fmt.Sprintf("no node has %s %s free (the most on one node: %s)", want.String(), name, have.String())
+	}
+	return ""
+}
+
+// WithRoom keeps the clusters that may have room for a pod with these
+// requests (see TooLarge), and says why it left out each other one. When
+// none may, it keeps them all: summaries are a few seconds old, and a
+// cluster whose nodes grow (an autoscaler) learns of a pod that needs a
+// larger node only from its candidate.
+func WithRoom(clusters []Cluster, requests corev1.ResourceList) (kept []Cluster, left map[string]string) {
+	for _, c := range clusters {
+		if why := TooLarge(c, requests); why != "" {
+			if left == nil {
+				left = map[string]string{}
+			}
+			left[c.Name] = why
+			continue
+		}
+		kept = append(kept, c)
+	}
+	if len(kept) == 0 {
+		return clusters, nil
+	}
+	return kept, left
 }

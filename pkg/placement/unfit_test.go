@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 )
 
 func TestUnfit(t *testing.T) {
@@ -61,5 +62,51 @@ func TestBestPerCluster(t *testing.T) {
 	}
 	if _, ok := best["c"]; ok || excluded["c"] != "skew" || len(excluded) != 1 {
 		t.Errorf("best %v, excluded %v: want only c excluded", best, excluded)
+	}
+}
+
+func TestTooLarge(t *testing.T) {
+	list := func(pairs ...string) corev1.ResourceList {
+		l := corev1.ResourceList{}
+		for i := 0; i+1 < len(pairs); i += 2 {
+			l[corev1.ResourceName(pairs[i])] = resource.MustParse(pairs[i+1])
+		}
+		return l
+	}
+	largest := list("cpu", "2", "memory", "4Gi", "pods", "10")
+	for _, tt := range []struct {
+		name     string
+		largest  corev1.ResourceList
+		requests corev1.ResourceList
+		want     string
+	}{
+		{"fits", largest, list("cpu", "2", "memory", "4Gi"), ""},
+		{"cpu too large", largest, list("cpu", "2500m"), "no node has 2500m cpu free (the most on one node: 2)"},
+		{"memory too large", largest, list("cpu", "1", "memory", "5Gi"), "no node has 5Gi memory free (the most on one node: 4Gi)"},
+		{"no room for one more pod", list("cpu", "8", "pods", "0"), list("cpu", "1"), "no node has 1 pods free (the most on one node: 0)"},
+		{"a resource the summary does not report", largest, list("nvidia.com/gpu", "1"), ""},
+		{"no summary", nil, list("cpu", "100"), ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := TooLarge(Cluster{Name: "c", LargestFree: tt.largest}, tt.requests); got != tt.want {
+				t.Errorf("TooLarge = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestWithRoom(t *testing.T) {
+	small := Cluster{Name: "small", LargestFree: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")}}
+	large := Cluster{Name: "large", LargestFree: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("16")}}
+	unknown := Cluster{Name: "unknown"}
+	requests := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4")}
+	kept, left := WithRoom([]Cluster{small, large, unknown}, requests)
+	if len(kept) != 2 || kept[0].Name != "large" || kept[1].Name != "unknown" || len(left) != 1 || !strings.Contains(left["small"], "4 cpu") {
+		t.Errorf("WithRoom = %v, %v; want large and unknown kept, small left out", kept, left)
+	}
+	// When none may have room, all are kept: their nodes may grow.
+	kept, left = WithRoom([]Cluster{small}, requests)
+	if len(kept) != 1 || left != nil {
+		t.Errorf("WithRoom of clusters none of which has room = %v, %v; want all kept", kept, left)
 	}
 }

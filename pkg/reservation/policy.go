@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	resourcehelper "k8s.io/component-helpers/resource"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/flotilla-dev/flotilla/pkg/candidate"
@@ -162,24 +163,59 @@ func (c *Controller) planFor(ctx context.Context, pod *corev1.Pod, invited []*ta
 // tell, may meet the pod's required node affinity (the on-demand/spot
 // split's above all), and records why it left out the others: no
 // candidate where none can run. It applies with or without a policy.
+//
+// Targets none of whose nodes has room for the pod's requests are left out
+// too, as long as another may have: the summaries are a few seconds old,
+// and a target whose nodes grow (an autoscaler) only learns of a pod that
+// needs a larger node from its candidate, so when none has room, all get
+// one.
 func (p *plan) dropUnfit(pod *corev1.Pod, targets []*target.Target) []*target.Target {
-	a := pod.Spec.Affinity
-	if a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
-		return targets
+	var required *corev1.NodeSelector
+	if a := pod.Spec.Affinity; a != nil && a.NodeAffinity != nil {
+		required = a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution
 	}
-	required := a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution
+	// The source pod asks for nothing of its own cluster: what it needs is
+	// in its saved spec.
+	var requests corev1.ResourceList
+	if spec, err := candidate.OriginalSpec(pod); err == nil {
+		requests = resourcehelper.PodRequests(&corev1.Pod{Spec: *spec}, resourcehelper.PodResourcesOptions{})
+	}
+	exclude := func(name, why string) {
+		if p.excluded == nil {
+			p.excluded = map[string]string{}
+		}
+		p.excluded[name] = why
+	}
 	kept := targets[:0:0]
+	clusters := make([]placement.Cluster, 0, len(targets))
 	for _, t := range targets {
-		if why := placement.Unfit(ClusterOf(t), required); why != "" {
-			if p.excluded == nil {
-				p.excluded = map[string]string{}
-			}
-			p.excluded[t.Name] = why
+		cl := placement.Cluster{Name: t.Name}
+		switch s := t.Summary(); {
+		case required != nil:
+			cl = ClusterOf(t)
+		case s != nil:
+			cl.LargestFree = s.LargestFree
+		}
+		if why := placement.Unfit(cl, required); why != "" {
+			exclude(t.Name, why)
 			continue
 		}
 		kept = append(kept, t)
+		clusters = append(clusters, cl)
 	}
-	return kept
+	_, left := placement.WithRoom(clusters, requests)
+	if len(left) == 0 {
+		return kept
+	}
+	roomy := kept[:0:0]
+	for _, t := range kept {
+		if why, ok := left[t.Name]; ok {
+			exclude(t.Name, why)
+			continue
+		}
+		roomy = append(roomy, t)
+	}
+	return roomy
 }
 
 // ClusterOf is a target as placement sees it: its virtual node's labels
@@ -188,6 +224,7 @@ func (p *plan) dropUnfit(pod *corev1.Pod, targets []*target.Target) []*target.Ta
 func ClusterOf(t *target.Target) placement.Cluster {
 	cl := placement.Cluster{Name: t.Name, Labels: map[string]string{}}
 	if s := t.Summary(); s != nil {
+		cl.LargestFree = s.LargestFree
 		for k, v := range target.NodeLabels(s) {
 			cl.Labels[k] = v
 		}

@@ -536,3 +536,62 @@ func TestStaleCacheKeepsTheLivePod(t *testing.T) {
 			fmt.Sprintf("want only %s (uid %s), bound; have %v", cand.Name, cand.UID, seen)
 	})
 }
+
+// TestTooLargeForATarget places pods through two invited targets whose
+// ClusterSummaries tell how much one node has free: a pod larger than any
+// node of small goes to large alone, and small never gets its candidate;
+// a pod larger than any node of both still gets a candidate in each (their
+// nodes may grow). Without the check, small gets a candidate of the first
+// pod too, and the FannedOut Event names both targets.
+func TestTooLargeForATarget(t *testing.T) {
+	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
+		{Name: "src", WithoutScheduler: true},
+		{Name: "small", Nodes: []sandbox.NodeSpec{{CPU: "2"}}},
+		{Name: "large", Nodes: []sandbox.NodeSpec{{CPU: "8"}}},
+	}})
+	ctx := t.Context()
+	src, small, large := s.Cluster("src"), s.Cluster("small"), s.Cluster("large")
+	createNamespace(t, src.Client(), placementNS)
+	for _, c := range []*sandbox.Cluster{small, large, src} {
+		if _, err := sandbox.StartAgent(ctx, c, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []*sandbox.Cluster{small, large} {
+		invite(t, src, c)
+		// The virtual node's capacity comes from the target's summary:
+		// once it shows the node's CPU, the source has read it.
+		waitNode(t, src.Client(), protocol.VirtualNodeName("", c.Name), 60*time.Second, "with the capacity of "+c.Name+"'s summary", func(n *corev1.Node) bool {
+			return n.Status.Allocatable.Cpu().Value() == map[string]int64{"small": 2, "large": 8}[c.Name]
+		})
+	}
+	srcPods := src.Client().CoreV1().Pods(placementNS)
+	candidatesIn := func(c *sandbox.Cluster, pod *corev1.Pod) int {
+		list, err := c.Client().CoreV1().Pods(placementNS).List(ctx, metav1.ListOptions{LabelSelector: protocol.SourceUIDLabel + "=" + string(pod.UID)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(list.Items)
+	}
+
+	four, err := srcPods.Create(ctx, optedInPod("four", "4"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitEvent(t, src.Client(), four, reservation.ReasonFannedOut, "1 of 1 targets: large; excluded small (no node has 4 cpu free (the most on one node: 2))")
+	waitPod(t, src.Client(), placementNS, four.Name, "bound to large's virtual node", func(p *corev1.Pod) bool {
+		return p.Spec.NodeName == protocol.VirtualNodeName("", "large")
+	})
+	if n := candidatesIn(small, four); n != 0 {
+		t.Errorf("%d candidates of the 4-CPU pod in small", n)
+	}
+
+	huge, err := srcPods.Create(ctx, optedInPod("huge", "16"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 60*time.Second, "a candidate of the 16-CPU pod in each target", func() (bool, string) {
+		a, b := candidatesIn(small, huge), candidatesIn(large, huge)
+		return a == 1 && b == 1, fmt.Sprintf("%d in small, %d in large", a, b)
+	})
+}
