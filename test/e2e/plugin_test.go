@@ -71,18 +71,34 @@ func TestPlugin(t *testing.T) {
 		c.annotate(t, map[string]string{protocol.AllowedAnnotation: protocol.Allowance{SourceUID: "someone-else", Generation: 1, Nonce: first.Nonce}.Encode()})
 		c.staysUnbound(t, 3*time.Second)
 
-		// The source denies this reservation; the allowance written with the
-		// denial names the same nonce and is stale from now on.
+		// A denial that is not of this candidate's source pod (an old,
+		// nonce-only one; another pod's) changes nothing.
+		c.annotate(t, map[string]string{protocol.DeniedAnnotation: first.Nonce})
+		c.staysUnbound(t, 2*time.Second)
+		c.annotate(t, map[string]string{protocol.DeniedAnnotation: protocol.Denial{SourceUID: "someone-else", Generation: 2}.Encode()})
+		c.staysUnbound(t, 2*time.Second)
+		if st := c.latest(); st.Nonce != first.Nonce || st.Phase != protocol.PhaseReserved {
+			t.Fatalf("a denial of another pod ended reservation %s: state is now %+v", first.Nonce, st)
+		}
+
+		// The source denies the candidate; the allowance written with the
+		// denial names its reservation and is stale from now on.
 		c.annotate(t, map[string]string{
-			protocol.DeniedAnnotation:  first.Nonce,
+			protocol.DeniedAnnotation:  protocol.Denial{SourceUID: c.sourceUID, Generation: 2}.Encode(),
 			protocol.AllowedAnnotation: c.allowance(first.Nonce),
 		})
 		unreserved := c.waitFor(t, "Unreserved", func(st protocol.State) bool {
 			return st.Phase == protocol.PhaseUnreserved && st.Nonce == first.Nonce
 		})
-		if !strings.Contains(unreserved.Reason, "denied") {
+		if !strings.Contains(unreserved.Reason, protocol.DeniedMessage) {
 			t.Errorf("Unreserved reason %q does not mention the denial", unreserved.Reason)
 		}
+		// While the denial stands, no new reservation is made.
+		c.staysUnbound(t, 3*time.Second)
+		if st := c.latest(); st.Phase != protocol.PhaseUnreserved {
+			t.Fatalf("reserved again while denied: %+v", st)
+		}
+		c.lift(t, protocol.DeniedAnnotation)
 		second := c.waitFor(t, "Reserved with a new nonce", func(st protocol.State) bool {
 			return st.Phase == protocol.PhaseReserved && st.Nonce != first.Nonce
 		})
@@ -290,6 +306,18 @@ func (c *candidate) annotate(t *testing.T, annotations map[string]string) {
 	}
 	if _, err := c.client.CoreV1().Pods(c.namespace).Patch(t.Context(), c.name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatalf("annotating candidate %s: %v", c.name, err)
+	}
+}
+
+// lift removes an annotation, as the source lifts a denial.
+func (c *candidate) lift(t *testing.T, key string) {
+	t.Helper()
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{key: nil}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.client.CoreV1().Pods(c.namespace).Patch(t.Context(), c.name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatalf("removing %s from candidate %s: %v", key, c.name, err)
 	}
 }
 
