@@ -12,8 +12,14 @@ import (
 )
 
 // hitQuotaFraction: a cluster throttled in at least this share of the CFS
-// periods in which it had work ran at its quota during the run.
+// periods in which it had work hit its quota during the run.
 const hitQuotaFraction = 0.10
+
+// saturatedQuota: a cluster that used at least this share of its quota over
+// the whole run was bounded by it. One that hit its quota using less did so
+// in bursts: more than its quota's worth of work within some 100 ms
+// periods, idle in others.
+const saturatedQuota = 0.90
 
 // budget is every cluster's CPU cgroup, with -cpu-per-cluster.
 type budget struct {
@@ -87,13 +93,15 @@ type ClusterBudget struct {
 	// Periods are the CFS periods (100 ms) in which the cluster had work;
 	// ThrottledPeriods those in which it ran out of quota, and
 	// ThrottledSeconds how long its threads waited for the next period in
-	// all (summed over threads).
+	// all (summed over the CPUs it was throttled on).
 	Periods           int64   `json:"periods"`
 	ThrottledPeriods  int64   `json:"throttledPeriods"`
 	ThrottledFraction float64 `json:"throttledFraction"`
 	ThrottledSeconds  float64 `json:"throttledSeconds"`
 	// HitQuota: throttled in at least 10 % of its periods.
 	HitQuota bool `json:"hitQuota"`
+	// Saturated: it used at least 90 % of its quota over the run.
+	Saturated bool `json:"saturated"`
 }
 
 // budgetOf is what each of clusters used between before and after, a
@@ -124,6 +132,7 @@ func budgetOf(cores float64, clusters []string, before, after map[string]cgroup.
 		if cores > 0 && seconds > 0 {
 			cb.QuotaUsed = cpu / (cores * seconds)
 		}
+		cb.Saturated = cb.QuotaUsed >= saturatedQuota
 		out[name] = cb
 	}
 	return out
@@ -149,12 +158,12 @@ func (r *Report) budgetMarkdown(b *strings.Builder) {
 	if f == nil || base == nil || len(f.Budget) == 0 || len(base.Budget) == 0 {
 		return
 	}
-	fmt.Fprintf(b, "\nCPU budget: every cluster in its own %s cgroup of %g cores (the load generator uncapped); each cluster's CPU from its cgroup, from the first create to the last pod Running. \"At its quota\": throttled in ≥ %.0f %% of the 100 ms periods in which it had work.\n\n",
-		r.Config.CgroupVersion, r.Config.CPUPerCluster, 100*hitQuotaFraction)
+	fmt.Fprintf(b, "\nCPU budget: every cluster in its own %s cgroup of %g cores (the load generator uncapped); each cluster's CPU from its cgroup, from the first create to the last pod Running. It hit its quota when throttled in ≥ %.0f %% of the 100 ms periods in which it had work: throughout (saturated) when it used ≥ %.0f %% of its quota over the run, else in bursts.\n\n",
+		r.Config.CgroupVersion, r.Config.CPUPerCluster, 100*hitQuotaFraction, 100*saturatedQuota)
 	if r.Config.Oversubscribed != "" {
 		fmt.Fprintf(b, "**Warning:** %s.\n\n", r.Config.Oversubscribed)
 	}
-	fmt.Fprintln(b, "| run | cluster | CPU s | CPU/pod | × baseline | quota used | throttled periods | throttled time | at its quota |")
+	fmt.Fprintln(b, "| run | cluster | CPU s | CPU/pod | × baseline | quota used | throttled periods | throttled time | hit its quota |")
 	fmt.Fprintln(b, "|---|---|---|---|---|---|---|---|---|")
 	baseline := base.Budget["base"].CPUPerPodMillis
 	line := func(run, name string, c ClusterBudget) {
@@ -163,8 +172,13 @@ func (r *Report) budgetMarkdown(b *strings.Builder) {
 			ratio = fmt.Sprintf("%.2f×", c.CPUPerPodMillis/baseline)
 		}
 		hit := "no"
-		if c.HitQuota {
-			hit = "**yes**"
+		switch {
+		case c.HitQuota && c.Saturated:
+			hit = "**yes, saturated**"
+		case c.HitQuota:
+			hit = "yes, in bursts"
+		case c.Saturated:
+			hit = "no, saturated"
 		}
 		fmt.Fprintf(b, "| %s | %s | %.1f | %.1f ms | %s | %.0f %% | %d of %d (%.0f %%) | %.1f s | %s |\n",
 			run, name, c.CPUSeconds, c.CPUPerPodMillis, ratio, 100*c.QuotaUsed, c.ThrottledPeriods, c.Periods, 100*c.ThrottledFraction, c.ThrottledSeconds, hit)

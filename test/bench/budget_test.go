@@ -24,11 +24,11 @@ func TestBudgetOf(t *testing.T) {
 		return 0.9
 	})
 	src := got["src"]
-	if src.CPUSeconds != 4.5 || src.CPUPerPodMillis != 11.25 || src.Periods != 100 || src.ThrottledPeriods != 80 || !src.HitQuota || math.Abs(src.QuotaUsed-1) > 1e-9 || src.ThrottledSeconds != 5 {
+	if src.CPUSeconds != 4.5 || src.CPUPerPodMillis != 11.25 || src.Periods != 100 || src.ThrottledPeriods != 80 || !src.HitQuota || !src.Saturated || math.Abs(src.QuotaUsed-1) > 1e-9 || src.ThrottledSeconds != 5 {
 		t.Errorf("src: %+v", src)
 	}
 	t1 := got["t1"]
-	if t1.CPUSeconds != 0.9 || t1.HitQuota || t1.ThrottledFraction != 0.04 {
+	if t1.CPUSeconds != 0.9 || t1.HitQuota || t1.Saturated || t1.ThrottledFraction != 0.04 {
 		t.Errorf("t1: %+v", t1)
 	}
 	if _, ok := got["gone"]; ok {
@@ -40,12 +40,12 @@ func TestBudgetMarkdown(t *testing.T) {
 	r := &Report{
 		Config:   config{Targets: 1, CPUPerCluster: 0.45, CgroupVersion: "cgroup v1"},
 		Baseline: &Run{Budget: map[string]ClusterBudget{"base": {CPUPerPodMillis: 10}}},
-		Flotilla: &Run{Budget: map[string]ClusterBudget{"src": {CPUPerPodMillis: 15, HitQuota: true, Periods: 10, ThrottledPeriods: 9, ThrottledFraction: 0.9}, "t1": {CPUPerPodMillis: 5}}},
+		Flotilla: &Run{Budget: map[string]ClusterBudget{"src": {CPUPerPodMillis: 15, HitQuota: true, Saturated: true, Periods: 10, ThrottledPeriods: 9, ThrottledFraction: 0.9}, "t1": {CPUPerPodMillis: 5, HitQuota: true, QuotaUsed: 0.5}}},
 	}
 	var b strings.Builder
 	r.budgetMarkdown(&b)
 	out := b.String()
-	for _, want := range []string{"cgroup v1 cgroup of 0.45 cores", "| flotilla | src | 0.0 | 15.0 ms | 1.50× |", "9 of 10 (90 %) | 0.0 s | **yes** |", "| flotilla | t1 | 0.0 | 5.0 ms | 0.50× |"} {
+	for _, want := range []string{"cgroup v1 cgroup of 0.45 cores", "| flotilla | src | 0.0 | 15.0 ms | 1.50× |", "9 of 10 (90 %) | 0.0 s | **yes, saturated** |", "| flotilla | t1 | 0.0 | 5.0 ms | 0.50× | 50 % |", "yes, in bursts |"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)
 		}
