@@ -47,7 +47,7 @@ func newBudget(cores float64, opts *sandbox.Options) (*budget, error) {
 		b.groups[spec.Name] = g
 		spec.OnProcessStart = g.Add
 	}
-	fmt.Fprintf(os.Stderr, "bench: every cluster in a %s cgroup of %g cores under %s\n", h.Version, cores, h.CPU+"/"+cgroup.Parent)
+	fmt.Fprintf(os.Stderr, "bench: every cluster in a cgroup of its own with %g cores (%s, under %s)\n", cores, h.Version, h.CPU+"/"+cgroup.Parent)
 	return b, nil
 }
 
@@ -158,7 +158,7 @@ func (r *Report) budgetMarkdown(b *strings.Builder) {
 	if f == nil || base == nil || len(f.Budget) == 0 || len(base.Budget) == 0 {
 		return
 	}
-	fmt.Fprintf(b, "\nCPU budget: every cluster in its own %s cgroup of %g cores (the load generator uncapped); each cluster's CPU from its cgroup, from the first create to the last pod Running. It hit its quota when throttled in ≥ %.0f %% of the 100 ms periods in which it had work: throughout (saturated) when it used ≥ %.0f %% of its quota over the run, else in bursts.\n\n",
+	fmt.Fprintf(b, "\nCPU budget: every cluster in a cgroup of its own (%s) with %g cores, the load generator uncapped; each cluster's CPU from its cgroup, from the first create to the last pod Running. It hit its quota when throttled in ≥ %.0f %% of the 100 ms periods in which it had work: throughout (saturated) when it used ≥ %.0f %% of its quota over the run, else in bursts.\n\n",
 		r.Config.CgroupVersion, r.Config.CPUPerCluster, 100*hitQuotaFraction, 100*saturatedQuota)
 	if r.Config.Oversubscribed != "" {
 		fmt.Fprintf(b, "**Warning:** %s.\n\n", r.Config.Oversubscribed)

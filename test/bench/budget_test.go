@@ -45,7 +45,7 @@ func TestBudgetMarkdown(t *testing.T) {
 	var b strings.Builder
 	r.budgetMarkdown(&b)
 	out := b.String()
-	for _, want := range []string{"cgroup v1 cgroup of 0.45 cores", "| flotilla | src | 0.0 | 15.0 ms | 1.50× |", "9 of 10 (90 %) | 0.0 s | **yes, saturated** |", "| flotilla | t1 | 0.0 | 5.0 ms | 0.50× | 50 % |", "yes, in bursts |"} {
+	for _, want := range []string{"a cgroup of its own (cgroup v1) with 0.45 cores", "| flotilla | src | 0.0 | 15.0 ms | 1.50× |", "9 of 10 (90 %) | 0.0 s | **yes, saturated** |", "| flotilla | t1 | 0.0 | 5.0 ms | 0.50× | 50 % |", "yes, in bursts |"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)
 		}
