@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -53,6 +54,16 @@ type config struct {
 	// PolicyFirst runs the policy's placement before the one without.
 	PolicyFirst bool   `json:"policyFirst,omitempty"`
 	Out         string `json:"-"`
+	// CPUPerCluster is the CPU quota, in cores, of the cgroup every cluster
+	// runs in (every process of it, the agent with its own); 0: uncapped.
+	CPUPerCluster float64 `json:"cpuPerCluster"`
+	// CgroupVersion is the cgroup version of the quotas.
+	CgroupVersion string `json:"cgroup,omitempty"`
+	// Oversubscribed says when the quotas of the clusters of the Flotilla
+	// run add up to more than the machine's CPUs.
+	Oversubscribed string `json:"oversubscribed,omitempty"`
+	// budget holds the cgroups, with CPUPerCluster.
+	budget *budget
 }
 
 func main() {
@@ -72,6 +83,7 @@ func main() {
 	flag.BoolVar(&cfg.Profile, "profile", false, "Serve the agent's pprof and save its heap and a CPU profile of the Flotilla run (with -spread: the run under the policy) into -out.")
 	flag.BoolVar(&cfg.Spread, "spread", false, "Label the targets with regions and zones and place one ReplicaSet of -pods replicas with Flotilla twice, under a region-then-zone spread PlacementPolicy and without a policy (the baseline: the same ReplicaSet with topologySpreadConstraints); the JSON goes into <out>/spread.")
 	flag.StringVar(&cfg.SpreadWhen, "spread-when", v1alpha1.DoNotSchedule, "With -spread: the spread's whenUnsatisfiable, DoNotSchedule or ScheduleAnyway (the baseline's topologySpreadConstraints too).")
+	flag.Float64Var(&cfg.CPUPerCluster, "cpu-per-cluster", 0.45, "CPU quota, in cores, of the cgroup each cluster (every process of it: control plane, kwok, schedulers, agent) runs in, the baseline's too, as if each had its own cores; the load generator is not capped. Needs root and a cgroup cpu controller (v1 or v2). 0: no cgroups, every process shares the machine.")
 	flag.BoolVar(&cfg.PolicyFirst, "policy-first", false, "With -spread: place the workload under the policy first, then without (default: without first).")
 	flag.Parse()
 	if cfg.Targets < 1 || cfg.Nodes < 1 || cfg.Pods < 1 {
@@ -86,6 +98,10 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench: -spread makes its pods through a ReplicaSet, which has no -rate")
 		os.Exit(2)
 	}
+	if cfg.CPUPerCluster < 0 {
+		fmt.Fprintln(os.Stderr, "bench: -cpu-per-cluster is 0 (uncapped) or more")
+		os.Exit(2)
+	}
 	cfg.Out = *out
 	report, err := run(cfg, *keep, *hold)
 	if err != nil {
@@ -97,10 +113,15 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
-	name := filepath.Join(*out, fmt.Sprintf("k%d-m%d-p%d-r%g-c%d.json", cfg.Targets, cfg.Nodes, cfg.Pods, cfg.Rate, cfg.MaxCandidates))
+	capped := ""
+	if cfg.CPUPerCluster > 0 {
+		// Aside from the uncapped runs of the sweep, which the plot reads.
+		capped = fmt.Sprintf("-cpu%g", cfg.CPUPerCluster)
+	}
+	name := filepath.Join(*out, fmt.Sprintf("k%d-m%d-p%d-r%g-c%d%s.json", cfg.Targets, cfg.Nodes, cfg.Pods, cfg.Rate, cfg.MaxCandidates, capped))
 	if cfg.Spread {
 		// Aside from the grid's files, which the plot reads all of.
-		name = filepath.Join(*out, "spread", fmt.Sprintf("k%d-m%d-p%d-c%d-%s.json", cfg.Targets, cfg.Nodes, cfg.Pods, cfg.MaxCandidates, time.Now().UTC().Format("20060102T150405")))
+		name = filepath.Join(*out, "spread", fmt.Sprintf("k%d-m%d-p%d-c%d%s-%s.json", cfg.Targets, cfg.Nodes, cfg.Pods, cfg.MaxCandidates, capped, time.Now().UTC().Format("20060102T150405")))
 		if err := os.MkdirAll(filepath.Dir(name), 0o755); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
@@ -243,6 +264,18 @@ func run(cfg config, keep, hold bool) (*Report, error) {
 		return nil, err
 	}
 	opts.Dir = dir
+	if cfg.CPUPerCluster > 0 {
+		if cfg.budget, err = newBudget(cfg.CPUPerCluster, &opts); err != nil {
+			_ = os.RemoveAll(dir)
+			return nil, err
+		}
+		// Deferred first, so run after the sandbox has stopped.
+		defer cfg.budget.remove()
+		cfg.CgroupVersion = cfg.budget.h.Version.String()
+		if cfg.Oversubscribed = oversubscribed(cfg, runtime.NumCPU()); cfg.Oversubscribed != "" {
+			fmt.Fprintln(os.Stderr, "bench: warning:", cfg.Oversubscribed)
+		}
+	}
 	fmt.Fprintf(os.Stderr, "bench: starting %d clusters in %s\n", len(opts.Clusters), dir)
 	s, err := sandbox.Start(ctx, opts)
 	if err != nil {

@@ -60,6 +60,9 @@ type Run struct {
 	// PodsByNode counts the run's pods by the node they were bound to (a
 	// virtual node flotilla-<target> for Flotilla).
 	PodsByNode map[string]int `json:"podsByNode"`
+	// Budget is, with -cpu-per-cluster, what each cluster of the run (the
+	// home cluster and the targets) used of its CPU quota.
+	Budget map[string]ClusterBudget `json:"cpuBudget,omitempty"`
 	// EventsByReason counts the Events of the run's pods in home by
 	// reason, each Event as many times as it occurred (its series).
 	EventsByReason map[string]int `json:"eventsByReason"`
@@ -168,6 +171,7 @@ func measure(ctx context.Context, cfg config, all []*sandbox.Cluster, home *sand
 	if shape.optIn {
 		labels[protocol.ElectLabel] = "true"
 	}
+	cgBefore := cfg.budget.sample()
 	start := time.Now()
 	if shape.replicaSet != "" {
 		rs := benchReplicaSet(shape, cfg, labels)
@@ -182,6 +186,7 @@ func measure(ctx context.Context, cfg config, all []*sandbox.Cluster, home *sand
 		defer mu.Unlock()
 		return len(running) == cfg.Pods && len(bound) == cfg.Pods, nil
 	})
+	cgAfter, window := cfg.budget.sample(), time.Since(start)
 	mu.Lock()
 	nBound, nRunning := len(bound), len(running)
 	mu.Unlock()
@@ -235,6 +240,13 @@ func measure(ctx context.Context, cfg config, all []*sandbox.Cluster, home *sand
 		r.CPUByCluster[c.Name] = cpuEnd.byCluster[c.Name] - cpuStart.byCluster[c.Name]
 	}
 	r.HomeCPUByComponent = since(cpuEnd.byClusterComponent[home.Name], cpuStart.byClusterComponent[home.Name])
+	if cfg.budget != nil {
+		var names []string
+		for _, c := range clusters {
+			names = append(names, c.Name)
+		}
+		r.Budget = budgetOf(cfg.CPUPerCluster, names, cgBefore, cgAfter, window.Seconds(), cfg.Pods, func(name string) float64 { return r.CPUByCluster[name] })
+	}
 	return r, nil
 }
 

@@ -32,10 +32,14 @@ func (r *Report) Markdown() string {
 	if r.Config.Invite {
 		access = "invited (ClusterSource per target)"
 	}
+	budgetText := "uncapped (every process shares the machine)"
+	if r.Config.CPUPerCluster > 0 {
+		budgetText = fmt.Sprintf("%g cores per cluster (%s)", r.Config.CPUPerCluster, r.Config.CgroupVersion)
+	}
 	if r.Spread != nil {
 		r.spreadMarkdown(&b)
 	}
-	fmt.Fprintf(&b, "### K=%d targets × M=%d nodes, P=%d pods, rate %s, candidates to %s%s, %s, %s\n\n", r.Config.Targets, r.Config.Nodes, r.Config.Pods, rateText(r.Config.Rate), cands, memLimit, access, r.Date)
+	fmt.Fprintf(&b, "### K=%d targets × M=%d nodes, P=%d pods, rate %s, candidates to %s%s, %s, CPU %s, %s\n\n", r.Config.Targets, r.Config.Nodes, r.Config.Pods, rateText(r.Config.Rate), cands, memLimit, access, budgetText, r.Date)
 	fmt.Fprintln(&b, "| figure | flotilla | baseline (kube-scheduler, one cluster) | ratio |")
 	fmt.Fprintln(&b, "|---|---|---|---|")
 	row := func(name string, fv, bv float64, unit string) {
@@ -116,6 +120,7 @@ func (r *Report) Markdown() string {
 	for _, p := range base.Processes {
 		fmt.Fprintf(&b, "| baseline %s: CPU s, peak RSS | | %.1f s, %.0f MiB | |\n", p.Name, p.CPUSeconds, p.PeakRSSMiB)
 	}
+	r.budgetMarkdown(&b)
 	fmt.Fprint(&b, "\nWrites per pod by kind (resource[/subresource] verb):\n\n")
 	fmt.Fprintln(&b, "| kind | flotilla source | flotilla all targets | baseline |")
 	fmt.Fprintln(&b, "|---|---|---|---|")

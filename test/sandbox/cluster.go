@@ -206,6 +206,14 @@ func newCluster(spec ClusterSpec, dir, logDir, binDir string) (*Cluster, error) 
 	return c, nil
 }
 
+// newProcess defines one of the cluster's processes; every start of it,
+// restarts too, goes through the cluster's OnProcessStart.
+func (c *Cluster) newProcess(name, binary, logPath string, args ...string) *Process {
+	p := newProcess(name, binary, logPath, args...)
+	p.onStart = c.spec.OnProcessStart
+	return p
+}
+
 func (c *Cluster) writeKubeconfig() error {
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters[c.Name] = &clientcmdapi.Cluster{Server: c.Host, CertificateAuthorityData: c.pki.caCert}
@@ -221,7 +229,7 @@ func (c *Cluster) defineProcesses() error {
 	etcdClient := "http://127.0.0.1:" + port("etcd-client")
 	etcdPeer := "http://127.0.0.1:" + port("etcd-peer")
 
-	c.procs[Etcd] = newProcess(string(Etcd), bin("etcd"), c.LogPath(Etcd),
+	c.procs[Etcd] = c.newProcess(string(Etcd), bin("etcd"), c.LogPath(Etcd),
 		"--name="+c.Name,
 		"--data-dir="+filepath.Join(c.dir, "etcd"),
 		"--listen-client-urls="+etcdClient,
@@ -233,7 +241,7 @@ func (c *Cluster) defineProcesses() error {
 		"--unsafe-no-fsync=true",
 		"--log-level=warn",
 	)
-	c.procs[APIServer] = newProcess(string(APIServer), bin("kube-apiserver"), c.LogPath(APIServer),
+	c.procs[APIServer] = c.newProcess(string(APIServer), bin("kube-apiserver"), c.LogPath(APIServer),
 		"--etcd-servers="+etcdClient,
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
@@ -257,7 +265,7 @@ func (c *Cluster) defineProcesses() error {
 		"--profiling=true",
 		"--v=1",
 	)
-	c.procs[ControllerManager] = newProcess(string(ControllerManager), bin("kube-controller-manager"), c.LogPath(ControllerManager),
+	c.procs[ControllerManager] = c.newProcess(string(ControllerManager), bin("kube-controller-manager"), c.LogPath(ControllerManager),
 		"--kubeconfig="+c.Kubeconfig,
 		"--authentication-kubeconfig="+c.Kubeconfig,
 		"--authorization-kubeconfig="+c.Kubeconfig,
@@ -291,9 +299,9 @@ func (c *Cluster) defineProcesses() error {
 			"--feature-gates=" + SchedulerFeatureGates,
 			"--v=1",
 		}
-		c.procs[Scheduler] = newProcess(string(Scheduler), bin("flotilla-scheduler"), c.LogPath(Scheduler), append(args, c.spec.SchedulerArgs...)...)
+		c.procs[Scheduler] = c.newProcess(string(Scheduler), bin("flotilla-scheduler"), c.LogPath(Scheduler), append(args, c.spec.SchedulerArgs...)...)
 	}
-	c.procs[Kwok] = newProcess(string(Kwok), bin("kwok"), c.LogPath(Kwok),
+	c.procs[Kwok] = c.newProcess(string(Kwok), bin("kwok"), c.LogPath(Kwok),
 		"--kubeconfig="+c.Kubeconfig,
 		"--manage-all-nodes=false",
 		"--manage-nodes-with-annotation-selector="+kwokNodeAnnotation+"=fake",
@@ -468,7 +476,7 @@ func (c *Cluster) Run(name, binary string, args ...string) (*Process, error) {
 
 // RunEnv is Run with env ("KEY=value") added to the process's environment.
 func (c *Cluster) RunEnv(name, binary string, env []string, args ...string) (*Process, error) {
-	p := newProcess(name, binary, filepath.Join(c.logDir, c.Name+"-"+name+".log"), args...)
+	p := c.newProcess(name, binary, filepath.Join(c.logDir, c.Name+"-"+name+".log"), args...)
 	p.env = env
 	if err := p.start(); err != nil {
 		return nil, err

@@ -19,6 +19,8 @@ type Process struct {
 	args    []string
 	env     []string // added to the sandbox's own environment
 	logPath string
+	// onStart is called with the pid right after each start (ClusterSpec.OnProcessStart).
+	onStart func(pid int) error
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -57,6 +59,14 @@ func (p *Process) start() error {
 	if err := cmd.Start(); err != nil {
 		logFile.Close()
 		return fmt.Errorf("starting %s: %w", p.name, err)
+	}
+	if p.onStart != nil {
+		if err := p.onStart(cmd.Process.Pid); err != nil {
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			_ = cmd.Wait()
+			logFile.Close()
+			return fmt.Errorf("starting %s: %w", p.name, err)
+		}
 	}
 	exited := make(chan struct{})
 	go func() {

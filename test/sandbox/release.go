@@ -322,7 +322,18 @@ func (r *Release) runHook(ctx context.Context, job *batchv1.Job) error {
 	binary := "flotilla-agent"
 	cmd := exec.CommandContext(ctx, filepath.Join(c.binDir, binary), append(pod.args, "--kubeconfig="+pod.kubeconfig)...)
 	cmd.Env = append(os.Environ(), pod.env...)
-	out, err := cmd.CombinedOutput()
+	var buf bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	err = cmd.Start()
+	if err == nil && c.spec.OnProcessStart != nil {
+		if err = c.spec.OnProcessStart(cmd.Process.Pid); err != nil {
+			_ = cmd.Process.Kill()
+		}
+	}
+	if werr := cmd.Wait(); err == nil {
+		err = werr
+	}
+	out := buf.Bytes()
 	logPath := filepath.Join(c.logDir, c.Name+"-"+job.Name+".log")
 	_ = os.WriteFile(logPath, out, 0o644)
 	if err != nil {

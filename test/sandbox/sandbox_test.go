@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -147,16 +148,36 @@ func TestSandbox(t *testing.T) {
 }
 
 // TestTeardownLeavesNoProcess stops a sandbox and checks that every process
-// it started is gone.
+// it started is gone, and that every start, a restart too, went through
+// OnProcessStart (where the bench caps a cluster's CPU).
 func TestTeardownLeavesNoProcess(t *testing.T) {
-	s, err := sandbox.Start(t.Context(), sandbox.Options{Dir: t.TempDir(), Clusters: []sandbox.ClusterSpec{{Name: "solo", Nodes: []sandbox.NodeSpec{{}}}}})
+	var mu sync.Mutex
+	started := map[int]bool{}
+	onStart := func(pid int) error {
+		mu.Lock()
+		defer mu.Unlock()
+		started[pid] = true
+		return nil
+	}
+	s, err := sandbox.Start(t.Context(), sandbox.Options{Dir: t.TempDir(), Clusters: []sandbox.ClusterSpec{{Name: "solo", Nodes: []sandbox.NodeSpec{{}}, OnProcessStart: onStart}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	pids := s.Cluster("solo").PIDs()
+	solo := s.Cluster("solo")
+	if err := solo.Restart(t.Context(), sandbox.Kwok); err != nil {
+		t.Fatal(err)
+	}
+	pids := solo.PIDs()
 	if len(pids) != 6 {
 		t.Fatalf("want 6 processes (etcd, apiserver, controller-manager, scheduler, kwok, the release's flotilla-scheduler), got %v", pids)
 	}
+	mu.Lock()
+	for comp, pid := range pids {
+		if !started[pid] {
+			t.Errorf("%s (pid %d) started without OnProcessStart", comp, pid)
+		}
+	}
+	mu.Unlock()
 	if err := s.Stop(); err != nil {
 		t.Fatal(err)
 	}

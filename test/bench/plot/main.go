@@ -27,6 +27,9 @@ type result struct {
 		Targets       int `json:"targets"`
 		Pods          int `json:"pods"`
 		MaxCandidates int `json:"maxCandidates"`
+		// CPUPerCluster > 0: a run under CPU cgroups, not part of the
+		// (uncapped) sweep.
+		CPUPerCluster float64 `json:"cpuPerCluster"`
 	} `json:"config"`
 	Flotilla *run `json:"flotilla"`
 	Baseline *run `json:"baseline"`
@@ -171,7 +174,7 @@ func load(dir string) ([]result, error) {
 		if err := json.Unmarshal(raw, &r); err != nil {
 			return nil, fmt.Errorf("%s: %w", p, err)
 		}
-		if r.Flotilla != nil && r.Baseline != nil {
+		if r.Flotilla != nil && r.Baseline != nil && r.Config.CPUPerCluster == 0 {
 			out = append(out, r)
 		}
 	}
