@@ -1,8 +1,10 @@
 package cgroup
 
 import (
+	"errors"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -134,6 +136,11 @@ func TestGroup(t *testing.T) {
 		t.Skip(err)
 	}
 	g, err := h.New("unit-test", 0.2)
+	if errors.Is(err, os.ErrPermission) || errors.Is(err, syscall.EROFS) {
+		// Root in a container whose cgroups are read-only: the bench says
+		// so with -cpu-per-cluster; nothing to test here.
+		t.Skip(err)
+	}
 	if err != nil {
 		h.RemoveParent()
 		t.Fatal(err)
