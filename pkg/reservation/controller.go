@@ -422,7 +422,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 	}
 	if d.Bound != "" {
-		return c.bind(ctx, pod, d.Bound, nodeOf(observed, d.Bound), election.Generation, targets)
+		return c.bind(ctx, pod, d.Bound, nodeOf(observed, d.Bound), election.Generation, candidatesIn(observed), targets)
 	}
 	if d.Elect == nil && d.Allow == nil && missing == nil && !election.Elected() {
 		if reasons := Reasons(observed); reasons != "" {
@@ -604,8 +604,11 @@ func (c *Controller) gone(ctx context.Context, req reconcile.Request, targets []
 }
 
 // reportFanOut tells the pod's owner which targets were sent a candidate by
-// this reconcile, if any: once when the pod is first fanned out, again only
-// when the set widens.
+// this reconcile, when that says more than "every target": some were left
+// out (the policy, the fan-out window, a target that cannot run the pod),
+// or the set widens. The candidates of a pod sent to every target are named
+// by its Scheduled Event instead: an Event is a write in the source, and
+// this one came with every pod.
 func (c *Controller) reportFanOut(pod *corev1.Pod, placements []candidate.Placement, pl *plan) {
 	var sent []string
 	for _, p := range placements {
@@ -613,11 +616,12 @@ func (c *Controller) reportFanOut(pod *corev1.Pod, placements []candidate.Placem
 			sent = append(sent, p.Target.Name)
 		}
 	}
-	if len(sent) == 0 {
+	why := pl.exclusions()
+	if len(sent) == 0 || (len(sent) == len(pl.selected) && why == "") {
 		return
 	}
 	msg := fmt.Sprintf("Sent a candidate to %d of %d targets: %s", len(sent), len(placements), strings.Join(sent, ", "))
-	if why := pl.exclusions(); why != "" {
+	if why != "" {
 		msg += "; " + why
 	}
 	c.Recorder.Eventf(pod, nil, corev1.EventTypeNormal, ReasonFannedOut, "Fan out", "%s", msg)
@@ -900,7 +904,7 @@ func (c *Controller) writeElection(ctx context.Context, pod *corev1.Pod, e proto
 // bind binds the source pod to the elected target's virtual node, then
 // deletes the other candidates. The Scheduled event tells which target was
 // elected and which of its nodes runs the pod.
-func (c *Controller) bind(ctx context.Context, pod *corev1.Pod, targetName, targetNode string, generation int64, targets []*target.Target) (reconcile.Result, error) {
+func (c *Controller) bind(ctx context.Context, pod *corev1.Pod, targetName, targetNode string, generation int64, candidates []string, targets []*target.Target) (reconcile.Result, error) {
 	node := protocol.VirtualNodeName("", targetName)
 	if _, done := c.bound.Load(pod.UID); done {
 		return c.cleanUp(ctx, pod, delegate(pod.UID, targetName), targets)
@@ -913,8 +917,8 @@ func (c *Controller) bind(ctx context.Context, pod *corev1.Pod, targetName, targ
 	switch {
 	case err == nil:
 		podBoundSeconds.Observe(sinceCreation(pod))
-		c.Recorder.Eventf(pod, nil, corev1.EventTypeNormal, "Scheduled", "Bind", "Elected target %s (election %d), whose node %s runs it; bound to virtual node %s",
-			targetName, generation, targetNode, node)
+		c.Recorder.Eventf(pod, nil, corev1.EventTypeNormal, "Scheduled", "Bind", "Elected target %s (election %d) of the candidates in %s, whose node %s runs it; bound to virtual node %s",
+			targetName, generation, strings.Join(candidates, ", "), targetNode, node)
 	case apierrors.IsConflict(err):
 		// Bound already: by an earlier reconcile whose result the cache
 		// does not show yet (which reported it), or to another node. Only
@@ -1017,6 +1021,18 @@ func (c *Controller) deleteCandidates(ctx context.Context, namespace, name strin
 		return reconcile.Result{RequeueAfter: retryUnhealthy}, nil
 	}
 	return reconcile.Result{}, nil
+}
+
+// candidatesIn names the targets that hold a candidate of the pod.
+func candidatesIn(observed []Observed) []string {
+	var names []string
+	for _, o := range observed {
+		if o.Exists {
+			names = append(names, o.Target)
+		}
+	}
+	slices.Sort(names)
+	return names
 }
 
 func nodeOf(observed []Observed, target string) string {
