@@ -106,12 +106,12 @@ type Controller struct {
 	// (by UID) until the cache shows it: a reconcile on an older copy would
 	// only lose the optimistic-concurrency race, at the cost of a write.
 	elections sync.Map
-	// electedSince holds, per pod UID, the election generation this process
-	// first saw the pod wait on and when (electedAt), for ElectionTimeout.
-	electedSince sync.Map
-	// denySince holds, per pod UID, the denials it waits to write and since
-	// when (steadySince), for DenyAfter.
-	denySince sync.Map
+	// electedSince is since when this process has seen each pod wait on its
+	// election, for ElectionTimeout.
+	electedSince steadyClock
+	// denySince is since when each pod has had the same candidates to deny
+	// under the same election, for DenyAfter.
+	denySince steadyClock
 	// waiters are the pods the spread narrowed, woken when a sibling moves.
 	waiters spreadWaiters
 	// changes sends pods to the queue.
@@ -482,17 +482,11 @@ func (c *Controller) applyDenials(ctx context.Context, pod *corev1.Pod, election
 		write(target, nil)
 	}
 	if len(deny) == 0 {
-		c.denySince.Delete(pod.UID)
+		c.denySince.forget(pod.UID)
 		return 0
 	}
-	key := election.Encode() + " " + strings.Join(deny, ",")
-	v, loaded := c.denySince.LoadOrStore(pod.UID, steadySince{key, time.Now()})
-	since := v.(steadySince)
-	if loaded && since.key != key {
-		since = steadySince{key, time.Now()}
-		c.denySince.Store(pod.UID, since)
-	}
-	if wait := c.DenyAfter - time.Since(since.at); wait > 0 {
+	since := c.denySince.since(pod.UID, election.Encode()+" "+strings.Join(deny, ","))
+	if wait := c.DenyAfter - time.Since(since); wait > 0 {
 		return wait
 	}
 	value := protocol.Denial{SourceUID: string(pod.UID), Generation: election.Generation}.Encode()
@@ -503,9 +497,37 @@ func (c *Controller) applyDenials(ctx context.Context, pod *corev1.Pod, election
 	return 0
 }
 
+// steadyClock remembers, per pod UID, since when a state named by a key
+// has held as this process saw it; forgotten on restart, when the wait
+// starts again.
+type steadyClock struct{ m sync.Map }
+
 type steadySince struct {
 	key string
 	at  time.Time
+}
+
+// since is when uid was first seen in state key, now if it was in another.
+func (s *steadyClock) since(uid types.UID, key string) time.Time {
+	v, loaded := s.m.LoadOrStore(uid, steadySince{key, time.Now()})
+	held := v.(steadySince)
+	if loaded && held.key != key {
+		held = steadySince{key, time.Now()}
+		s.m.Store(uid, held)
+	}
+	return held.at
+}
+
+func (s *steadyClock) forget(uid types.UID) { s.m.Delete(uid) }
+
+// sweep forgets the pods first seen in their state more than maxAge ago.
+func (s *steadyClock) sweep(now time.Time, maxAge time.Duration) {
+	s.m.Range(func(k, v any) bool {
+		if now.Sub(v.(steadySince).at) > maxAge {
+			s.m.Delete(k)
+		}
+		return true
+	})
 }
 
 // wakeSiblings records that a pod's place among its workload's changed
@@ -649,13 +671,8 @@ func (c *Controller) reportProblem(pod *corev1.Pod, problem string) {
 func (c *Controller) forget(uid types.UID) {
 	c.firstReserved.Delete(uid)
 	c.problems.Delete(uid)
-	c.electedSince.Delete(uid)
-	c.denySince.Delete(uid)
-}
-
-type electedAt struct {
-	generation int64
-	at         time.Time
+	c.electedSince.forget(uid)
+	c.denySince.forget(uid)
 }
 
 // freshElection reads the election record from the source's API server,
@@ -743,13 +760,8 @@ func (c *Controller) revokeIfStalled(ctx context.Context, pod *corev1.Pod, elect
 	if p.Candidate == nil || p.Candidate.DeletionTimestamp != nil || p.Candidate.Spec.NodeName != "" {
 		return 0
 	}
-	v, _ := c.electedSince.LoadOrStore(pod.UID, electedAt{election.Generation, time.Now()})
-	since := v.(electedAt)
-	if since.generation != election.Generation {
-		since = electedAt{election.Generation, time.Now()}
-		c.electedSince.Store(pod.UID, since)
-	}
-	if wait := c.ElectionTimeout - time.Since(since.at); wait > 0 {
+	since := c.electedSince.since(pod.UID, election.Encode())
+	if wait := c.ElectionTimeout - time.Since(since); wait > 0 {
 		return wait
 	}
 	revoked, err := p.Target.Revoke(ctx, p.Candidate)
@@ -783,18 +795,8 @@ func (c *Controller) sweep() {
 		}
 		return true
 	})
-	c.electedSince.Range(func(k, v any) bool {
-		if now.Sub(v.(electedAt).at) > time.Hour {
-			c.electedSince.Delete(k)
-		}
-		return true
-	})
-	c.denySince.Range(func(k, v any) bool {
-		if now.Sub(v.(steadySince).at) > time.Hour {
-			c.denySince.Delete(k)
-		}
-		return true
-	})
+	c.electedSince.sweep(now, time.Hour)
+	c.denySince.sweep(now, time.Hour)
 	c.problems.Range(func(k, v any) bool {
 		if now.Sub(v.(reported).at) > time.Hour {
 			c.problems.Delete(k)

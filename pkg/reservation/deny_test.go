@@ -4,6 +4,7 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
 )
@@ -67,5 +68,27 @@ func TestDecideNeverElectsADeniedReservation(t *testing.T) {
 	d := Decide(uid, protocol.Election{Generation: 2}, []Observed{c2, reserved("c3", "n3", 1)})
 	if d.Elect == nil || d.Elect.Target != "c3" {
 		t.Fatalf("Elect = %+v, want c3", d.Elect)
+	}
+}
+
+// TestSteadyClock: the time a pod entered a state holds while the state
+// does, and starts again when it changes or is forgotten.
+func TestSteadyClock(t *testing.T) {
+	var c steadyClock
+	first := c.since("a", "1/c1/n1")
+	if again := c.since("a", "1/c1/n1"); !again.Equal(first) {
+		t.Errorf("the same state restarted the clock: %v, then %v", first, again)
+	}
+	if other := c.since("b", "1/c1/n1"); other.Before(first) {
+		t.Errorf("another pod's clock started before the first: %v < %v", other, first)
+	}
+	if moved := c.since("a", "2/c2/n2"); moved.Before(first) {
+		t.Errorf("a new state kept the old time %v", moved)
+	}
+	c.sweep(first.Add(2*time.Hour), time.Hour)
+	count := 0
+	c.m.Range(func(any, any) bool { count++; return true })
+	if count != 0 {
+		t.Errorf("%d entries left after a sweep past their age", count)
 	}
 }
