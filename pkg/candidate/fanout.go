@@ -87,16 +87,6 @@ func FanOut(ctx context.Context, source *corev1.Pod, sourceCluster string, targe
 	return out
 }
 
-// CleanUp deletes the candidates of source pods named namespace/name in
-// every target, but those keep says to keep (by target and source UID).
-// Which ones may go is the caller's to know: a pod deleted and created
-// again under the same name (a StatefulSet's, or `kubectl replace --force`)
-// leaves the earlier pod's candidates behind, which must go, and those of
-// the pod that lives must not.
-func CleanUp(ctx context.Context, namespace, name string, targets []*target.Target, keep func(t *target.Target, sourceUID types.UID) bool) error {
-	return cleanUp(ctx, namespace, name, targets, keep)
-}
-
 // OtherUIDs reports whether any target holds a candidate of a source pod
 // named namespace/name whose source UID is not uid.
 func OtherUIDs(namespace, name string, uid types.UID, targets []*target.Target) bool {
@@ -110,7 +100,13 @@ func OtherUIDs(namespace, name string, uid types.UID, targets []*target.Target) 
 	return false
 }
 
-func cleanUp(ctx context.Context, namespace, name string, targets []*target.Target, keep func(t *target.Target, sourceUID types.UID) bool) error {
+// CleanUp deletes the candidates of source pods named namespace/name in
+// every target, but those keep says to keep (by target and source UID).
+// Which ones may go is the caller's to know: a pod deleted and created
+// again under the same name (a StatefulSet's, or `kubectl replace --force`)
+// leaves the earlier pod's candidates behind, which must go, and those of
+// the pod that lives must not.
+func CleanUp(ctx context.Context, namespace, name string, targets []*target.Target, keep func(t *target.Target, sourceUID types.UID) bool) error {
 	var mu sync.Mutex
 	var errs *multierror.Error
 	var wg sync.WaitGroup
