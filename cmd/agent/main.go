@@ -100,7 +100,7 @@ func (o *options) bind(fs *flag.FlagSet) {
 	fs.DurationVar(&o.notReadyAfter, "virtual-node-not-ready-after", 20*time.Second, "How long a target's API must fail to answer before its virtual node turns NotReady.")
 	fs.DurationVar(&o.electionTimeout, "election-timeout", time.Minute, "How long an elected candidate may stay unbound while its target answers before the source revokes it (deletes it unless it bound meanwhile) and elects another target; longer than the targets' Permit timeout. 0: never.")
 	fs.DurationVar(&o.denyAfter, "deny-after", 10*time.Second, "How long another target's candidate must have stood elected and unbound before the source denies the pod's other candidates, so that they hold no node in their targets; it lifts the denials if that election ends without binding. 0: never.")
-	fs.IntVar(&o.maxCands, "max-candidates", 0, "Targets that get a candidate of a pod at first (0: all). Pods spread over targets by hashing; the set widens by this many while every target in it cannot run the pod.")
+	fs.IntVar(&o.maxCands, "max-candidates", 2, "Targets that get a candidate of a pod at first (0: all). They are drawn by a hash of the pod's UID weighted by each target's room for the pod (its ClusterSummary), how fast and how often it found a node for this agent's candidates, and the placement policy's preferences; the set widens by this many while every target in it cannot run the pod.")
 	fs.Float64Var(&o.kubeAPIQPS, "kube-api-qps", 200, "Sustained queries per second of the agent to each API server (its own and each target's).")
 	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", 400, "Burst of queries of the agent to each API server.")
 	o.kubelet.bind(fs)

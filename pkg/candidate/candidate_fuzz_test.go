@@ -92,31 +92,3 @@ func shortUID(s string) string {
 	}
 	return s
 }
-
-// FuzzUnschedulable: the candidate's conditions are the target's writes;
-// the reason the source reports is the message of the target scheduler's
-// own Unschedulable condition and nothing else.
-func FuzzUnschedulable(f *testing.F) {
-	f.Add(string(corev1.PodScheduled), string(corev1.ConditionFalse), corev1.PodReasonUnschedulable, "0/3 nodes are available", 1)
-	f.Add(string(corev1.PodScheduled), string(corev1.ConditionTrue), corev1.PodReasonUnschedulable, "x", 2)
-	f.Add("", "", "", "", 0)
-	f.Add(string(corev1.PodScheduled), string(corev1.ConditionFalse), corev1.PodReasonUnschedulable, strings.Repeat("x", 1<<16), 300)
-	f.Fuzz(func(t *testing.T, typ, status, reason, message string, n int) {
-		n = min(max(n, 0), 64)
-		pod := &corev1.Pod{}
-		for i := range n {
-			msg := message
-			if i > 0 {
-				msg = ""
-			}
-			pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{
-				Type: corev1.PodConditionType(typ), Status: corev1.ConditionStatus(status), Reason: reason, Message: msg,
-			})
-		}
-		got := Unschedulable(pod)
-		scheduled := typ == string(corev1.PodScheduled) && status == string(corev1.ConditionFalse) && reason == corev1.PodReasonUnschedulable
-		if (n > 0 && scheduled && got != message) || ((n == 0 || !scheduled) && got != "") {
-			t.Fatalf("Unschedulable of %d conditions %s=%s (%s, %q) = %q", n, typ, status, reason, message, got)
-		}
-	})
-}

@@ -3,39 +3,55 @@ package candidate
 import (
 	"crypto/sha256"
 	"encoding/binary"
-	"encoding/json"
+	"math"
 	"sort"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/flotilla-dev/flotilla/pkg/protocol"
 	"github.com/flotilla-dev/flotilla/pkg/target"
 )
 
 // Eligible returns the targets that get a candidate of the source pod. With
-// max <= 0 that is every target. Otherwise the targets are ordered by
-// rendezvous hashing of the pod's UID (so that pods spread evenly and each
-// pod's order never changes), the first max get a candidate, and the window
-// widens by max for as long as every target in it has failed the pod: its
-// candidate is unschedulable there, or the target is unreachable. The window
-// is computed from what the targets report, so it survives agent restarts
-// without any state of its own.
+// limit <= 0 that is every target. Otherwise the pod keeps the targets that
+// hold its candidates, the first targets of its order join them until it
+// has limit, and the set widens by limit for as long as every target in it has
+// failed the pod: its candidate is unschedulable there, or the target is
+// unreachable. The set is computed from what the targets hold and report,
+// so it survives agent restarts without any state of its own.
+//
+// The order is a weighted rendezvous hash of the pod's UID: the weights are
+// the targets' prospects (see Prospect; nil: all alike), so each pod draws
+// its targets at random in proportion to them, pods spread over the
+// targets, and the promising ones get more. A pod's choice holds once its
+// candidates are there, however the weights change after.
 //
 // Targets that do not serve the pod's namespace (a namespaced Target of
 // another namespace) are never eligible.
-func Eligible(source *corev1.Pod, sourceCluster string, targets []*target.Target, max int) []*target.Target {
+func Eligible(source *corev1.Pod, sourceCluster string, targets []*target.Target, limit int, prospect func(*target.Target) Prospect) []*target.Target {
 	targets = serving(targets, source.Namespace)
-	if max <= 0 || max >= len(targets) {
+	if limit <= 0 || limit >= len(targets) {
 		return targets
 	}
-	order := rendezvous(string(source.UID), targets)
 	name := CandidateNameOf(source, sourceCluster)
-	window := max
-	for window < len(order) && AllFailed(order[:window], source.Namespace, name) {
-		window += max
+	var chosen, rest []*target.Target
+	for _, t := range targets {
+		if t.Holds(t.NamespaceFor(source.Namespace), name, source.UID) {
+			chosen = append(chosen, t)
+		} else {
+			rest = append(rest, t)
+		}
 	}
-	return order[:min(window, len(order))]
+	rest = rendezvous(string(source.UID), rest, prospect)
+	take := max(limit-len(chosen), 0)
+	for len(rest) > 0 {
+		n := min(take, len(rest))
+		chosen, rest = append(chosen, rest[:n]...), rest[n:]
+		if !AllFailed(chosen, source.Namespace, name) {
+			break
+		}
+		take = limit
+	}
+	return chosen
 }
 
 // AllFailed reports whether every target is unreachable or has said it
@@ -46,7 +62,7 @@ func AllFailed(targets []*target.Target, sourceNamespace, name string) bool {
 			continue
 		}
 		c, ok := t.Candidate(t.NamespaceFor(sourceNamespace), name)
-		if !ok || Unschedulable(c) == "" {
+		if !ok || target.Unschedulable(c) == "" {
 			return false
 		}
 	}
@@ -78,47 +94,31 @@ func serving(targets []*target.Target, sourceNamespace string) []*target.Target 
 	return out
 }
 
-// Unschedulable is the target scheduler's reason for finding no node for a
-// candidate, or "" when it has not said so.
-//
-// Waiting for the source is not failing: a candidate whose Permit timed
-// out (its source was slow, failing over, or elected elsewhere) carries an
-// Unschedulable condition until its next failure or binding, though it may
-// be reserved again; the condition does not count while the target reports
-// a reservation, nor when it is the Permit timeout's own, nor when the
-// source's denial turned the candidate away.
-func Unschedulable(c *corev1.Pod) string {
-	if raw := c.Annotations[protocol.StateAnnotation]; raw != "" {
-		var s protocol.State
-		if json.Unmarshal([]byte(raw), &s) == nil && (s.Phase == protocol.PhaseReserved || s.Phase == protocol.PhaseBound) {
-			return ""
+// rendezvous orders targets by weighted rendezvous hashing of key: each
+// target draws u in (0, 1) from a hash of the key and its name, and the
+// order is by ln(u) ÷ weight, highest first. That orders the targets as a
+// draw without replacement in proportion to their weights would, and is
+// the plain rendezvous order by u when the weights are equal.
+func rendezvous(key string, targets []*target.Target, prospect func(*target.Target) Prospect) []*target.Target {
+	weights := make([]float64, len(targets))
+	for i, t := range targets {
+		weights[i] = 1
+		if prospect != nil {
+			weights[i] = prospect(t).Weight()
 		}
 	}
-	for _, cond := range c.Status.Conditions {
-		if cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionFalse && cond.Reason == corev1.PodReasonUnschedulable &&
-			!strings.Contains(cond.Message, permitTimeoutMessage) && !strings.Contains(cond.Message, protocol.DeniedMessage) {
-			return cond.Message
-		}
-	}
-	return ""
-}
-
-// permitTimeoutMessage is how kube-scheduler's framework words a Permit
-// wait that timed out (framework/runtime/waiting_pods_map.go), which then
-// becomes the candidate's Unschedulable condition.
-const permitTimeoutMessage = "rejected due to timeout after waiting"
-
-func rendezvous(key string, targets []*target.Target) []*target.Target {
 	type scored struct {
 		t     *target.Target
-		score uint64
+		score float64
 	}
 	s := make([]scored, len(targets))
 	for i, t := range targets {
 		// A cryptographic hash: FNV's high bits barely depend on the last
 		// bytes, and target names often differ only there ("t1", "t2").
 		sum := sha256.Sum256([]byte(key + "\x00" + t.Name))
-		s[i] = scored{t, binary.BigEndian.Uint64(sum[:8])}
+		// 53 bits, as many as a float64 holds exactly; +1 keeps u above 0.
+		u := (float64(binary.BigEndian.Uint64(sum[:8])>>11) + 1) / (1 << 53)
+		s[i] = scored{t, math.Log(u) / weights[i]}
 	}
 	sort.Slice(s, func(i, j int) bool {
 		if s[i].score != s[j].score {

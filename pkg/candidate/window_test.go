@@ -2,16 +2,21 @@ package candidate
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
+	"k8s.io/client-go/tools/cache"
 
-	"github.com/flotilla-dev/flotilla/pkg/protocol"
 	"github.com/flotilla-dev/flotilla/pkg/target"
 )
 
@@ -31,18 +36,18 @@ func targets(t *testing.T, n int) []*target.Target {
 
 func TestEligibleSpreadsAndIsStable(t *testing.T) {
 	ts := targets(t, 3)
-	if got := Eligible(sourcePod(t), "src", ts, 0); len(got) != 3 {
+	if got := Eligible(sourcePod(t), "src", ts, 0, nil); len(got) != 3 {
 		t.Fatalf("max 0 must mean every target, got %d", len(got))
 	}
 	first := map[string]int{}
 	for i := range 3000 {
 		src := sourcePod(t)
 		src.UID = types.UID(fmt.Sprintf("uid-%d", i))
-		got := Eligible(src, "src", ts, 1)
+		got := Eligible(src, "src", ts, 1, nil)
 		if len(got) != 1 {
 			t.Fatalf("max 1 gave %d targets", len(got))
 		}
-		again := Eligible(src, "src", ts, 1)
+		again := Eligible(src, "src", ts, 1, nil)
 		if again[0] != got[0] {
 			t.Fatal("a pod's first target changed between calls")
 		}
@@ -85,7 +90,7 @@ func TestEligibleAndInvited(t *testing.T) {
 
 	pod := sourcePod(t)
 	pod.Namespace = "default"
-	got := Eligible(pod, "src", []*target.Target{open, other, mine}, 0)
+	got := Eligible(pod, "src", []*target.Target{open, other, mine}, 0, nil)
 	if names(got) != "open,default/t" {
 		t.Errorf("eligible: %s", names(got))
 	}
@@ -103,42 +108,171 @@ func names(ts []*target.Target) string {
 	return strings.Join(out, ",")
 }
 
-// TestUnschedulableIsNotWaiting checks that a candidate that waited for its
-// source is not taken for one that cannot run: the window of targets would
-// widen step by step to every target whenever the source is slow.
-func TestUnschedulableIsNotWaiting(t *testing.T) {
-	condition := func(msg string) corev1.PodCondition {
-		return corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: msg}
+// servedTargets starts targets whose API servers (httptest) list the given
+// candidates and accept any create: Eligible reads their caches.
+func servedTargets(t *testing.T, n int, candidates map[string][]*corev1.Pod) []*target.Target {
+	t.Helper()
+	var out []*target.Target
+	for i := range n {
+		name := fmt.Sprintf("t%d", i+1)
+		list := corev1.PodList{TypeMeta: metav1.TypeMeta{Kind: "PodList", APIVersion: "v1"}, ListMeta: metav1.ListMeta{ResourceVersion: "1"}, Items: nil}
+		for _, c := range candidates[name] {
+			list.Items = append(list.Items, *c)
+		}
+		body, err := json.Marshal(list)
+		if err != nil {
+			t.Fatal(err)
+		}
+		server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			switch {
+			case r.URL.Query().Get("sendInitialEvents") == "true":
+				// No streaming list here: the reflector lists instead.
+				w.WriteHeader(http.StatusBadRequest)
+				_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"BadRequest","code":400}`))
+			case r.Method == http.MethodGet && r.URL.Query().Get("watch") == "true":
+				w.WriteHeader(http.StatusOK)
+				w.(http.Flusher).Flush()
+				<-r.Context().Done()
+			case r.Method == http.MethodGet:
+				_, _ = w.Write(body)
+			default:
+				w.WriteHeader(http.StatusCreated)
+				_, _ = w.Write([]byte(`{"kind":"Pod","apiVersion":"v1","metadata":{"name":"c"}}`))
+			}
+		}))
+		t.Cleanup(server.Close)
+		tg, err := target.New(target.Config{Name: name, REST: &rest.Config{Host: server.URL}, SourceCluster: "src"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tg.Start(t.Context())
+		t.Cleanup(tg.Shutdown)
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		synced := cache.WaitForCacheSync(ctx.Done(), tg.HasSynced)
+		cancel()
+		if !synced {
+			t.Fatalf("target %s never synced", name)
+		}
+		out = append(out, tg)
 	}
-	noFit := "0/3 nodes are available: 3 Insufficient cpu."
-	timeout := "rejected due to timeout after waiting 30s at plugin FlotillaCandidate"
-	for _, tt := range []struct {
-		name  string
-		state string
-		cond  *corev1.PodCondition
-		want  string
-	}{
-		{"no condition", "", nil, ""},
-		{"no node fits", "", ptr.To(condition(noFit)), noFit},
-		{"unreserved, then no node fits", `{"phase":"Unreserved","nonce":"a1"}`, ptr.To(condition(noFit)), noFit},
-		{"the Permit timed out", `{"phase":"Unreserved","nonce":"a1"}`, ptr.To(condition(timeout)), ""},
-		{"reserved again after a timeout", `{"phase":"Reserved","nonce":"b2"}`, ptr.To(condition(timeout)), ""},
-		{"reserved again after no fit", `{"phase":"Reserved","nonce":"b2"}`, ptr.To(condition(noFit)), ""},
-		{"bound", `{"phase":"Bound","nonce":"b2"}`, ptr.To(condition(noFit)), ""},
-		{"a malformed state is no report", `{"phase":`, ptr.To(condition(noFit)), noFit},
-		{"turned away on the source's denial", `{"phase":"Unreserved","nonce":"a1"}`, ptr.To(condition("0/3 nodes are available: " + protocol.DeniedMessage + " (election 2): another target's candidate is elected")), ""},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			c := &corev1.Pod{}
-			if tt.state != "" {
-				c.Annotations = map[string]string{protocol.StateAnnotation: tt.state}
-			}
-			if tt.cond != nil {
-				c.Status.Conditions = []corev1.PodCondition{*tt.cond}
-			}
-			if got := Unschedulable(c); got != tt.want {
-				t.Errorf("Unschedulable = %q, want %q", got, tt.want)
-			}
+	return out
+}
+
+func candidateIn(t *testing.T, src *corev1.Pod, target string, refused bool) *corev1.Pod {
+	t.Helper()
+	c, err := Build(src, "src", target, src.Namespace, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if refused {
+		c.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: "0/1 nodes are available"}}
+	}
+	return c
+}
+
+// TestEligibleKeepsAndWidens checks that a pod keeps the targets that hold
+// its candidates whatever the weights say now, tops them up to max, and
+// widens by max while all of them refused it.
+func TestEligibleKeepsAndWidens(t *testing.T) {
+	src := sourcePod(t)
+	// Weights that would never choose t4 first.
+	prospect := func(tg *target.Target) Prospect {
+		if tg.Name == "t4" {
+			return Prospect{Room: 0.1, Refusals: 1}
+		}
+		return Prospect{Room: 1000}
+	}
+	t.Run("kept", func(t *testing.T) {
+		ts := servedTargets(t, 4, map[string][]*corev1.Pod{"t4": {candidateIn(t, src, "t4", false)}})
+		if got := names(Eligible(src, "src", ts, 1, prospect)); got != "t4" {
+			t.Errorf("a pod whose candidate is in t4 got %s", got)
+		}
+		if got := Eligible(src, "src", ts, 2, prospect); len(got) != 2 || got[0].Name != "t4" {
+			t.Errorf("max 2 with one held: %s", names(got))
+		}
+	})
+	t.Run("a deleting candidate is not held", func(t *testing.T) {
+		c := candidateIn(t, src, "t4", false)
+		c.DeletionTimestamp, c.Finalizers = &metav1.Time{Time: time.Now()}, []string{"x"}
+		ts := servedTargets(t, 4, map[string][]*corev1.Pod{"t4": {c}})
+		if got := names(Eligible(src, "src", ts, 1, prospect)); got == "t4" {
+			t.Errorf("a pod whose candidate in t4 is going away stays there")
+		}
+	})
+	t.Run("widens", func(t *testing.T) {
+		ts := servedTargets(t, 5, map[string][]*corev1.Pod{
+			"t4": {candidateIn(t, src, "t4", true)},
+			"t2": {candidateIn(t, src, "t2", true)},
 		})
+		got := Eligible(src, "src", ts, 2, prospect)
+		if len(got) != 4 || got[0].Name != "t2" || got[1].Name != "t4" || slices.ContainsFunc(got[2:], func(tg *target.Target) bool { return tg.Name == "t4" || tg.Name == "t2" }) {
+			t.Errorf("both held refused, max 2: %s, want t2,t4 and two others", names(got))
+		}
+		// Created in the two new ones (the cache lags): they are held now.
+		for _, tg := range got[2:] {
+			c := candidateIn(t, src, tg.Name, false)
+			if _, err := tg.Create(t.Context(), c); err != nil {
+				t.Fatal(err)
+			}
+		}
+		again := Eligible(src, "src", ts, 2, func(*target.Target) Prospect { return Prospect{} })
+		sorted := func(ts []*target.Target) string {
+			return names(slices.SortedFunc(slices.Values(ts), func(a, b *target.Target) int { return strings.Compare(a.Name, b.Name) }))
+		}
+		if sorted(again) != sorted(got) {
+			t.Errorf("after creating, the set moved: %s, was %s", names(again), names(got))
+		}
+	})
+}
+
+// TestEligibleFollowsWeights checks that first candidates go to targets in
+// proportion to their weights, and still to every one now and then.
+func TestEligibleFollowsWeights(t *testing.T) {
+	ts := targets(t, 3)
+	weights := map[string]Prospect{
+		"t1": {Room: 600},
+		"t2": {Room: 300},
+		// As much room, but it answers in 2 s and refused half: a sixth.
+		"t3": {Room: 600, Answer: 2 * time.Second, Refusals: 0.5},
+	}
+	first := map[string]int{}
+	const pods = 6000
+	for i := range pods {
+		src := sourcePod(t)
+		src.UID = types.UID(fmt.Sprintf("uid-%d", i))
+		got := Eligible(src, "src", ts, 1, func(tg *target.Target) Prospect { return weights[tg.Name] })
+		first[got[0].Name]++
+	}
+	want := map[string]float64{"t1": 600.0 / 1000, "t2": 300.0 / 1000, "t3": 100.0 / 1000}
+	for name, share := range want {
+		if got := float64(first[name]) / pods; got < share*0.85 || got > share*1.15 {
+			t.Errorf("%s is first for %.3f of the pods, want about %.3f (%v)", name, got, share, first)
+		}
+	}
+}
+
+func TestProspectWeight(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		p    Prospect
+		want float64
+	}{
+		{"unknown", Prospect{Room: -1}, 1},
+		{"room", Prospect{Room: 50}, 50},
+		{"full still gets a chance", Prospect{Room: 0}, 0.1},
+		{"answers in 1s", Prospect{Room: 10, Answer: time.Second}, 5},
+		{"refused every time", Prospect{Room: 10, Refusals: 1}, 0.5},
+		{"preferred with weight 20", Prospect{Room: 10, Preference: 20}, 20},
+		{"preferred with weight 100", Prospect{Room: 1, Preference: 100}, 32},
+	} {
+		if got := tt.p.Weight(); got < tt.want-1e-9 || got > tt.want+1e-9 {
+			t.Errorf("%s: weight %v, want %v", tt.name, got, tt.want)
+		}
+	}
+	ps := map[string]Prospect{"a": {Room: 10}, "b": {Room: 30}, "c": {Room: -1}}
+	FillRoom(ps)
+	if ps["c"].Room != 20 || ps["a"].Room != 10 {
+		t.Errorf("FillRoom: %+v", ps)
 	}
 }

@@ -249,3 +249,27 @@ func WithRoom(clusters []Cluster, requests corev1.ResourceList) (kept []Cluster,
 	}
 	return kept, left
 }
+
+// Room is how many pods with these requests the free totals of a cluster
+// hold: the least, over the resources the pod requests and the pod count,
+// of what is free ÷ what one pod asks. It is -1 when free tells nothing of
+// any of them.
+func Room(free, requests corev1.ResourceList) float64 {
+	room := -1.0
+	fits := func(have, want float64) {
+		if n := have / want; room < 0 || n < room {
+			room = max(n, 0)
+		}
+	}
+	for name, want := range requests {
+		have, ok := free[name]
+		if !ok || name == corev1.ResourcePods || want.Sign() <= 0 {
+			continue
+		}
+		fits(have.AsApproximateFloat64(), want.AsApproximateFloat64())
+	}
+	if have, ok := free[corev1.ResourcePods]; ok {
+		fits(have.AsApproximateFloat64(), 1)
+	}
+	return room
+}

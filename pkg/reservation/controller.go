@@ -297,7 +297,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		c.reportUnscheduled(ctx, pod, ReasonPolicyUnsatisfiable, "Fan out", pl.exclusions())
 		unhealthy = true
 	}
-	eligible := candidate.Eligible(pod, c.SourceCluster, pl.selected, c.MaxCandidates)
+	eligible := candidate.Eligible(pod, c.SourceCluster, pl.selected, c.MaxCandidates, c.prospects(&pl))
 	placements := candidate.FanOut(ctx, pod, c.SourceCluster, eligible, prep, pl.shaper())
 	c.reportFanOut(pod, placements, &pl)
 	// Candidates the policy no longer sends (it changed, or the spread
@@ -877,7 +877,7 @@ func observe(p candidate.Placement) Observed {
 		// still be on its way (or missing, for a rogue binding).
 		o.State.Phase = protocol.PhaseBound
 	}
-	o.Unschedulable = candidate.Unschedulable(cand)
+	o.Unschedulable = target.Unschedulable(cand)
 	return o
 }
 

@@ -49,6 +49,9 @@ type plan struct {
 	// leftOut says, per target that holds a candidate the policy does not
 	// send there now, why it may not be elected.
 	leftOut map[string]string
+	// requests are what the pod asks of the node it runs on (its saved
+	// spec's).
+	requests corev1.ResourceList
 }
 
 // leftOut returns the candidates of the pod in invited targets that did
@@ -176,9 +179,8 @@ func (p *plan) dropUnfit(pod *corev1.Pod, targets []*target.Target) []*target.Ta
 	}
 	// The source pod asks for nothing of its own cluster: what it needs is
 	// in its saved spec.
-	var requests corev1.ResourceList
 	if spec, err := candidate.OriginalSpec(pod); err == nil {
-		requests = resourcehelper.PodRequests(&corev1.Pod{Spec: *spec}, resourcehelper.PodResourcesOptions{})
+		p.requests = resourcehelper.PodRequests(&corev1.Pod{Spec: *spec}, resourcehelper.PodResourcesOptions{})
 	}
 	exclude := func(name, why string) {
 		if p.excluded == nil {
@@ -203,7 +205,7 @@ func (p *plan) dropUnfit(pod *corev1.Pod, targets []*target.Target) []*target.Ta
 		kept = append(kept, t)
 		clusters = append(clusters, cl)
 	}
-	_, left := placement.WithRoom(clusters, requests)
+	_, left := placement.WithRoom(clusters, p.requests)
 	if len(left) == 0 {
 		return kept
 	}
@@ -216,6 +218,33 @@ func (p *plan) dropUnfit(pod *corev1.Pod, targets []*target.Target) []*target.Ta
 		roomy = append(roomy, t)
 	}
 	return roomy
+}
+
+// prospects weighs the selected targets for the pod's first candidates
+// (candidate.Eligible): their room for the pod, as their summaries tell,
+// how they answered this agent's candidates, and the policy's preference.
+// It is nil, all alike, when every selected target gets a candidate.
+func (c *Controller) prospects(p *plan) func(*target.Target) candidate.Prospect {
+	if c.MaxCandidates <= 0 || len(p.selected) <= c.MaxCandidates {
+		return nil
+	}
+	ps := make(map[string]candidate.Prospect, len(p.selected))
+	for _, t := range p.selected {
+		pr := candidate.Prospect{Room: -1}
+		if s := t.Summary(); s != nil && s.Free != nil {
+			pr.Room = placement.Room(s.Free, p.requests)
+		}
+		o := t.Outcomes()
+		pr.Answer, pr.Refusals = o.Answer, o.Refusals
+		if p.policy != nil {
+			if cl, ok := p.clusters[t.Name]; ok {
+				pr.Preference = placement.PreferenceScore(p.policy.Selector, cl)
+			}
+		}
+		ps[t.Name] = pr
+	}
+	candidate.FillRoom(ps)
+	return func(t *target.Target) candidate.Prospect { return ps[t.Name] }
 }
 
 // ClusterOf is a target as placement sees it: its virtual node's labels

@@ -29,6 +29,9 @@ type State struct {
 	// Namespaces are the namespaces the invitation covers; absent when
 	// every one is open.
 	Namespaces []string `json:"namespaces,omitempty"`
+	// Outcomes is how the target answered this agent's candidates, which
+	// weighs it when a pod's first targets are chosen.
+	Outcomes Outcomes `json:"outcomes"`
 }
 
 // StateOf is what /debug/state shows of t.
@@ -36,6 +39,7 @@ func StateOf(t *Target) State {
 	s := State{
 		Name: t.Name, Namespace: t.Namespace, Self: t.Self, VirtualNode: t.NodeName,
 		Synced: t.HasSynced(), Candidates: t.CandidateCount(), Namespaces: t.Namespaces(),
+		Outcomes: t.Outcomes(),
 	}
 	if h, at, ok := t.LastHealth(); ok {
 		s.Reachable, s.Authorized, s.Reason, s.Message, s.LastProbe = h.Reachable, h.Authorized, h.Reason, h.Message, &at

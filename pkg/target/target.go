@@ -83,6 +83,9 @@ type Target struct {
 
 	// health is what the last look at the target found.
 	health atomic.Pointer[probed]
+
+	// outcomes learns how the target answers candidates.
+	outcomes *outcomes
 }
 
 // Config describes a target to connect to.
@@ -142,6 +145,8 @@ func New(c Config) (*Target, error) {
 	t.client, t.selector, t.summaryName, t.writes = client, selector, c.SummaryName, newRecent()
 	t.rest = cfg
 	t.informers.t = t
+	t.outcomes = newOutcomes()
+	t.informers.addHandler(t.outcomes.seen)
 	return t, nil
 }
 
@@ -319,6 +324,16 @@ func (t *Target) Candidate(namespace, name string) (*corev1.Pod, bool) {
 	return pod, ok
 }
 
+// Holds reports whether the target holds a candidate of the source pod
+// with the given UID that is not being deleted, or this process created
+// one that the cache does not show yet.
+func (t *Target) Holds(namespace, name string, sourceUID types.UID) bool {
+	if c, ok := t.Candidate(namespace, name); ok && types.UID(c.Labels[protocol.SourceUIDLabel]) == sourceUID {
+		return c.DeletionTimestamp == nil
+	}
+	return t.writes.has(createKey(namespace, name, string(sourceUID)))
+}
+
 // CandidatesOf lists the cached candidates of a source pod (any UID).
 func (t *Target) CandidatesOf(namespace, name string) []*corev1.Pod {
 	idx := t.informers.indexer(t.NamespaceFor(namespace))
@@ -372,6 +387,7 @@ func (t *Target) Create(ctx context.Context, candidate *corev1.Pod) (created boo
 		return false, t.observe(fmt.Errorf("target %s: creating candidate %s/%s: %w", t.Name, candidate.Namespace, candidate.Name, err))
 	}
 	t.writes.add(key)
+	t.outcomes.sent(candidateKey(candidate.Namespace, candidate.Name))
 	candidatesCreated.WithLabelValues(t.Name).Inc()
 	return true, t.observe(nil)
 }
@@ -405,6 +421,7 @@ func (t *Target) Delete(ctx context.Context, namespace, name string, uid types.U
 		return t.observe(fmt.Errorf("target %s: deleting candidate %s/%s: %w", t.Name, namespace, name, err))
 	}
 	t.writes.add(key)
+	t.outcomes.forget(candidateKey(namespace, name))
 	candidatesDeleted.WithLabelValues(t.Name).Inc()
 	klog.V(4).InfoS("Deleted candidate", "target", t.Name, "pod", klog.KRef(namespace, name))
 	return t.observe(nil)

@@ -74,7 +74,7 @@ func main() {
 	flag.IntVar(&cfg.Pods, "pods", 200, "Pods to create (P).")
 	flag.Float64Var(&cfg.Rate, "rate", 0, "Pods created per second; 0 creates them all at once (a burst).")
 	flag.StringVar(&cfg.CPU, "cpu", "100m", "CPU request of each pod.")
-	flag.IntVar(&cfg.MaxCandidates, "max-candidates", 0, "The agent's --max-candidates: targets that get a candidate of each pod at first (0: all).")
+	flag.IntVar(&cfg.MaxCandidates, "max-candidates", 2, "The agent's --max-candidates: targets that get a candidate of each pod at first (0: all; 2 is the agent's default).")
 	flag.DurationVar(&cfg.Timeout, "timeout", 10*time.Minute, "Give up on a run after this long.")
 	keep := flag.Bool("keep", false, "Keep the sandbox folder (logs) after the run.")
 	hold := flag.Bool("hold", false, "Keep the clusters up after the run until interrupted, to look around.")

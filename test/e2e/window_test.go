@@ -128,6 +128,6 @@ func firstChoice(t *testing.T, pod *corev1.Pod, clusters []*sandbox.Cluster) str
 		}
 		ts = append(ts, tg)
 	}
-	got := flotillacandidate.Eligible(pod, "src", ts, 1)
+	got := flotillacandidate.Eligible(pod, "src", ts, 1, nil)
 	return strings.TrimSpace(got[0].Name)
 }

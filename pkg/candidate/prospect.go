@@ -1,0 +1,69 @@
+package candidate
+
+import (
+	"math"
+	"time"
+)
+
+// Prospect is what the source knows of a target as it chooses which
+// targets get a pod's candidates first: how much room it has, how fast and
+// how often it finds a node, and what the placement policy prefers.
+type Prospect struct {
+	// Room is how many pods like this one the target's free totals hold
+	// (its ClusterSummary); negative when unknown.
+	Room float64
+	// Answer is how long the target takes to answer a candidate, learned
+	// (target.Outcomes); zero when unknown.
+	Answer time.Duration
+	// Refusals is the share of the target's recent answers that found no
+	// node (0..1).
+	Refusals float64
+	// Preference is the placement policy's score of the target (the
+	// weights of the preferred clusters it matches).
+	Preference int64
+}
+
+// Weight is the target's share of first candidates, against the others':
+// in proportion to its room, to how fast it answers (1 ÷ (1 s + the
+// answer time): a target that answers in 1 s gets twice the pods of one
+// that takes 3 s), and to the share of answers that found a node (at least
+// a twentieth, so that a target that refused is tried again now and then);
+// each 20 points of preference double it (a preference of weight 100
+// makes a target 32 times as likely to come first). A target of unknown
+// room weighs as if it had room for one pod: give it the others' average
+// (FillRoom) to weigh it like them.
+func (p Prospect) Weight() float64 {
+	room := p.Room
+	if room < 0 {
+		room = 1
+	}
+	// A target that looks full still gets a chance: its summary lags, and
+	// its candidate is what tells an autoscaler to grow it.
+	room = max(room, 0.1)
+	speed := 1 / (1 + p.Answer.Seconds())
+	found := max(1-p.Refusals, 0.05)
+	prefer := math.Exp2(float64(max(p.Preference, 0)) / 20)
+	return room * speed * found * prefer
+}
+
+// FillRoom gives the prospects of unknown room the average room of the
+// others, so that a target that publishes no summary is neither favoured
+// nor left out.
+func FillRoom(ps map[string]Prospect) {
+	sum, known := 0.0, 0
+	for _, p := range ps {
+		if p.Room >= 0 {
+			sum += p.Room
+			known++
+		}
+	}
+	if known == 0 {
+		return
+	}
+	for name, p := range ps {
+		if p.Room < 0 {
+			p.Room = sum / float64(known)
+			ps[name] = p
+		}
+	}
+}

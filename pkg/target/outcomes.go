@@ -1,0 +1,207 @@
+package target
+
+import (
+	"container/list"
+	"encoding/json"
+	"math"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
+)
+
+// Outcomes is what the source learned of how a target answers the
+// candidates this agent sent it: how long it takes to reserve a node or to
+// find none, and how often it finds none. It is kept in memory only: an
+// agent that restarts learns again, from its first answers.
+type Outcomes struct {
+	// Answer is the time from creating a candidate to the target's answer,
+	// a moving average; at least the age of the oldest candidate still
+	// waiting for one, so a target that stops answering loses its place
+	// as its wait grows. Zero before anything is known.
+	Answer time.Duration `json:"-"`
+	// AnswerSeconds is Answer in seconds, for /debug/state.
+	AnswerSeconds float64 `json:"answerSeconds"`
+	// Refusals is the share of recent answers that found no node (0..1),
+	// a moving average that fades with time since the last answer, so a
+	// target full an hour ago is tried again.
+	Refusals float64 `json:"refusals"`
+	// Waiting is how many candidates wait for an answer.
+	Waiting int `json:"waiting"`
+	// Answers is how many answers were counted since the agent started.
+	Answers int `json:"answers"`
+}
+
+const (
+	// outcomeWeight is the weight of the newest answer in the averages.
+	outcomeWeight = 0.2
+	// refusalHalfLife is how fast the refusal share fades without answers.
+	refusalHalfLife = time.Minute
+	// forgetWaitingAfter drops a candidate that never got an answer the
+	// agent saw (deleted while it was not watching, or long denied).
+	forgetWaitingAfter = 10 * time.Minute
+)
+
+// outcomes learns Outcomes from the candidates this agent creates and the
+// answers its cache then shows.
+type outcomes struct {
+	mu  sync.Mutex
+	now func() time.Time
+	// waiting holds the candidates sent and not answered yet, oldest first;
+	// byKey finds them.
+	waiting *list.List
+	byKey   map[string]*list.Element
+	// answer is the average answer time in seconds; refusals the average
+	// of 1 per refusal and 0 per reservation, as of last.
+	answer, refusals float64
+	last             time.Time
+	answers          int
+}
+
+type sent struct {
+	key string
+	at  time.Time
+}
+
+func newOutcomes() *outcomes {
+	return &outcomes{now: time.Now, waiting: list.New(), byKey: map[string]*list.Element{}}
+}
+
+// candidateKey names a candidate in outcomes.
+func candidateKey(namespace, name string) string { return namespace + "/" + name }
+
+// sent records a candidate this agent just created.
+func (o *outcomes) sent(key string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if _, ok := o.byKey[key]; ok {
+		return
+	}
+	o.byKey[key] = o.waiting.PushBack(sent{key: key, at: o.now()})
+}
+
+// forget drops a candidate without counting an answer: it was deleted.
+func (o *outcomes) forget(key string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.drop(key)
+}
+
+func (o *outcomes) drop(key string) (sent, bool) {
+	e, ok := o.byKey[key]
+	if !ok {
+		return sent{}, false
+	}
+	delete(o.byKey, key)
+	return o.waiting.Remove(e).(sent), true
+}
+
+// seen looks at a candidate's change in the cache: its first answer is
+// counted, its deletion forgets it.
+func (o *outcomes) seen(c *corev1.Pod) {
+	key := candidateKey(c.Namespace, c.Name)
+	refused := false
+	switch {
+	case c.DeletionTimestamp != nil:
+		o.forget(key)
+		return
+	case reservedOrBound(c):
+	case Unschedulable(c) != "":
+		refused = true
+	default:
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	s, ok := o.drop(key)
+	if !ok {
+		return
+	}
+	now := o.now()
+	o.refusals = o.fadedRefusals(now)
+	took := now.Sub(s.at).Seconds()
+	r := 0.0
+	if refused {
+		r = 1
+	}
+	if o.answers == 0 {
+		o.answer, o.refusals = took, r
+	} else {
+		o.answer += outcomeWeight * (took - o.answer)
+		o.refusals += outcomeWeight * (r - o.refusals)
+	}
+	o.answers++
+	o.last = now
+}
+
+// fadedRefusals is the refusal share as of now; o.mu is held.
+func (o *outcomes) fadedRefusals(now time.Time) float64 {
+	if o.answers == 0 {
+		return 0
+	}
+	return o.refusals * math.Exp2(-now.Sub(o.last).Seconds()/refusalHalfLife.Seconds())
+}
+
+// get reports the outcomes as of now, and drops candidates that waited
+// too long to still tell anything.
+func (o *outcomes) get() Outcomes {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	now := o.now()
+	for e := o.waiting.Front(); e != nil; e = o.waiting.Front() {
+		s := e.Value.(sent)
+		if now.Sub(s.at) < forgetWaitingAfter {
+			break
+		}
+		o.drop(s.key)
+	}
+	out := Outcomes{Refusals: o.fadedRefusals(now), Waiting: o.waiting.Len(), Answers: o.answers}
+	answer := o.answer
+	if e := o.waiting.Front(); e != nil {
+		answer = max(answer, now.Sub(e.Value.(sent).at).Seconds())
+	}
+	out.Answer, out.AnswerSeconds = time.Duration(answer*float64(time.Second)), answer
+	return out
+}
+
+// Outcomes reports what the agent learned of how the target answers.
+func (t *Target) Outcomes() Outcomes { return t.outcomes.get() }
+
+func reservedOrBound(c *corev1.Pod) bool {
+	raw := c.Annotations[protocol.StateAnnotation]
+	if raw == "" {
+		return false
+	}
+	var s protocol.State
+	return json.Unmarshal([]byte(raw), &s) == nil && (s.Phase == protocol.PhaseReserved || s.Phase == protocol.PhaseBound)
+}
+
+// Unschedulable is the target scheduler's reason for finding no node for a
+// candidate, or "" when it has not said so.
+//
+// Waiting for the source is not failing: a candidate whose Permit timed
+// out (its source was slow, failing over, or elected elsewhere) carries an
+// Unschedulable condition until its next failure or binding, though it may
+// be reserved again; the condition does not count while the target reports
+// a reservation, nor when it is the Permit timeout's own, nor when the
+// source's denial turned the candidate away.
+func Unschedulable(c *corev1.Pod) string {
+	if reservedOrBound(c) {
+		return ""
+	}
+	for _, cond := range c.Status.Conditions {
+		if cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionFalse && cond.Reason == corev1.PodReasonUnschedulable &&
+			!strings.Contains(cond.Message, permitTimeoutMessage) && !strings.Contains(cond.Message, protocol.DeniedMessage) {
+			return cond.Message
+		}
+	}
+	return ""
+}
+
+// permitTimeoutMessage is how kube-scheduler's framework words a Permit
+// wait that timed out (framework/runtime/waiting_pods_map.go), which then
+// becomes the candidate's Unschedulable condition.
+const permitTimeoutMessage = "rejected due to timeout after waiting"

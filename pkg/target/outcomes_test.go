@@ -1,0 +1,153 @@
+package target
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
+)
+
+// TestOutcomes checks what the source learns of a target's answers: the
+// time to the first answer of each candidate it sent, refusals, the wait
+// of candidates with no answer yet, and that deleted ones do not count.
+func TestOutcomes(t *testing.T) {
+	now := time.Unix(1000, 0)
+	o := newOutcomes()
+	o.now = func() time.Time { return now }
+	if got := o.get(); got != (Outcomes{}) {
+		t.Fatalf("nothing sent: %+v", got)
+	}
+	reserved := func(name string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, Annotations: map[string]string{protocol.StateAnnotation: `{"phase":"Reserved","nonce":"n"}`}}}
+	}
+	refused := func(name string) *corev1.Pod {
+		c := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}}
+		c.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: "0/1 nodes are available"}}
+		return c
+	}
+	pending := func(name string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}}
+	}
+
+	o.sent(candidateKey("ns", "a"))
+	now = now.Add(time.Second)
+	o.sent(candidateKey("ns", "b"))
+	now = now.Add(time.Second)
+	if got := o.get(); got.Answer != 2*time.Second || got.AnswerSeconds != 2 || got.Waiting != 2 {
+		t.Errorf("two waiting, the oldest for 2s: %+v", got)
+	}
+	o.seen(pending("a")) // no answer yet
+	o.seen(reserved("a"))
+	o.seen(reserved("a")) // counted once
+	if got := o.get(); got.Answers != 1 || got.Waiting != 1 || got.Refusals != 0 || got.Answer != 2*time.Second {
+		t.Errorf("a answered in 2s: %+v", got)
+	}
+	// b is deleted unanswered: it no longer holds the answer time up.
+	o.seen(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "b", DeletionTimestamp: &metav1.Time{Time: now}}})
+	now = now.Add(10 * time.Second)
+	if got := o.get(); got.Waiting != 0 || got.Answer != 2*time.Second {
+		t.Errorf("b deleted: %+v", got)
+	}
+	o.sent(candidateKey("ns", "c"))
+	now = now.Add(7 * time.Second)
+	o.seen(refused("c"))
+	got := o.get()
+	if got.Answers != 2 || got.Refusals != outcomeWeight || got.Answer != time.Duration((2+outcomeWeight*(7-2))*float64(time.Second)) {
+		t.Errorf("c refused after 7s: %+v", got)
+	}
+	// Refusals fade: half after the half-life.
+	now = now.Add(refusalHalfLife)
+	if faded := o.get().Refusals; faded < outcomeWeight/2-1e-9 || faded > outcomeWeight/2+1e-9 {
+		t.Errorf("refusals after a half-life: %v, want %v", faded, outcomeWeight/2)
+	}
+	// A candidate that never got an answer stops counting after a while.
+	o.sent(candidateKey("ns", "d"))
+	now = now.Add(forgetWaitingAfter)
+	if got := o.get(); got.Waiting != 0 || got.Answer > 10*time.Second {
+		t.Errorf("d forgotten: %+v", got)
+	}
+	// A candidate created by another process (not sent) is no answer.
+	o.seen(reserved("x"))
+	if got := o.get(); got.Answers != 2 {
+		t.Errorf("x was not sent by this agent: %+v", got)
+	}
+	// forget, as Target.Delete calls it.
+	o.sent(candidateKey("ns", "e"))
+	o.forget(candidateKey("ns", "e"))
+	if got := o.get(); got.Waiting != 0 {
+		t.Errorf("e forgotten: %+v", got)
+	}
+}
+
+// TestUnschedulableIsNotWaiting checks that a candidate that waited for its
+// source is not taken for one that cannot run: the window of targets would
+// widen step by step to every target whenever the source is slow.
+func TestUnschedulableIsNotWaiting(t *testing.T) {
+	condition := func(msg string) corev1.PodCondition {
+		return corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: msg}
+	}
+	noFit := "0/3 nodes are available: 3 Insufficient cpu."
+	timeout := "rejected due to timeout after waiting 30s at plugin FlotillaCandidate"
+	for _, tt := range []struct {
+		name  string
+		state string
+		cond  *corev1.PodCondition
+		want  string
+	}{
+		{"no condition", "", nil, ""},
+		{"no node fits", "", ptr.To(condition(noFit)), noFit},
+		{"unreserved, then no node fits", `{"phase":"Unreserved","nonce":"a1"}`, ptr.To(condition(noFit)), noFit},
+		{"the Permit timed out", `{"phase":"Unreserved","nonce":"a1"}`, ptr.To(condition(timeout)), ""},
+		{"reserved again after a timeout", `{"phase":"Reserved","nonce":"b2"}`, ptr.To(condition(timeout)), ""},
+		{"reserved again after no fit", `{"phase":"Reserved","nonce":"b2"}`, ptr.To(condition(noFit)), ""},
+		{"bound", `{"phase":"Bound","nonce":"b2"}`, ptr.To(condition(noFit)), ""},
+		{"a malformed state is no report", `{"phase":`, ptr.To(condition(noFit)), noFit},
+		{"turned away on the source's denial", `{"phase":"Unreserved","nonce":"a1"}`, ptr.To(condition("0/3 nodes are available: " + protocol.DeniedMessage + " (election 2): another target's candidate is elected")), ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := &corev1.Pod{}
+			if tt.state != "" {
+				c.Annotations = map[string]string{protocol.StateAnnotation: tt.state}
+			}
+			if tt.cond != nil {
+				c.Status.Conditions = []corev1.PodCondition{*tt.cond}
+			}
+			if got := Unschedulable(c); got != tt.want {
+				t.Errorf("Unschedulable = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// FuzzUnschedulable: the candidate's conditions are the target's writes;
+// the reason the source reports is the message of the target scheduler's
+// own Unschedulable condition and nothing else.
+func FuzzUnschedulable(f *testing.F) {
+	f.Add(string(corev1.PodScheduled), string(corev1.ConditionFalse), corev1.PodReasonUnschedulable, "0/3 nodes are available", 1)
+	f.Add(string(corev1.PodScheduled), string(corev1.ConditionTrue), corev1.PodReasonUnschedulable, "x", 2)
+	f.Add("", "", "", "", 0)
+	f.Add(string(corev1.PodScheduled), string(corev1.ConditionFalse), corev1.PodReasonUnschedulable, strings.Repeat("x", 1<<16), 300)
+	f.Fuzz(func(t *testing.T, typ, status, reason, message string, n int) {
+		n = min(max(n, 0), 64)
+		pod := &corev1.Pod{}
+		for i := range n {
+			msg := message
+			if i > 0 {
+				msg = ""
+			}
+			pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{
+				Type: corev1.PodConditionType(typ), Status: corev1.ConditionStatus(status), Reason: reason, Message: msg,
+			})
+		}
+		got := Unschedulable(pod)
+		scheduled := typ == string(corev1.PodScheduled) && status == string(corev1.ConditionFalse) && reason == corev1.PodReasonUnschedulable
+		if (n > 0 && scheduled && got != message) || ((n == 0 || !scheduled) && got != "") {
+			t.Fatalf("Unschedulable of %d conditions %s=%s (%s, %q) = %q", n, typ, status, reason, message, got)
+		}
+	})
+}
