@@ -15,9 +15,9 @@ type Prospect struct {
 	// Answer is how long the target takes to answer a candidate, learned
 	// (target.Outcomes); zero when unknown.
 	Answer time.Duration
-	// Refusals is the share of the target's recent answers that found no
-	// node (0..1).
-	Refusals float64
+	// Misses is the share of the target's recent candidates that found no
+	// node, or no answer before the pod went elsewhere (0..1).
+	Misses float64
 	// Preference is the placement policy's score of the target (the
 	// weights of the preferred clusters it matches).
 	Preference int64
@@ -26,8 +26,9 @@ type Prospect struct {
 // Weight is the target's share of first candidates, against the others':
 // in proportion to its room, to how fast it answers (1 ÷ (1 s + the
 // answer time): a target that answers in 1 s gets twice the pods of one
-// that takes 3 s), and to the share of answers that found a node (at least
-// a twentieth, so that a target that refused is tried again now and then);
+// that takes 3 s), and to the share of candidates it did not miss (at
+// least a twentieth, so that a target that missed is tried again now and
+// then);
 // each 20 points of preference double it (a preference of weight 100
 // makes a target 32 times as likely to come first). A target of unknown
 // room weighs as if it had room for one pod: give it the others' average
@@ -41,7 +42,7 @@ func (p Prospect) Weight() float64 {
 	// its candidate is what tells an autoscaler to grow it.
 	room = max(room, 0.1)
 	speed := 1 / (1 + p.Answer.Seconds())
-	found := max(1-p.Refusals, 0.05)
+	found := max(1-p.Misses, 0.05)
 	prefer := math.Exp2(float64(max(p.Preference, 0)) / 20)
 	return room * speed * found * prefer
 }

@@ -179,7 +179,7 @@ func TestEligibleKeepsAndWidens(t *testing.T) {
 	// Weights that would never choose t4 first.
 	prospect := func(tg *target.Target) Prospect {
 		if tg.Name == "t4" {
-			return Prospect{Room: 0.1, Refusals: 1}
+			return Prospect{Room: 0.1, Misses: 1}
 		}
 		return Prospect{Room: 1000}
 	}
@@ -234,7 +234,7 @@ func TestEligibleFollowsWeights(t *testing.T) {
 		"t1": {Room: 600},
 		"t2": {Room: 300},
 		// As much room, but it answers in 2 s and refused half: a sixth.
-		"t3": {Room: 600, Answer: 2 * time.Second, Refusals: 0.5},
+		"t3": {Room: 600, Answer: 2 * time.Second, Misses: 0.5},
 	}
 	first := map[string]int{}
 	const pods = 6000
@@ -262,7 +262,7 @@ func TestProspectWeight(t *testing.T) {
 		{"room", Prospect{Room: 50}, 50},
 		{"full still gets a chance", Prospect{Room: 0}, 0.1},
 		{"answers in 1s", Prospect{Room: 10, Answer: time.Second}, 5},
-		{"refused every time", Prospect{Room: 10, Refusals: 1}, 0.5},
+		{"refused every time", Prospect{Room: 10, Misses: 1}, 0.5},
 		{"preferred with weight 20", Prospect{Room: 10, Preference: 20}, 20},
 		{"preferred with weight 100", Prospect{Room: 1, Preference: 100}, 32},
 	} {

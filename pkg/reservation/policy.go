@@ -235,7 +235,7 @@ func (c *Controller) prospects(p *plan) func(*target.Target) candidate.Prospect 
 			pr.Room = placement.Room(s.Free, p.requests)
 		}
 		o := t.Outcomes()
-		pr.Answer, pr.Refusals = o.Answer, o.Refusals
+		pr.Answer, pr.Misses = o.Answer, o.Misses
 		if p.policy != nil {
 			if cl, ok := p.clusters[t.Name]; ok {
 				pr.Preference = placement.PreferenceScore(p.policy.Selector, cl)

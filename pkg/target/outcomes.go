@@ -15,38 +15,41 @@ import (
 
 // Outcomes is what the source learned of how a target answers the
 // candidates this agent sent it: how long it takes to reserve a node or to
-// find none, and how often it finds none. It is kept in memory only: an
-// agent that restarts learns again, from its first answers.
+// find none, and how often it misses. It is kept in memory only: an agent
+// that restarts learns again, from its first answers.
 type Outcomes struct {
 	// Answer is the time from creating a candidate to the target's answer,
-	// a moving average; at least the age of the oldest candidate still
-	// waiting for one, so a target that stops answering loses its place
-	// as its wait grows. Zero before anything is known.
+	// a moving average; a candidate deleted before any answer (its pod
+	// went elsewhere first) counts the time until then. It is at least the
+	// age of the oldest candidate still waiting for one, so a target that
+	// stops answering loses its place as its wait grows. Zero before
+	// anything is known.
 	Answer time.Duration `json:"-"`
 	// AnswerSeconds is Answer in seconds, for /debug/state.
 	AnswerSeconds float64 `json:"answerSeconds"`
-	// Refusals is the share of recent answers that found no node (0..1),
-	// a moving average that fades with time since the last answer, so a
+	// Misses is the share of recent candidates (0..1) the target found no
+	// node for, or did not answer before this agent deleted them: a moving
+	// average that fades with time since the last candidate ended, so a
 	// target full an hour ago is tried again.
-	Refusals float64 `json:"refusals"`
+	Misses float64 `json:"misses"`
 	// Waiting is how many candidates wait for an answer.
 	Waiting int `json:"waiting"`
-	// Answers is how many answers were counted since the agent started.
-	Answers int `json:"answers"`
+	// Ended is how many candidates were counted since the agent started.
+	Ended int `json:"ended"`
 }
 
 const (
-	// outcomeWeight is the weight of the newest answer in the averages.
+	// outcomeWeight is the weight of the newest candidate in the averages.
 	outcomeWeight = 0.2
-	// refusalHalfLife is how fast the refusal share fades without answers.
-	refusalHalfLife = time.Minute
+	// missHalfLife is how fast the share of misses fades without news.
+	missHalfLife = time.Minute
 	// forgetWaitingAfter drops a candidate that never got an answer the
 	// agent saw (deleted while it was not watching, or long denied).
 	forgetWaitingAfter = 10 * time.Minute
 )
 
-// outcomes learns Outcomes from the candidates this agent creates and the
-// answers its cache then shows.
+// outcomes learns Outcomes from the candidates this agent creates, the
+// answers its cache then shows, and the candidates it deletes unanswered.
 type outcomes struct {
 	mu  sync.Mutex
 	now func() time.Time
@@ -54,11 +57,11 @@ type outcomes struct {
 	// byKey finds them.
 	waiting *list.List
 	byKey   map[string]*list.Element
-	// answer is the average answer time in seconds; refusals the average
-	// of 1 per refusal and 0 per reservation, as of last.
-	answer, refusals float64
-	last             time.Time
-	answers          int
+	// answer is the average answer time in seconds; misses the average of
+	// 1 per miss and 0 per reservation, as of last.
+	answer, misses float64
+	last           time.Time
+	ended          int
 }
 
 type sent struct {
@@ -83,11 +86,24 @@ func (o *outcomes) sent(key string) {
 	o.byKey[key] = o.waiting.PushBack(sent{key: key, at: o.now()})
 }
 
-// forget drops a candidate without counting an answer: it was deleted.
-func (o *outcomes) forget(key string) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.drop(key)
+// deleted counts a candidate this agent deleted: if it was still waiting
+// for an answer, the target missed it.
+func (o *outcomes) deleted(key string) { o.end(key, true) }
+
+// seen looks at a candidate's change in the cache: its first answer ends
+// it; one deleted by someone else is only dropped.
+func (o *outcomes) seen(c *corev1.Pod) {
+	key := candidateKey(c.Namespace, c.Name)
+	switch {
+	case c.DeletionTimestamp != nil:
+		o.mu.Lock()
+		o.drop(key)
+		o.mu.Unlock()
+	case reservedOrBound(c):
+		o.end(key, false)
+	case Unschedulable(c) != "":
+		o.end(key, true)
+	}
 }
 
 func (o *outcomes) drop(key string) (sent, bool) {
@@ -99,21 +115,8 @@ func (o *outcomes) drop(key string) (sent, bool) {
 	return o.waiting.Remove(e).(sent), true
 }
 
-// seen looks at a candidate's change in the cache: its first answer is
-// counted, its deletion forgets it.
-func (o *outcomes) seen(c *corev1.Pod) {
-	key := candidateKey(c.Namespace, c.Name)
-	refused := false
-	switch {
-	case c.DeletionTimestamp != nil:
-		o.forget(key)
-		return
-	case reservedOrBound(c):
-	case Unschedulable(c) != "":
-		refused = true
-	default:
-		return
-	}
+// end counts a waiting candidate's outcome, if it is still waiting.
+func (o *outcomes) end(key string, missed bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	s, ok := o.drop(key)
@@ -121,28 +124,28 @@ func (o *outcomes) seen(c *corev1.Pod) {
 		return
 	}
 	now := o.now()
-	o.refusals = o.fadedRefusals(now)
+	o.misses = o.fadedMisses(now)
 	took := now.Sub(s.at).Seconds()
-	r := 0.0
-	if refused {
-		r = 1
+	m := 0.0
+	if missed {
+		m = 1
 	}
-	if o.answers == 0 {
-		o.answer, o.refusals = took, r
+	if o.ended == 0 {
+		o.answer, o.misses = took, m
 	} else {
 		o.answer += outcomeWeight * (took - o.answer)
-		o.refusals += outcomeWeight * (r - o.refusals)
+		o.misses += outcomeWeight * (m - o.misses)
 	}
-	o.answers++
+	o.ended++
 	o.last = now
 }
 
-// fadedRefusals is the refusal share as of now; o.mu is held.
-func (o *outcomes) fadedRefusals(now time.Time) float64 {
-	if o.answers == 0 {
+// fadedMisses is the share of misses as of now; o.mu is held.
+func (o *outcomes) fadedMisses(now time.Time) float64 {
+	if o.ended == 0 {
 		return 0
 	}
-	return o.refusals * math.Exp2(-now.Sub(o.last).Seconds()/refusalHalfLife.Seconds())
+	return o.misses * math.Exp2(-now.Sub(o.last).Seconds()/missHalfLife.Seconds())
 }
 
 // get reports the outcomes as of now, and drops candidates that waited
@@ -158,7 +161,7 @@ func (o *outcomes) get() Outcomes {
 		}
 		o.drop(s.key)
 	}
-	out := Outcomes{Refusals: o.fadedRefusals(now), Waiting: o.waiting.Len(), Answers: o.answers}
+	out := Outcomes{Misses: o.fadedMisses(now), Waiting: o.waiting.Len(), Ended: o.ended}
 	answer := o.answer
 	if e := o.waiting.Front(); e != nil {
 		answer = max(answer, now.Sub(e.Value.(sent).at).Seconds())

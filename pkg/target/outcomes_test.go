@@ -1,6 +1,7 @@
 package target
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -12,9 +13,10 @@ import (
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
 )
 
-// TestOutcomes checks what the source learns of a target's answers: the
-// time to the first answer of each candidate it sent, refusals, the wait
-// of candidates with no answer yet, and that deleted ones do not count.
+// TestOutcomes checks what the source learns of a target: the time to the
+// first answer of each candidate it sent, misses (no node found, or no
+// answer before the agent deleted the candidate), the wait of candidates
+// with no answer yet, and that candidates deleted by others do not count.
 func TestOutcomes(t *testing.T) {
 	now := time.Unix(1000, 0)
 	o := newOutcomes()
@@ -22,17 +24,18 @@ func TestOutcomes(t *testing.T) {
 	if got := o.get(); got != (Outcomes{}) {
 		t.Fatalf("nothing sent: %+v", got)
 	}
+	meta := func(name string) metav1.ObjectMeta { return metav1.ObjectMeta{Namespace: "ns", Name: name} }
 	reserved := func(name string) *corev1.Pod {
-		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, Annotations: map[string]string{protocol.StateAnnotation: `{"phase":"Reserved","nonce":"n"}`}}}
+		c := &corev1.Pod{ObjectMeta: meta(name)}
+		c.Annotations = map[string]string{protocol.StateAnnotation: `{"phase":"Reserved","nonce":"n"}`}
+		return c
 	}
 	refused := func(name string) *corev1.Pod {
-		c := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}}
+		c := &corev1.Pod{ObjectMeta: meta(name)}
 		c.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: "0/1 nodes are available"}}
 		return c
 	}
-	pending := func(name string) *corev1.Pod {
-		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}}
-	}
+	near := func(a, b float64) bool { return a > b-1e-9 && a < b+1e-9 }
 
 	o.sent(candidateKey("ns", "a"))
 	now = now.Add(time.Second)
@@ -41,46 +44,59 @@ func TestOutcomes(t *testing.T) {
 	if got := o.get(); got.Answer != 2*time.Second || got.AnswerSeconds != 2 || got.Waiting != 2 {
 		t.Errorf("two waiting, the oldest for 2s: %+v", got)
 	}
-	o.seen(pending("a")) // no answer yet
+	o.seen(&corev1.Pod{ObjectMeta: meta("a")}) // no answer yet
 	o.seen(reserved("a"))
 	o.seen(reserved("a")) // counted once
-	if got := o.get(); got.Answers != 1 || got.Waiting != 1 || got.Refusals != 0 || got.Answer != 2*time.Second {
+	if got := o.get(); got.Ended != 1 || got.Waiting != 1 || got.Misses != 0 || got.Answer != 2*time.Second {
 		t.Errorf("a answered in 2s: %+v", got)
 	}
-	// b is deleted unanswered: it no longer holds the answer time up.
-	o.seen(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "b", DeletionTimestamp: &metav1.Time{Time: now}}})
+	// b is deleted by someone else: it neither counts nor holds the
+	// answer time up any longer.
+	b := &corev1.Pod{ObjectMeta: meta("b")}
+	b.DeletionTimestamp = &metav1.Time{Time: now}
+	o.seen(b)
 	now = now.Add(10 * time.Second)
-	if got := o.get(); got.Waiting != 0 || got.Answer != 2*time.Second {
-		t.Errorf("b deleted: %+v", got)
+	if got := o.get(); got.Waiting != 0 || got.Ended != 1 || got.Answer != 2*time.Second {
+		t.Errorf("b deleted by another: %+v", got)
 	}
 	o.sent(candidateKey("ns", "c"))
 	now = now.Add(7 * time.Second)
 	o.seen(refused("c"))
 	got := o.get()
-	if got.Answers != 2 || got.Refusals != outcomeWeight || got.Answer != time.Duration((2+outcomeWeight*(7-2))*float64(time.Second)) {
+	if got.Ended != 2 || !near(got.Misses, outcomeWeight) || !near(got.AnswerSeconds, 2+outcomeWeight*(7-2)) {
 		t.Errorf("c refused after 7s: %+v", got)
 	}
-	// Refusals fade: half after the half-life.
-	now = now.Add(refusalHalfLife)
-	if faded := o.get().Refusals; faded < outcomeWeight/2-1e-9 || faded > outcomeWeight/2+1e-9 {
-		t.Errorf("refusals after a half-life: %v, want %v", faded, outcomeWeight/2)
+	// Misses fade: half after the half-life.
+	now = now.Add(missHalfLife)
+	if faded := o.get().Misses; !near(faded, outcomeWeight/2) {
+		t.Errorf("misses after a half-life: %v, want %v", faded, outcomeWeight/2)
+	}
+	// A candidate this agent deletes unanswered is a miss, and its wait
+	// counts as an answer time.
+	before := o.get()
+	o.sent(candidateKey("ns", "d"))
+	now = now.Add(4 * time.Second)
+	o.deleted(candidateKey("ns", "d"))
+	got = o.get()
+	faded := before.Misses * math.Exp2(-4/missHalfLife.Seconds())
+	if got.Ended != 3 || !near(got.Misses, faded+outcomeWeight*(1-faded)) || !near(got.AnswerSeconds, before.AnswerSeconds+outcomeWeight*(4-before.AnswerSeconds)) {
+		t.Errorf("d deleted unanswered after 4s: %+v (before %+v)", got, before)
+	}
+	// Deleting one that was answered changes nothing.
+	o.deleted(candidateKey("ns", "a"))
+	if again := o.get(); again != got {
+		t.Errorf("a deleted after its answer: %+v, was %+v", again, got)
 	}
 	// A candidate that never got an answer stops counting after a while.
-	o.sent(candidateKey("ns", "d"))
+	o.sent(candidateKey("ns", "e"))
 	now = now.Add(forgetWaitingAfter)
 	if got := o.get(); got.Waiting != 0 || got.Answer > 10*time.Second {
-		t.Errorf("d forgotten: %+v", got)
+		t.Errorf("e forgotten: %+v", got)
 	}
 	// A candidate created by another process (not sent) is no answer.
 	o.seen(reserved("x"))
-	if got := o.get(); got.Answers != 2 {
+	if got := o.get(); got.Ended != 3 {
 		t.Errorf("x was not sent by this agent: %+v", got)
-	}
-	// forget, as Target.Delete calls it.
-	o.sent(candidateKey("ns", "e"))
-	o.forget(candidateKey("ns", "e"))
-	if got := o.get(); got.Waiting != 0 {
-		t.Errorf("e forgotten: %+v", got)
 	}
 }
 

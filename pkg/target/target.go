@@ -421,7 +421,7 @@ func (t *Target) Delete(ctx context.Context, namespace, name string, uid types.U
 		return t.observe(fmt.Errorf("target %s: deleting candidate %s/%s: %w", t.Name, namespace, name, err))
 	}
 	t.writes.add(key)
-	t.outcomes.forget(candidateKey(namespace, name))
+	t.outcomes.deleted(candidateKey(namespace, name))
 	candidatesDeleted.WithLabelValues(t.Name).Inc()
 	klog.V(4).InfoS("Deleted candidate", "target", t.Name, "pod", klog.KRef(namespace, name))
 	return t.observe(nil)

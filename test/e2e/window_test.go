@@ -131,3 +131,73 @@ func firstChoice(t *testing.T, pod *corev1.Pod, clusters []*sandbox.Cluster) str
 	got := flotillacandidate.Eligible(pod, "src", ts, 1, nil)
 	return strings.TrimSpace(got[0].Name)
 }
+
+// TestFanOutLearns runs the default fan-out (two candidates per pod) over
+// three targets, one of whose schedulers is stopped: it never answers, and
+// every pod that drew it binds on its other candidate. The agent counts
+// those candidates, deleted unanswered, as misses, and draws the silent
+// target far less for the pods that come after. Drawing blindly, two
+// pods in three would get a candidate there in either batch.
+func TestFanOutLearns(t *testing.T) {
+	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
+		{Name: "src", WithoutScheduler: true},
+		{Name: "c1", Nodes: []sandbox.NodeSpec{{CPU: "64"}}},
+		{Name: "c2", Nodes: []sandbox.NodeSpec{{CPU: "64"}}},
+		{Name: "silent", Nodes: []sandbox.NodeSpec{{CPU: "64"}}},
+	}})
+	ctx := t.Context()
+	for _, c := range s.Clusters {
+		createNamespace(t, c.Client(), placementNS)
+	}
+	silent := s.Cluster("silent")
+	if err := silent.Stop(sandbox.CandidateScheduler); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sandbox.StartAgent(ctx, s.Cluster("src"), []*sandbox.Cluster{s.Cluster("c1"), s.Cluster("c2"), silent}); err != nil {
+		t.Fatal(err)
+	}
+	// Source UIDs of the pods that ever had a candidate in silent.
+	var mu sync.Mutex
+	drew := map[string]bool{}
+	factory := informers.NewSharedInformerFactoryWithOptions(silent.Client(), 0, informers.WithNamespace(placementNS),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = protocol.CandidateLabel + "=true" }))
+	_, _ = factory.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: func(obj any) {
+		mu.Lock()
+		defer mu.Unlock()
+		drew[obj.(*corev1.Pod).Labels[protocol.SourceUIDLabel]] = true
+	}})
+	factory.Start(ctx.Done())
+	factory.WaitForCacheSync(ctx.Done())
+
+	src := s.Cluster("src").Client()
+	batch := func(name string, n int32) (drawn int) {
+		t.Helper()
+		if _, err := src.AppsV1().Deployments(placementNS).Create(ctx, optedInDeployment(name, n, "100m"), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		pods := waitSourcePods(t, src, "app="+name, int(n), func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+		waitFor(t, 60*time.Second, "one delegate per pod", func() (bool, string) { return checkOneDelegateEach(ctx, s, pods) })
+		mu.Lock()
+		defer mu.Unlock()
+		for _, p := range pods {
+			if p.Spec.NodeName == "flotilla-silent" {
+				t.Errorf("pod %s runs in silent, whose scheduler is stopped", p.Name)
+			}
+			if drew[string(p.UID)] {
+				drawn++
+			}
+		}
+		return drawn
+	}
+	first := batch("first", 12)
+	t.Logf("first batch: %d of 12 pods drew silent", first)
+	if first == 0 {
+		t.Fatal("no pod of the first batch drew silent: nothing to learn from")
+	}
+	second := batch("second", 24)
+	t.Logf("second batch: %d of 24 pods drew silent", second)
+	// Blind, 16 of 24 are expected (sd 2.3); learned, about 2.
+	if second > 8 {
+		t.Errorf("%d of 24 pods still drew the target that missed every candidate; the fan-out does not learn", second)
+	}
+}
