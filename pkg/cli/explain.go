@@ -392,7 +392,7 @@ func answerFor(t targetInfo, pod *corev1.Pod, el protocol.Election, cand *corev1
 		a.Answer, a.Reason = AnswerNoCandidate, skip
 	default:
 		a.Answer = AnswerNoCandidate
-		a.Reason = "the agent has not sent a candidate there (yet): it may ask a few targets first (--max-candidates), or it deleted it"
+		a.Reason = "the agent has not sent a candidate there (yet): a pod's candidates go to a few targets first (--max-candidates, 2 by default), drawn by their room, speed and misses; or it deleted it"
 	}
 	return a
 }
