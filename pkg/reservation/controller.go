@@ -626,20 +626,25 @@ func (c *Controller) gone(ctx context.Context, req reconcile.Request, targets []
 }
 
 // reportFanOut tells the pod's owner which targets were sent a candidate by
-// this reconcile, when that says more than "every target": some were left
-// out (the policy, the fan-out window, a target that cannot run the pod),
-// or the set widens. The candidates of a pod sent to every target are named
-// by its Scheduled Event instead: an Event is a write in the source, and
-// this one came with every pod.
+// this reconcile, when that says more than the first draw: some were left
+// out for a reason (the policy, a target that cannot run the pod), or the
+// set widened because every target that held a candidate failed it. The
+// first candidates of a pod, drawn among targets that may all run it, are
+// named by its Scheduled Event instead: an Event is a write in the source,
+// and this one would come with every pod.
 func (c *Controller) reportFanOut(pod *corev1.Pod, placements []candidate.Placement, pl *plan) {
 	var sent []string
+	widened := false
 	for _, p := range placements {
-		if p.Created {
+		switch {
+		case p.Created:
 			sent = append(sent, p.Target.Name)
+		case p.Candidate != nil:
+			widened = true
 		}
 	}
 	why := pl.exclusions()
-	if len(sent) == 0 || (len(sent) == len(pl.selected) && why == "") {
+	if len(sent) == 0 || (!widened && why == "") {
 		return
 	}
 	msg := fmt.Sprintf("Sent a candidate to %d of %d targets: %s", len(sent), len(placements), strings.Join(sent, ", "))

@@ -15,6 +15,7 @@ import (
 
 	flotillacandidate "github.com/flotilla-dev/flotilla/pkg/candidate"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
+	"github.com/flotilla-dev/flotilla/pkg/reservation"
 	"github.com/flotilla-dev/flotilla/pkg/target"
 	"github.com/flotilla-dev/flotilla/test/sandbox"
 )
@@ -196,8 +197,18 @@ func TestFanOutLearns(t *testing.T) {
 	}
 	second := batch("second", 24)
 	t.Logf("second batch: %d of 24 pods drew silent", second)
-	// Blind, 16 of 24 are expected (sd 2.3); learned, about 2.
-	if second > 8 {
+	// Blind, 16 of 24 are expected (sd 2.3; runs gave 13-16); learned, 0-5
+	// (in the burst c1 and c2 answer slower too, as their queues grow).
+	if second > 10 {
 		t.Errorf("%d of 24 pods still drew the target that missed every candidate; the fan-out does not learn", second)
+	}
+	// The draw leaving a target out is no news: no FannedOut Event (a
+	// write per pod in the source); the Scheduled Event names the targets.
+	events, err := src.CoreV1().Events(placementNS).List(ctx, metav1.ListOptions{FieldSelector: "reason=" + reservation.ReasonFannedOut})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(events.Items); n > 0 {
+		t.Errorf("%d FannedOut Events, the first: %s", n, events.Items[0].Message)
 	}
 }
