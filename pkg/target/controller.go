@@ -310,6 +310,7 @@ func (c *Controller) connect(ctx context.Context, v view) (reconcile.Result, err
 	if h.Reason == "" {
 		h = r.t.Probe(ctx)
 	}
+	h = slowNotGone(h, r.t.HeardWithin(c.NotReadyAfter))
 	h.apply(v, r.t.HasSynced())
 	r.t.setHealth(h, time.Now())
 	r.observeHealth(h, time.Now(), c.NotReadyAfter)

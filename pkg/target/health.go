@@ -115,3 +115,17 @@ func (h Health) apply(v view, synced bool) {
 		setCondition(v, v1alpha1.TargetReady, metav1.ConditionTrue, v1alpha1.ReasonConnected, "Pods are sent to this target")
 	}
 }
+
+// slowNotGone is the health of a target whose look got no answer (a
+// timeout) while its other calls or its candidate watch got answers
+// within the last notReadyAfter: a busy API server, not a gone one. Its
+// virtual node stays Ready, and the condition says it is slow; a source
+// would otherwise mark the pods of every saturated target unreachable
+// and, after their toleration, have them evicted.
+func slowNotGone(h Health, heard bool) Health {
+	if h.Reason != v1alpha1.ReasonUnreachable || !heard {
+		return h
+	}
+	return Health{Reachable: true, Authorized: true, Reason: v1alpha1.ReasonConnected,
+		Message: "The target answers slowly: its calls and candidate watch get answers, but the last look did not (" + h.Message + ")"}
+}

@@ -86,6 +86,10 @@ type Target struct {
 
 	// outcomes learns how the target answers candidates.
 	outcomes *outcomes
+
+	// heardAt is when the target last answered a call with success or
+	// its candidate watch delivered an event (Unix nanoseconds).
+	heardAt atomic.Int64
 }
 
 // Config describes a target to connect to.
@@ -147,6 +151,7 @@ func New(c Config) (*Target, error) {
 	t.informers.t = t
 	t.outcomes = newOutcomes()
 	t.informers.addHandler(t.outcomes.seen)
+	t.informers.addHandler(t.watchDelivered)
 	return t, nil
 }
 
@@ -278,7 +283,32 @@ func (t *Target) observe(err error) error {
 	} else {
 		t.setErr(nil)
 	}
+	if err == nil {
+		t.heard()
+	}
 	return err
+}
+
+func (t *Target) heard() { t.heardAt.Store(time.Now().UnixNano()) }
+
+// watchDelivered is told of every event of the candidate watch: the
+// target is not silent, whatever a call that timed out said (a busy API
+// server answers its watches while a list waits).
+func (t *Target) watchDelivered(*corev1.Pod) {
+	t.heard()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var status apierrors.APIStatus
+	if t.lastErr != nil && !errors.As(t.lastErr, &status) {
+		t.lastErr = nil
+	}
+}
+
+// HeardWithin reports whether the target answered a call with success, or
+// its candidate watch delivered an event, within d.
+func (t *Target) HeardWithin(d time.Duration) bool {
+	at := t.heardAt.Load()
+	return at != 0 && time.Since(time.Unix(0, at)) < d
 }
 
 // ErrSilent wraps the last failure of a target that gave no answer at all:
