@@ -166,23 +166,7 @@ func (r *Report) budgetMarkdown(b *strings.Builder) {
 	fmt.Fprintln(b, "| run | cluster | CPU s | CPU/pod | × baseline | quota used | throttled periods | throttled time | hit its quota |")
 	fmt.Fprintln(b, "|---|---|---|---|---|---|---|---|---|")
 	baseline := base.Budget["base"].CPUPerPodMillis
-	line := func(run, name string, c ClusterBudget) {
-		ratio := "-"
-		if baseline > 0 {
-			ratio = fmt.Sprintf("%.2f×", c.CPUPerPodMillis/baseline)
-		}
-		hit := "no"
-		switch {
-		case c.HitQuota && c.Saturated:
-			hit = "**yes, saturated**"
-		case c.HitQuota:
-			hit = "yes, in bursts"
-		case c.Saturated:
-			hit = "no, saturated"
-		}
-		fmt.Fprintf(b, "| %s | %s | %.1f | %.1f ms | %s | %.0f %% | %d of %d (%.0f %%) | %.1f s | %s |\n",
-			run, name, c.CPUSeconds, c.CPUPerPodMillis, ratio, 100*c.QuotaUsed, c.ThrottledPeriods, c.Periods, 100*c.ThrottledFraction, c.ThrottledSeconds, hit)
-	}
+	line := func(run, name string, c ClusterBudget) { budgetLine(b, run, name, c, baseline) }
 	line("baseline", "base", base.Budget["base"])
 	var names []string
 	for n := range f.Budget {
@@ -195,4 +179,24 @@ func (r *Report) budgetMarkdown(b *strings.Builder) {
 	for _, n := range names {
 		line("flotilla", n, f.Budget[n])
 	}
+}
+
+// budgetLine is one row of a budget table: what cluster name used in run,
+// its CPU per pod against baseline's (ms; 0: no ratio).
+func budgetLine(b *strings.Builder, run, name string, c ClusterBudget, baseline float64) {
+	ratio := "-"
+	if baseline > 0 {
+		ratio = fmt.Sprintf("%.2f×", c.CPUPerPodMillis/baseline)
+	}
+	hit := "no"
+	switch {
+	case c.HitQuota && c.Saturated:
+		hit = "**yes, saturated**"
+	case c.HitQuota:
+		hit = "yes, in bursts"
+	case c.Saturated:
+		hit = "no, saturated"
+	}
+	fmt.Fprintf(b, "| %s | %s | %.1f | %.1f ms | %s | %.0f %% | %d of %d (%.0f %%) | %.1f s | %s |\n",
+		run, name, c.CPUSeconds, c.CPUPerPodMillis, ratio, 100*c.QuotaUsed, c.ThrottledPeriods, c.Periods, 100*c.ThrottledFraction, c.ThrottledSeconds, hit)
 }

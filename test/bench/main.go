@@ -299,19 +299,9 @@ func run(cfg config, keep, hold bool) (*Report, error) {
 			return nil, err
 		}
 	}
-	agentArgs := []string{fmt.Sprintf("--max-candidates=%d", cfg.MaxCandidates)}
-	var pprofAddr string
-	if cfg.Profile {
-		ports, err := sandbox.FreePorts(1)
-		if err != nil {
-			return nil, err
-		}
-		pprofAddr = fmt.Sprintf("127.0.0.1:%d", ports[0])
-		agentArgs = append(agentArgs, "--pprof-bind-address="+pprofAddr)
-	}
-	var agentEnv []string
-	if cfg.AgentMemLimit != "" {
-		agentEnv = append(agentEnv, "GOMEMLIMIT="+cfg.AgentMemLimit)
+	agentArgs, agentEnv, pprofAddr, err := sourceAgentFlags(cfg)
+	if err != nil {
+		return nil, err
 	}
 	var agent *sandbox.Agent
 	var targetAgents []*sandbox.Agent
@@ -326,15 +316,8 @@ func run(cfg config, keep, hold bool) (*Report, error) {
 		if agent, err = sandbox.StartAgentEnv(ctx, src, nil, agentEnv, agentArgs...); err != nil {
 			return nil, err
 		}
-		for _, t := range targets {
-			if err := src.Invite(ctx, t, namespace); err != nil {
-				return nil, err
-			}
-		}
-		for _, t := range targets {
-			if err := src.WaitTargetReady(ctx, t.Name, 60*time.Second); err != nil {
-				return nil, err
-			}
+		if err := invite(ctx, src, targets); err != nil {
+			return nil, err
 		}
 	} else if agent, err = sandbox.StartAgentEnv(ctx, src, targets, agentEnv, agentArgs...); err != nil {
 		return nil, err
@@ -420,6 +403,42 @@ func run(cfg config, keep, hold bool) (*Report, error) {
 		return nil, err
 	}
 	return report, holdOn(ctx, report, dir, hold)
+}
+
+// sourceAgentFlags are the flags and environment of the agent of a source
+// cluster, from cfg, and the address of its pprof server with -profile.
+func sourceAgentFlags(cfg config) (args, env []string, pprofAddr string, err error) {
+	args = []string{fmt.Sprintf("--max-candidates=%d", cfg.MaxCandidates)}
+	if cfg.Profile {
+		ports, err := sandbox.FreePorts(1)
+		if err != nil {
+			return nil, nil, "", err
+		}
+		pprofAddr = fmt.Sprintf("127.0.0.1:%d", ports[0])
+		args = append(args, "--pprof-bind-address="+pprofAddr)
+	}
+	if cfg.AgentMemLimit != "" {
+		env = append(env, "GOMEMLIMIT="+cfg.AgentMemLimit)
+	}
+	return args, env, pprofAddr, nil
+}
+
+// invite has each of targets, whose agents run, invite src (a
+// ClusterSource, the bench namespace) and src reach each one with a
+// ClusterTarget naming the invited identity's kubeconfig, as an operator
+// would, and waits until src reports every one Ready.
+func invite(ctx context.Context, src *sandbox.Cluster, targets []*sandbox.Cluster) error {
+	for _, t := range targets {
+		if err := src.Invite(ctx, t, namespace); err != nil {
+			return err
+		}
+	}
+	for _, t := range targets {
+		if err := src.WaitTargetReady(ctx, t.Name, 60*time.Second); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // profiledRun runs one Flotilla measurement; with -profile, it takes the
