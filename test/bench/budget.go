@@ -139,15 +139,20 @@ func budgetOf(cores float64, clusters []string, before, after map[string]cgroup.
 }
 
 // oversubscribed says whether the quotas of the clusters busy in the
-// Flotilla run (the source and K targets) add up to more than the machine's
+// Flotilla run (the source and K targets; with -mesh, the N clusters of the
+// mesh) add up to more than the machine's
 // CPUs: the caps then no longer give each cluster its share.
 func oversubscribed(cfg config, cpus int) string {
 	if cfg.CPUPerCluster <= 0 {
 		return ""
 	}
-	busy := float64(cfg.Targets+1) * cfg.CPUPerCluster
+	n, run := cfg.Targets+1, "Flotilla run"
+	if cfg.Mesh > 0 {
+		n, run = cfg.Mesh, "mesh"
+	}
+	busy := float64(n) * cfg.CPUPerCluster
 	if busy > float64(cpus) {
-		return fmt.Sprintf("the %d clusters of the Flotilla run have %.2f cores of quota in all, more than this machine's %d: a cluster may get less than its quota", cfg.Targets+1, busy, cpus)
+		return fmt.Sprintf("the %d clusters of the %s have %.2f cores of quota in all, more than this machine's %d: a cluster may get less than its quota", n, run, busy, cpus)
 	}
 	return ""
 }
