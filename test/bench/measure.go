@@ -89,6 +89,9 @@ type ProcessCost struct {
 	Name       string  `json:"name"`
 	CPUSeconds float64 `json:"cpuSeconds"`
 	PeakRSSMiB float64 `json:"peakRSSMiB"`
+	// Exited: the process was gone at the end of the run (its CPU and
+	// RSS unknown).
+	Exited bool `json:"exited,omitempty"`
 }
 
 func createNamespace(ctx context.Context, c *sandbox.Cluster) error {

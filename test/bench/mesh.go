@@ -500,6 +500,11 @@ func meshMeasure(ctx context.Context, cfg config, all, mesh []*sandbox.Cluster, 
 		r.Clusters[h.c.Name] = mc
 	}
 	for _, p := range procs {
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", p.pid)); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: warning: %s (pid %d) exited during the run\n", p.name, p.pid)
+			r.Processes = append(r.Processes, ProcessCost{Name: p.name, Exited: true})
+			continue
+		}
 		cpu, rss := readProc(p.pid)
 		r.Processes = append(r.Processes, ProcessCost{Name: p.name, CPUSeconds: cpu - cpuBefore[p.name], PeakRSSMiB: rss})
 	}
@@ -619,6 +624,10 @@ func (r *MeshReport) Markdown() string {
 	baseReq := base.Requests["base"]
 	fmt.Fprintf(&b, "| baseline | base | %.1f | %.1f | %.0f / %.0f | %d nodes | %.1f (%.1f) |\n", base.PodsPerSecondBound, base.PodsPerSecondRunning, base.BoundMillis.P50, base.BoundMillis.P99, len(base.PodsByNode), baseReq.All, baseReq.Writes)
 	for _, p := range f.Processes {
+		if p.Exited {
+			fmt.Fprintf(&b, "\n**%s: exited during the run** (see its log with -keep).", p.Name)
+			continue
+		}
 		fmt.Fprintf(&b, "\n%s: %.1f s CPU, peak RSS %.0f MiB.", p.Name, p.CPUSeconds, p.PeakRSSMiB)
 	}
 	fmt.Fprintln(&b)
