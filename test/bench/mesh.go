@@ -59,13 +59,18 @@ type MeshRun struct {
 	Pods int `json:"pods"`
 	// Seconds is from the first create call to the last pod Running.
 	Seconds float64 `json:"seconds"`
-	// PodsPerSecondBound (Running) is the aggregate throughput: N×P ÷ the
-	// time from the first create call, in any cluster, to the last pod
-	// bound (Running), in any cluster.
+	// PodsPerSecondBound (Running) is the aggregate throughput: the pods
+	// bound (Running), N×P unless some were lost, ÷ the time from the
+	// first create call, in any cluster, to the last pod bound (Running),
+	// in any cluster.
 	PodsPerSecondBound   float64     `json:"podsPerSecondBound"`
 	PodsPerSecondRunning float64     `json:"podsPerSecondRunning"`
 	BoundMillis          Percentiles `json:"boundMillis"`
 	RunningMillis        Percentiles `json:"runningMillis"`
+	// Lost counts the pods deleted before they were seen Running (evicted:
+	// see the clusters' Events); the throughput to Running counts the pods
+	// that ran, to bound those that were bound.
+	Lost int `json:"lost"`
 	// Clusters are the figures of each cluster's own burst.
 	Clusters map[string]*MeshCluster `json:"clusters"`
 	// MachineCPUSeconds and CPUByCluster: as in Run, from /proc.
@@ -91,8 +96,19 @@ type MeshCluster struct {
 	// ÷ P.
 	Requests Requests `json:"requestsPerPod"`
 	// PodsByNode counts its pods by node: with Flotilla the virtual node
-	// flotilla-<target> of the cluster that runs each.
+	// flotilla-<target> of the cluster that runs each; pods deleted
+	// during the run are not in it.
 	PodsByNode map[string]int `json:"podsByNode"`
+	// Deleted counts its pods deleted during the run (by no one of the
+	// bench: evicted, e.g. from a virtual node tainted NotReady). A pod
+	// counts as bound and Running when it was seen so once.
+	Deleted int `json:"deletedDuringRun"`
+	// Lost counts those deleted before they were seen Running: they never
+	// ran (bare pods, nothing makes them again).
+	Lost int `json:"lost"`
+	// EventsByReason counts the Events of its pods by reason, each Event
+	// as many times as it occurred.
+	EventsByReason map[string]int `json:"eventsByReason"`
 }
 
 // MeshHeadline are the mesh's aggregate throughputs as ratios.
@@ -155,7 +171,8 @@ type meshTimes struct {
 }
 
 // meshTotals are the aggregate figures of the clusters' bursts, all started
-// at start: throughput to bound and to Running over every pod (pods in all),
+// at start (pods in all): throughput to bound and to Running of the pods
+// that were (all but the lost ones),
 // latencies over every pod, and the time to the last pod Running. Pod names
 // are unique across clusters.
 func meshTotals(start time.Time, pods int, clusters map[string]meshTimes) (r MeshRun) {
@@ -166,8 +183,8 @@ func meshTotals(start time.Time, pods int, clusters map[string]meshTimes) (r Mes
 		maps.Copy(running, t.running)
 	}
 	r.Pods = pods
-	r.PodsPerSecondBound = throughput(start, pods, bound)
-	r.PodsPerSecondRunning = throughput(start, pods, running)
+	r.PodsPerSecondBound = throughput(start, len(bound), bound)
+	r.PodsPerSecondRunning = throughput(start, len(running), running)
 	r.BoundMillis = percentiles(created, bound)
 	r.RunningMillis = percentiles(created, running)
 	if len(running) > 0 {
@@ -361,6 +378,7 @@ type meshHome struct {
 	c       *sandbox.Cluster
 	mu      sync.Mutex
 	t       meshTimes
+	deleted map[string]bool
 	before  Requests
 	factory informers.SharedInformerFactory
 }
@@ -386,7 +404,7 @@ func meshMeasure(ctx context.Context, cfg config, all, mesh []*sandbox.Cluster, 
 	defer close(stop)
 	var homes []*meshHome
 	for _, c := range mesh {
-		h := &meshHome{c: c, t: meshTimes{created: map[string]time.Time{}, bound: map[string]time.Time{}, running: map[string]time.Time{}}}
+		h := &meshHome{c: c, t: meshTimes{created: map[string]time.Time{}, bound: map[string]time.Time{}, running: map[string]time.Time{}}, deleted: map[string]bool{}}
 		var err error
 		if h.before, err = scrapeRequests(ctx, c); err != nil {
 			return nil, err
@@ -408,7 +426,17 @@ func meshMeasure(ctx context.Context, cfg config, all, mesh []*sandbox.Cluster, 
 				h.t.running[pod.Name] = now
 			}
 		}
-		_, _ = h.factory.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: see, UpdateFunc: func(_, o any) { see(o) }})
+		gone := func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if pod, ok := obj.(*corev1.Pod); ok {
+				h.mu.Lock()
+				h.deleted[pod.Name] = true
+				h.mu.Unlock()
+			}
+		}
+		_, _ = h.factory.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: see, UpdateFunc: func(_, o any) { see(o) }, DeleteFunc: gone})
 		h.factory.Start(stop)
 		h.factory.WaitForCacheSync(stop)
 		homes = append(homes, h)
@@ -445,9 +473,11 @@ func meshMeasure(ctx context.Context, cfg config, all, mesh []*sandbox.Cluster, 
 		for _, h := range homes {
 			h.mu.Lock()
 			nb, nr := len(h.t.bound), len(h.t.running)
+			lostBound, lost := goneBefore(h.deleted, h.t.bound), goneBefore(h.deleted, h.t.running)
 			h.mu.Unlock()
-			done = done && nb == cfg.Pods && nr == cfg.Pods
-			parts = append(parts, fmt.Sprintf("%s: %d bound, %d Running", h.c.Name, nb, nr))
+			// A pod deleted before it was bound (Running) never will be.
+			done = done && nb+lostBound == cfg.Pods && nr+lost == cfg.Pods
+			parts = append(parts, fmt.Sprintf("%s: %d bound, %d Running, %d deleted before Running", h.c.Name, nb, nr, lost))
 		}
 		return strings.Join(parts, "; "), done
 	}
@@ -458,7 +488,7 @@ func meshMeasure(ctx context.Context, cfg config, all, mesh []*sandbox.Cluster, 
 	cgAfter, window := cfg.budget.sample(), time.Since(start)
 	if err != nil {
 		text, _ := counts()
-		return nil, fmt.Errorf("not every pod bound and Running after %s (%d a cluster): %s", cfg.Timeout, cfg.Pods, text)
+		return nil, fmt.Errorf("not every pod bound and Running (or deleted) after %s (%d a cluster): %s", cfg.Timeout, cfg.Pods, text)
 	}
 	times := map[string]meshTimes{}
 	for _, h := range homes {
@@ -470,10 +500,16 @@ func meshMeasure(ctx context.Context, cfg config, all, mesh []*sandbox.Cluster, 
 	r.Clusters = map[string]*MeshCluster{}
 	for _, h := range homes {
 		t := times[h.c.Name]
+		h.mu.Lock()
+		deleted, lost := len(h.deleted), goneBefore(h.deleted, h.t.running)
+		h.mu.Unlock()
+		r.Lost += lost
 		mc := &MeshCluster{
+			Deleted:              deleted,
+			Lost:                 lost,
 			Pods:                 cfg.Pods,
-			PodsPerSecondBound:   throughput(start, cfg.Pods, t.bound),
-			PodsPerSecondRunning: throughput(start, cfg.Pods, t.running),
+			PodsPerSecondBound:   throughput(start, len(t.bound), t.bound),
+			PodsPerSecondRunning: throughput(start, len(t.running), t.running),
 			BoundMillis:          percentiles(t.created, t.bound),
 			RunningMillis:        percentiles(t.created, t.running),
 			PodsByNode:           map[string]int{},
@@ -498,6 +534,17 @@ func meshMeasure(ctx context.Context, cfg config, all, mesh []*sandbox.Cluster, 
 			}
 		}
 		r.Clusters[h.c.Name] = mc
+	}
+	// Read after the request counts, which it would add to.
+	for _, h := range homes {
+		var keys []string
+		for name := range times[h.c.Name].created {
+			keys = append(keys, namespace+"/"+name)
+		}
+		var err error
+		if r.Clusters[h.c.Name].EventsByReason, err = eventsByReason(ctx, h.c, keys); err != nil {
+			return nil, err
+		}
 	}
 	for _, p := range procs {
 		if _, err := os.Stat(fmt.Sprintf("/proc/%d", p.pid)); err != nil {
@@ -582,6 +629,9 @@ func (r *MeshReport) Markdown() string {
 		return b.String()
 	}
 	h := r.Ratios
+	if f.Lost > 0 {
+		fmt.Fprintf(&b, "**%d of the Flotilla run's %d pods were deleted before they ran** (see the Events below: `TaintManagerEviction` is kube-controller-manager evicting source pods from a virtual node tainted NotReady); its rates to bound and to Running count the pods that were bound (Running).\n\n", f.Lost, f.Pods)
+	}
 	fmt.Fprintf(&b, "**Flotilla mesh ÷ one baseline cluster: %.2f× to bound, %.2f× to Running** (issue #13's target for N=3: ≥ 2×). **Flotilla mesh ÷ the %d clusters alone: %.2f× to bound, %.2f× to Running.**\n\n",
 		h.VsBaselineBound, h.VsBaselineRunning, c.Mesh, h.VsAloneBound, h.VsAloneRunning)
 	fmt.Fprintf(&b, "Baseline: the one cluster `base` with the mesh's N×M = %d nodes placing the mesh's N×P = %d pods with kube-scheduler, one burst, in the same quota as each mesh cluster. Alone: the same N clusters, each placing its own P pods (not opted in) with its own kube-scheduler, all bursts at once, before the Flotilla run on the same clusters (its pods deleted in between).\n\n", c.Mesh*c.Nodes, c.Mesh*c.Pods)
@@ -591,6 +641,7 @@ func (r *MeshReport) Markdown() string {
 		fmt.Fprintf(&b, "| %s | "+format+" | "+format+" | "+format+" | %s | %s |\n", name, fv, av, bv, ratioText(fv, av), ratioText(fv, bv))
 	}
 	row("pods", float64(f.Pods), float64(alone.Pods), float64(base.Pods), "%.0f")
+	row("pods deleted before they ran", float64(f.Lost), float64(alone.Lost), 0, "%.0f")
 	row("aggregate pods/s to bound", f.PodsPerSecondBound, alone.PodsPerSecondBound, base.PodsPerSecondBound, "%.1f")
 	row("aggregate pods/s to Running", f.PodsPerSecondRunning, alone.PodsPerSecondRunning, base.PodsPerSecondRunning, "%.1f")
 	row("p50 create→bound, ms", f.BoundMillis.P50, alone.BoundMillis.P50, base.BoundMillis.P50, "%.0f")
@@ -606,8 +657,8 @@ func (r *MeshReport) Markdown() string {
 	}
 	sort.Strings(names)
 	fmt.Fprint(&b, "\nEach cluster's own burst (pods/s from the run's first create call to its own last pod; API requests are all those its API server served during the run ÷ P):\n\n")
-	fmt.Fprintln(&b, "| run | cluster | pods/s to bound | pods/s to Running | p50 / p99 create→bound, ms | its pods ran in | API requests/pod (writes) |")
-	fmt.Fprintln(&b, "|---|---|---|---|---|---|---|")
+	fmt.Fprintln(&b, "| run | cluster | pods/s to bound | pods/s to Running | p50 / p99 create→bound, ms | its pods ran in (at the end) | deleted during the run (before Running) | API requests/pod (writes) |")
+	fmt.Fprintln(&b, "|---|---|---|---|---|---|---|---|")
 	for _, run := range []struct {
 		name string
 		r    *MeshRun
@@ -617,12 +668,13 @@ func (r *MeshReport) Markdown() string {
 			if mc == nil {
 				continue
 			}
-			fmt.Fprintf(&b, "| %s | %s | %.1f | %.1f | %.0f / %.0f | %s | %.1f (%.1f) |\n", run.name, n, mc.PodsPerSecondBound, mc.PodsPerSecondRunning,
-				mc.BoundMillis.P50, mc.BoundMillis.P99, placedText(mc.PodsByNode), mc.Requests.All, mc.Requests.Writes)
+			fmt.Fprintf(&b, "| %s | %s | %.1f | %.1f | %.0f / %.0f | %s | %d (%d) | %.1f (%.1f) |\n", run.name, n, mc.PodsPerSecondBound, mc.PodsPerSecondRunning,
+				mc.BoundMillis.P50, mc.BoundMillis.P99, placedText(mc.PodsByNode), mc.Deleted, mc.Lost, mc.Requests.All, mc.Requests.Writes)
 		}
 	}
 	baseReq := base.Requests["base"]
-	fmt.Fprintf(&b, "| baseline | base | %.1f | %.1f | %.0f / %.0f | %d nodes | %.1f (%.1f) |\n", base.PodsPerSecondBound, base.PodsPerSecondRunning, base.BoundMillis.P50, base.BoundMillis.P99, len(base.PodsByNode), baseReq.All, baseReq.Writes)
+	fmt.Fprintf(&b, "| baseline | base | %.1f | %.1f | %.0f / %.0f | %d nodes | - | %.1f (%.1f) |\n", base.PodsPerSecondBound, base.PodsPerSecondRunning, base.BoundMillis.P50, base.BoundMillis.P99, len(base.PodsByNode), baseReq.All, baseReq.Writes)
+	fmt.Fprintf(&b, "\nEvents of the Flotilla run's pods, per pod of all clusters (with repeats): %s.\n", eventsText(f))
 	for _, p := range f.Processes {
 		if p.Exited {
 			fmt.Fprintf(&b, "\n**%s: exited during the run** (see its log with -keep).", p.Name)
@@ -699,4 +751,40 @@ func boolInt(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// eventsText renders the Events of a mesh run's pods by reason, summed
+// over its clusters, per pod: "FannedOut 1.00, Scheduled 1.00".
+func eventsText(r *MeshRun) string {
+	sum := map[string]int{}
+	for _, c := range r.Clusters {
+		for reason, n := range c.EventsByReason {
+			sum[reason] += n
+		}
+	}
+	if len(sum) == 0 || r.Pods == 0 {
+		return "none"
+	}
+	var reasons []string
+	for reason := range sum {
+		reasons = append(reasons, reason)
+	}
+	sort.Strings(reasons)
+	parts := make([]string, len(reasons))
+	for i, reason := range reasons {
+		parts[i] = fmt.Sprintf("%s %.2f", reason, float64(sum[reason])/float64(r.Pods))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// goneBefore counts the deleted pods not in seen: deleted before they were
+// bound, or Running.
+func goneBefore(deleted map[string]bool, seen map[string]time.Time) int {
+	n := 0
+	for name := range deleted {
+		if _, ok := seen[name]; !ok {
+			n++
+		}
+	}
+	return n
 }

@@ -37,6 +37,16 @@ func TestMeshTotals(t *testing.T) {
 	if got := throughput(start, 2, nil); got != 0 {
 		t.Errorf("throughput without times: %g", got)
 	}
+	// m2-1 deleted before it ran: 3 pods Running, the last at 3.5 s.
+	delete(clusters["m2"].running, "m2-1")
+	if r := meshTotals(start, 4, clusters); r.PodsPerSecondBound != 1 || math.Abs(r.PodsPerSecondRunning-3/3.5) > 1e-9 || r.Seconds != 3.5 {
+		t.Errorf("totals with a pod lost: %+v", r)
+	}
+	if n := goneBefore(map[string]bool{"m2-1": true, "m1-0": true}, clusters["m2"].running); n != 2 {
+		t.Errorf("gone before Running: %d, want 2", n)
+	} else if n := goneBefore(map[string]bool{"m2-0": true}, clusters["m2"].running); n != 0 {
+		t.Errorf("m2-0 ran before it was deleted: %d lost", n)
+	}
 	if empty := meshTotals(start, 4, nil); empty.PodsPerSecondBound != 0 || empty.Seconds != 0 {
 		t.Errorf("totals without pods: %+v", empty)
 	}
@@ -65,7 +75,7 @@ func TestMeshMarkdown(t *testing.T) {
 		Alone: &MeshRun{Pods: 1200, PodsPerSecondBound: 150, PodsPerSecondRunning: 90, Budget: budget(10),
 			Clusters: map[string]*MeshCluster{"m1": {PodsPerSecondBound: 50, PodsByNode: map[string]int{"m1-n0": 400}}}},
 		Flotilla: &MeshRun{Pods: 1200, PodsPerSecondBound: 60, PodsPerSecondRunning: 45, Budget: budget(25),
-			Clusters: map[string]*MeshCluster{"m1": {PodsPerSecondBound: 20, PodsByNode: map[string]int{"flotilla-m1": 140, "flotilla-m2": 130, "flotilla-m3": 130}}}},
+			Lost: 3, Clusters: map[string]*MeshCluster{"m1": {PodsPerSecondBound: 20, Deleted: 7, Lost: 3, PodsByNode: map[string]int{"flotilla-m1": 140, "flotilla-m2": 130, "flotilla-m3": 130}, EventsByReason: map[string]int{"Scheduled": 1200, "TaintManagerEviction": 12}}}},
 	}
 	r.Ratios = meshHeadline(r.Flotilla, r.Alone, r.Baseline)
 	out := r.Markdown()
@@ -78,7 +88,10 @@ func TestMeshMarkdown(t *testing.T) {
 		"N×M = 12 nodes placing the mesh's N×P = 1200 pods",
 		"| alone | m1 | 50.0 |",
 		"| own nodes 400 |",
-		"| m1 140, m2 130, m3 130 |",
+		"| m1 140, m2 130, m3 130 | 7 (3) |",
+		"**3 of the Flotilla run's 1200 pods were deleted before they ran**",
+		"| pods deleted before they ran | 3 | 0 | 0 |",
+		"per pod of all clusters (with repeats): Scheduled 1.00, TaintManagerEviction 0.01.",
 		"| baseline | base | 50.0 | 30.0 |",
 		"| flotilla | m1 | 0.0 | 25.0 ms | 2.50× | 95 % |",
 		"| alone | m1 | 0.0 | 10.0 ms | 1.00× |",
