@@ -121,6 +121,12 @@ type MeshHeadline struct {
 	// same clusters each placing its own pods.
 	VsAloneBound   float64 `json:"vsAloneBound"`
 	VsAloneRunning float64 `json:"vsAloneRunning"`
+	// CPUBound is what the budgets allow the mesh against the baseline
+	// if CPU alone bounds both: N quotas ÷ the mesh's CPU per pod (every
+	// cluster's cgroup CPU ÷ N×P), against one quota ÷ the baseline's CPU
+	// per pod; that is N × the baseline's CPU per pod ÷ the mesh's. 0
+	// without budgets.
+	CPUBound float64 `json:"cpuBound,omitempty"`
 	// AloneVsBaseline*: the clusters alone ÷ the one baseline cluster.
 	AloneVsBaselineBound   float64 `json:"aloneVsBaselineBound"`
 	AloneVsBaselineRunning float64 `json:"aloneVsBaselineRunning"`
@@ -144,6 +150,13 @@ func meshHeadline(flotilla, alone *MeshRun, base *Run) MeshHeadline {
 	if flotilla != nil && alone != nil {
 		h.VsAloneBound = ratio(flotilla.PodsPerSecondBound, alone.PodsPerSecondBound)
 		h.VsAloneRunning = ratio(flotilla.PodsPerSecondRunning, alone.PodsPerSecondRunning)
+	}
+	if flotilla != nil && base != nil && len(flotilla.Budget) > 0 && flotilla.Pods > 0 {
+		var cpu float64
+		for _, c := range flotilla.Budget {
+			cpu += c.CPUSeconds
+		}
+		h.CPUBound = ratio(float64(len(flotilla.Budget))*base.Budget["base"].CPUPerPodMillis, 1000*cpu/float64(flotilla.Pods))
 	}
 	if alone != nil && base != nil {
 		h.AloneVsBaselineBound = ratio(alone.PodsPerSecondBound, base.PodsPerSecondBound)
@@ -629,6 +642,9 @@ func (r *MeshReport) Markdown() string {
 		return b.String()
 	}
 	h := r.Ratios
+	if h.CPUBound > 0 {
+		fmt.Fprintf(&b, "If CPU alone bounds both, the budgets allow the mesh %.2f× the baseline: N × the baseline's CPU per pod ÷ the mesh's CPU per pod (every mesh cluster's CPU ÷ N×P; see the CPU budget below).\n\n", h.CPUBound)
+	}
 	if f.Lost > 0 {
 		fmt.Fprintf(&b, "**%d of the Flotilla run's %d pods were deleted before they ran** (see the Events below: `TaintManagerEviction` is kube-controller-manager evicting source pods from a virtual node tainted NotReady); its rates to bound and to Running count the pods that were bound (Running).\n\n", f.Lost, f.Pods)
 	}

@@ -60,6 +60,14 @@ func TestMeshHeadline(t *testing.T) {
 	if h.VsBaselineBound != 2 || h.VsBaselineRunning != 0 || h.VsAloneBound != 0.5 || h.VsAloneRunning != 0.5 || h.AloneVsBaselineBound != 4 {
 		t.Errorf("headline: %+v", h)
 	}
+	// Three clusters of 12 s CPU for 1200 pods (30 ms a pod) against a
+	// baseline of 10 ms a pod: 3 × 10 ÷ 30.
+	f.Pods = 1200
+	f.Budget = map[string]ClusterBudget{"m1": {CPUSeconds: 12}, "m2": {CPUSeconds: 12}, "m3": {CPUSeconds: 12}}
+	base.Budget = map[string]ClusterBudget{"base": {CPUPerPodMillis: 10}}
+	if h := meshHeadline(f, alone, base); math.Abs(h.CPUBound-1) > 1e-9 {
+		t.Errorf("CPU bound: %g, want 1", h.CPUBound)
+	}
 	if h := meshHeadline(f, nil, nil); h != (MeshHeadline{}) {
 		t.Errorf("headline without baselines: %+v", h)
 	}
@@ -67,7 +75,7 @@ func TestMeshHeadline(t *testing.T) {
 
 func TestMeshMarkdown(t *testing.T) {
 	budget := func(perPod float64) map[string]ClusterBudget {
-		return map[string]ClusterBudget{"m1": {CPUPerPodMillis: perPod, QuotaUsed: 0.95, HitQuota: true, Saturated: true}}
+		return map[string]ClusterBudget{"m1": {CPUSeconds: perPod * 1200 / 1000, CPUPerPodMillis: perPod, QuotaUsed: 0.95, HitQuota: true, Saturated: true}}
 	}
 	r := &MeshReport{
 		Config:   config{Mesh: 3, Nodes: 4, Pods: 400, MeshSelf: true, Invite: true, CPUPerCluster: 0.45, CgroupVersion: "cgroup v1"},
@@ -93,8 +101,9 @@ func TestMeshMarkdown(t *testing.T) {
 		"| pods deleted before they ran | 3 | 0 | 0 |",
 		"per pod of all clusters (with repeats): Scheduled 1.00, TaintManagerEviction 0.01.",
 		"| baseline | base | 50.0 | 30.0 |",
-		"| flotilla | m1 | 0.0 | 25.0 ms | 2.50× | 95 % |",
-		"| alone | m1 | 0.0 | 10.0 ms | 1.00× |",
+		"| flotilla | m1 | 30.0 | 25.0 ms | 2.50× | 95 % |",
+		"the budgets allow the mesh 0.40× the baseline",
+		"| alone | m1 | 12.0 | 10.0 ms | 1.00× |",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)
