@@ -5,7 +5,7 @@ GO ?= go
 SANDBOX_DIR ?= $(CURDIR)/.sandbox/demo
 TEST_TIMEOUT ?= 60m
 
-.PHONY: all generate tools build test test-unit test-e2e demo demo-down bench bench-sweep chaos chaos-planted vet clean
+.PHONY: all generate tools build test test-unit test-e2e demo demo-down bench bench-mesh bench-sweep chaos chaos-planted vet clean
 
 all: build
 
@@ -58,6 +58,10 @@ BENCH_FLAGS ?= -targets 3 -nodes 4 -pods 200
 ## bench: one burst of pods through Flotilla and through plain kube-scheduler, side by side, each cluster in a CPU cgroup of 0.45 cores (needs root and a cpu controller; BENCH_FLAGS="... -cpu-per-cluster 0" runs uncapped; see docs/benchmarks.md)
 bench: tools build
 	$(GO) run ./test/bench $(BENCH_FLAGS)
+
+## bench-mesh: N=3 clusters, each the source of a burst and a target of the others, against one baseline cluster and the same clusters alone, 0.45 cores each (see docs/benchmarks.md, "Mesh"); BENCH_FLAGS as for bench
+bench-mesh: tools build
+	$(GO) run ./test/bench -mesh 3 $(BENCH_FLAGS)
 
 ## bench-sweep: K = 1, 3, 6, 10 targets × P = 100, 1000 pods, tables in bench-results/, charts in docs/img/
 bench-sweep: tools build

@@ -139,15 +139,20 @@ func budgetOf(cores float64, clusters []string, before, after map[string]cgroup.
 }
 
 // oversubscribed says whether the quotas of the clusters busy in the
-// Flotilla run (the source and K targets) add up to more than the machine's
+// Flotilla run (the source and K targets; with -mesh, the N clusters of the
+// mesh) add up to more than the machine's
 // CPUs: the caps then no longer give each cluster its share.
 func oversubscribed(cfg config, cpus int) string {
 	if cfg.CPUPerCluster <= 0 {
 		return ""
 	}
-	busy := float64(cfg.Targets+1) * cfg.CPUPerCluster
+	n, run := cfg.Targets+1, "Flotilla run"
+	if cfg.Mesh > 0 {
+		n, run = cfg.Mesh, "mesh"
+	}
+	busy := float64(n) * cfg.CPUPerCluster
 	if busy > float64(cpus) {
-		return fmt.Sprintf("the %d clusters of the Flotilla run have %.2f cores of quota in all, more than this machine's %d: a cluster may get less than its quota", cfg.Targets+1, busy, cpus)
+		return fmt.Sprintf("the %d clusters of the %s have %.2f cores of quota in all, more than this machine's %d: a cluster may get less than its quota", n, run, busy, cpus)
 	}
 	return ""
 }
@@ -166,23 +171,7 @@ func (r *Report) budgetMarkdown(b *strings.Builder) {
 	fmt.Fprintln(b, "| run | cluster | CPU s | CPU/pod | × baseline | quota used | throttled periods | throttled time | hit its quota |")
 	fmt.Fprintln(b, "|---|---|---|---|---|---|---|---|---|")
 	baseline := base.Budget["base"].CPUPerPodMillis
-	line := func(run, name string, c ClusterBudget) {
-		ratio := "-"
-		if baseline > 0 {
-			ratio = fmt.Sprintf("%.2f×", c.CPUPerPodMillis/baseline)
-		}
-		hit := "no"
-		switch {
-		case c.HitQuota && c.Saturated:
-			hit = "**yes, saturated**"
-		case c.HitQuota:
-			hit = "yes, in bursts"
-		case c.Saturated:
-			hit = "no, saturated"
-		}
-		fmt.Fprintf(b, "| %s | %s | %.1f | %.1f ms | %s | %.0f %% | %d of %d (%.0f %%) | %.1f s | %s |\n",
-			run, name, c.CPUSeconds, c.CPUPerPodMillis, ratio, 100*c.QuotaUsed, c.ThrottledPeriods, c.Periods, 100*c.ThrottledFraction, c.ThrottledSeconds, hit)
-	}
+	line := func(run, name string, c ClusterBudget) { budgetLine(b, run, name, c, baseline) }
 	line("baseline", "base", base.Budget["base"])
 	var names []string
 	for n := range f.Budget {
@@ -195,4 +184,24 @@ func (r *Report) budgetMarkdown(b *strings.Builder) {
 	for _, n := range names {
 		line("flotilla", n, f.Budget[n])
 	}
+}
+
+// budgetLine is one row of a budget table: what cluster name used in run,
+// its CPU per pod against baseline's (ms; 0: no ratio).
+func budgetLine(b *strings.Builder, run, name string, c ClusterBudget, baseline float64) {
+	ratio := "-"
+	if baseline > 0 {
+		ratio = fmt.Sprintf("%.2f×", c.CPUPerPodMillis/baseline)
+	}
+	hit := "no"
+	switch {
+	case c.HitQuota && c.Saturated:
+		hit = "**yes, saturated**"
+	case c.HitQuota:
+		hit = "yes, in bursts"
+	case c.Saturated:
+		hit = "no, saturated"
+	}
+	fmt.Fprintf(b, "| %s | %s | %.1f | %.1f ms | %s | %.0f %% | %d of %d (%.0f %%) | %.1f s | %s |\n",
+		run, name, c.CPUSeconds, c.CPUPerPodMillis, ratio, 100*c.QuotaUsed, c.ThrottledPeriods, c.Periods, 100*c.ThrottledFraction, c.ThrottledSeconds, hit)
 }

@@ -62,6 +62,12 @@ type config struct {
 	// Oversubscribed says when the quotas of the clusters of the Flotilla
 	// run add up to more than the machine's CPUs.
 	Oversubscribed string `json:"oversubscribed,omitempty"`
+	// Mesh, when above 0, is the number N of clusters m1..mN of the mesh
+	// run (mesh.go): each the source of a burst of Pods pods and a target
+	// of the others.
+	Mesh int `json:"mesh,omitempty"`
+	// MeshSelf: with Mesh, every cluster also targets itself (self: true).
+	MeshSelf bool `json:"meshSelf,omitempty"`
 	// budget holds the cgroups, with CPUPerCluster.
 	budget *budget
 }
@@ -85,6 +91,8 @@ func main() {
 	flag.StringVar(&cfg.SpreadWhen, "spread-when", v1alpha1.DoNotSchedule, "With -spread: the spread's whenUnsatisfiable, DoNotSchedule or ScheduleAnyway (the baseline's topologySpreadConstraints too).")
 	flag.Float64Var(&cfg.CPUPerCluster, "cpu-per-cluster", 0.45, "CPU quota, in cores, of the cgroup each cluster (every process of it: control plane, kwok, schedulers, agent) runs in, the baseline's too, as if each had its own cores; the load generator is not capped. Needs root and a cgroup cpu controller (v1 or v2). 0: no cgroups, every process shares the machine.")
 	flag.BoolVar(&cfg.PolicyFirst, "policy-first", false, "With -spread: place the workload under the policy first, then without (default: without first).")
+	flag.IntVar(&cfg.Mesh, "mesh", 0, "Mesh mode (N clusters m1..mN, each the source of its own burst of -pods pods and a target of the others, all bursts at once), against one baseline cluster of N×M nodes placing the N×P pods and the N clusters placing their own pods with kube-scheduler; the JSON goes into <out>/mesh-n<N>-....json. 0: off. -targets is not used.")
+	flag.BoolVar(&cfg.MeshSelf, "mesh-self", true, "With -mesh: every cluster also targets itself (a ClusterTarget with self: true), so its pods may stay or go.")
 	flag.Parse()
 	if cfg.Targets < 1 || cfg.Nodes < 1 || cfg.Pods < 1 {
 		fmt.Fprintln(os.Stderr, "bench: -targets, -nodes and -pods must be at least 1")
@@ -103,6 +111,21 @@ func main() {
 		os.Exit(2)
 	}
 	cfg.Out = *out
+	if cfg.Mesh > 0 {
+		if cfg.Spread || cfg.Profile {
+			fmt.Fprintln(os.Stderr, "bench: -mesh goes with neither -spread nor -profile")
+			os.Exit(2)
+		}
+		if err := mainMesh(cfg, *keep, *hold); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if cfg.Mesh < 0 {
+		fmt.Fprintln(os.Stderr, "bench: -mesh is 0 (off) or the number of clusters")
+		os.Exit(2)
+	}
 	report, err := run(cfg, *keep, *hold)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -299,19 +322,9 @@ func run(cfg config, keep, hold bool) (*Report, error) {
 			return nil, err
 		}
 	}
-	agentArgs := []string{fmt.Sprintf("--max-candidates=%d", cfg.MaxCandidates)}
-	var pprofAddr string
-	if cfg.Profile {
-		ports, err := sandbox.FreePorts(1)
-		if err != nil {
-			return nil, err
-		}
-		pprofAddr = fmt.Sprintf("127.0.0.1:%d", ports[0])
-		agentArgs = append(agentArgs, "--pprof-bind-address="+pprofAddr)
-	}
-	var agentEnv []string
-	if cfg.AgentMemLimit != "" {
-		agentEnv = append(agentEnv, "GOMEMLIMIT="+cfg.AgentMemLimit)
+	agentArgs, agentEnv, pprofAddr, err := sourceAgentFlags(cfg)
+	if err != nil {
+		return nil, err
 	}
 	var agent *sandbox.Agent
 	var targetAgents []*sandbox.Agent
@@ -326,15 +339,8 @@ func run(cfg config, keep, hold bool) (*Report, error) {
 		if agent, err = sandbox.StartAgentEnv(ctx, src, nil, agentEnv, agentArgs...); err != nil {
 			return nil, err
 		}
-		for _, t := range targets {
-			if err := src.Invite(ctx, t, namespace); err != nil {
-				return nil, err
-			}
-		}
-		for _, t := range targets {
-			if err := src.WaitTargetReady(ctx, t.Name, 60*time.Second); err != nil {
-				return nil, err
-			}
+		if err := invite(ctx, src, targets); err != nil {
+			return nil, err
 		}
 	} else if agent, err = sandbox.StartAgentEnv(ctx, src, targets, agentEnv, agentArgs...); err != nil {
 		return nil, err
@@ -420,6 +426,42 @@ func run(cfg config, keep, hold bool) (*Report, error) {
 		return nil, err
 	}
 	return report, holdOn(ctx, report, dir, hold)
+}
+
+// sourceAgentFlags are the flags and environment of the agent of a source
+// cluster, from cfg, and the address of its pprof server with -profile.
+func sourceAgentFlags(cfg config) (args, env []string, pprofAddr string, err error) {
+	args = []string{fmt.Sprintf("--max-candidates=%d", cfg.MaxCandidates)}
+	if cfg.Profile {
+		ports, err := sandbox.FreePorts(1)
+		if err != nil {
+			return nil, nil, "", err
+		}
+		pprofAddr = fmt.Sprintf("127.0.0.1:%d", ports[0])
+		args = append(args, "--pprof-bind-address="+pprofAddr)
+	}
+	if cfg.AgentMemLimit != "" {
+		env = append(env, "GOMEMLIMIT="+cfg.AgentMemLimit)
+	}
+	return args, env, pprofAddr, nil
+}
+
+// invite has each of targets, whose agents run, invite src (a
+// ClusterSource, the bench namespace) and src reach each one with a
+// ClusterTarget naming the invited identity's kubeconfig, as an operator
+// would, and waits until src reports every one Ready.
+func invite(ctx context.Context, src *sandbox.Cluster, targets []*sandbox.Cluster) error {
+	for _, t := range targets {
+		if err := src.Invite(ctx, t, namespace); err != nil {
+			return err
+		}
+	}
+	for _, t := range targets {
+		if err := src.WaitTargetReady(ctx, t.Name, 60*time.Second); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // profiledRun runs one Flotilla measurement; with -profile, it takes the

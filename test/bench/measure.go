@@ -89,6 +89,9 @@ type ProcessCost struct {
 	Name       string  `json:"name"`
 	CPUSeconds float64 `json:"cpuSeconds"`
 	PeakRSSMiB float64 `json:"peakRSSMiB"`
+	// Exited: the process was gone at the end of the run (its CPU and
+	// RSS unknown).
+	Exited bool `json:"exited,omitempty"`
 }
 
 func createNamespace(ctx context.Context, c *sandbox.Cluster) error {
@@ -178,7 +181,7 @@ func measure(ctx context.Context, cfg config, all []*sandbox.Cluster, home *sand
 		if _, err := client.AppsV1().ReplicaSets(namespace).Create(ctx, rs, metav1.CreateOptions{}); err != nil {
 			return nil, fmt.Errorf("creating ReplicaSet %s: %w", rs.Name, err)
 		}
-	} else if err := createPods(ctx, cfg, home, labels, &mu, created); err != nil {
+	} else if err := createPods(ctx, cfg, home, home.Name, labels, &mu, created); err != nil {
 		return nil, err
 	}
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, cfg.Timeout, true, func(context.Context) (bool, error) {
@@ -250,9 +253,10 @@ func measure(ctx context.Context, cfg config, all []*sandbox.Cluster, home *sand
 	return r, nil
 }
 
-// createPods creates cfg.Pods bare pods in home, 16 creators in parallel or
-// at cfg.Rate, and records when each create call was made.
-func createPods(ctx context.Context, cfg config, home *sandbox.Cluster, labels map[string]string, mu *sync.Mutex, created map[string]time.Time) error {
+// createPods creates cfg.Pods bare pods in home, named <prefix>-<i>, 16
+// creators in parallel or at cfg.Rate, and records when each create call
+// was made.
+func createPods(ctx context.Context, cfg config, home *sandbox.Cluster, prefix string, labels map[string]string, mu *sync.Mutex, created map[string]time.Time) error {
 	client := home.Client()
 	names := make(chan string)
 	errs := make(chan error, cfg.Pods)
@@ -279,7 +283,7 @@ func createPods(ctx context.Context, cfg config, home *sandbox.Cluster, labels m
 		if tick != nil {
 			<-tick.C
 		}
-		names <- fmt.Sprintf("%s-%d", home.Name, i)
+		names <- fmt.Sprintf("%s-%d", prefix, i)
 	}
 	close(names)
 	wg.Wait()
