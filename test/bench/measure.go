@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
 	"github.com/flotilla-dev/flotilla/test/sandbox"
@@ -54,6 +56,9 @@ type Run struct {
 	// HomeCPUByComponent splits the CPU of the run's home cluster (the
 	// source, or the baseline's one cluster) by kind of process.
 	HomeCPUByComponent map[string]float64 `json:"homeCPUByComponent"`
+	// CreateRetries counts the pod creates the API server failed and the
+	// bench retried (a webhook call that timed out in a saturated source).
+	CreateRetries int64 `json:"createRetries,omitempty"`
 	// AgentLiveHeapMiB is the agent's heap right after a collection at the
 	// end of the run (with -profile only).
 	AgentLiveHeapMiB float64 `json:"agentLiveHeapMiB,omitempty"`
@@ -176,12 +181,13 @@ func measure(ctx context.Context, cfg config, all []*sandbox.Cluster, home *sand
 	}
 	cgBefore := cfg.budget.sample()
 	start := time.Now()
+	var createRetries atomic.Int64
 	if shape.replicaSet != "" {
 		rs := benchReplicaSet(shape, cfg, labels)
 		if _, err := client.AppsV1().ReplicaSets(namespace).Create(ctx, rs, metav1.CreateOptions{}); err != nil {
 			return nil, fmt.Errorf("creating ReplicaSet %s: %w", rs.Name, err)
 		}
-	} else if err := createPods(ctx, cfg, home, home.Name, labels, &mu, created); err != nil {
+	} else if err := createPods(ctx, cfg, home, home.Name, labels, &mu, created, &createRetries); err != nil {
 		return nil, err
 	}
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, cfg.Timeout, true, func(context.Context) (bool, error) {
@@ -196,7 +202,7 @@ func measure(ctx context.Context, cfg config, all []*sandbox.Cluster, home *sand
 	if err != nil {
 		return nil, fmt.Errorf("only %d bound and %d Running of %d pods after %s", nBound, nRunning, cfg.Pods, cfg.Timeout)
 	}
-	r := &Run{Pods: cfg.Pods, Requests: map[string]Requests{}, PodsByNode: map[string]int{}}
+	r := &Run{Pods: cfg.Pods, Requests: map[string]Requests{}, PodsByNode: map[string]int{}, CreateRetries: createRetries.Load()}
 	for _, obj := range factory.Core().V1().Pods().Informer().GetStore().List() {
 		if pod, ok := obj.(*corev1.Pod); ok && pod.Spec.NodeName != "" {
 			r.PodsByNode[pod.Spec.NodeName]++
@@ -256,7 +262,11 @@ func measure(ctx context.Context, cfg config, all []*sandbox.Cluster, home *sand
 // createPods creates cfg.Pods bare pods in home, named <prefix>-<i>, 16
 // creators in parallel or at cfg.Rate, and records when each create call
 // was made.
-func createPods(ctx context.Context, cfg config, home *sandbox.Cluster, prefix string, labels map[string]string, mu *sync.Mutex, created map[string]time.Time) error {
+// createPods creates P pods from 16 creators (or at -rate). A create the
+// API server fails for a reason other than the pod itself (its webhook
+// timed out in a saturated cluster) is retried with a backoff, as a
+// workload controller would; retries counts them.
+func createPods(ctx context.Context, cfg config, home *sandbox.Cluster, prefix string, labels map[string]string, mu *sync.Mutex, created map[string]time.Time, retries *atomic.Int64) error {
 	client := home.Client()
 	names := make(chan string)
 	errs := make(chan error, cfg.Pods)
@@ -268,7 +278,21 @@ func createPods(ctx context.Context, cfg config, home *sandbox.Cluster, prefix s
 				mu.Lock()
 				created[name] = time.Now()
 				mu.Unlock()
-				if _, err := client.CoreV1().Pods(namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+				backoff := wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Steps: 8, Cap: 5 * time.Second}
+				err := retry.OnError(backoff, func(err error) bool {
+					if apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err) || ctx.Err() != nil {
+						return false
+					}
+					retries.Add(1)
+					return true
+				}, func() error {
+					_, err := client.CoreV1().Pods(namespace).Create(ctx, pod, metav1.CreateOptions{})
+					if apierrors.IsAlreadyExists(err) {
+						return nil // an earlier try went through
+					}
+					return err
+				})
+				if err != nil {
 					errs <- err
 				}
 			}

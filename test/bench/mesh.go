@@ -18,6 +18,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -71,6 +72,9 @@ type MeshRun struct {
 	// see the clusters' Events); the throughput to Running counts the pods
 	// that ran, to bound those that were bound.
 	Lost int `json:"lost"`
+	// CreateRetries counts the pod creates the API servers failed and the
+	// bench retried (a webhook call that timed out in a saturated cluster).
+	CreateRetries int64 `json:"createRetries,omitempty"`
 	// Clusters are the figures of each cluster's own burst.
 	Clusters map[string]*MeshCluster `json:"clusters"`
 	// MachineCPUSeconds and CPUByCluster: as in Run, from /proc.
@@ -466,9 +470,10 @@ func meshMeasure(ctx context.Context, cfg config, all, mesh []*sandbox.Cluster, 
 	cgBefore := cfg.budget.sample()
 	start := time.Now()
 	errs := make(chan error, len(homes))
+	var createRetries atomic.Int64
 	for _, h := range homes {
 		go func() {
-			errs <- createPods(ctx, cfg, h.c, h.c.Name+"-"+run, podLabels, &h.mu, h.t.created)
+			errs <- createPods(ctx, cfg, h.c, h.c.Name+"-"+run, podLabels, &h.mu, h.t.created, &createRetries)
 		}()
 	}
 	var createErr error
@@ -510,6 +515,7 @@ func meshMeasure(ctx context.Context, cfg config, all, mesh []*sandbox.Cluster, 
 		h.mu.Unlock()
 	}
 	r := meshTotals(start, cfg.Mesh*cfg.Pods, times)
+	r.CreateRetries = createRetries.Load()
 	r.Clusters = map[string]*MeshCluster{}
 	for _, h := range homes {
 		t := times[h.c.Name]

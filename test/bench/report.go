@@ -111,6 +111,9 @@ func (r *Report) Markdown() string {
 	if busiest != "" {
 		row("CPU/pod of the busiest target ("+busiest+")", perPod(f, busiest), perPod(base, "base"), "ms")
 	}
+	if f.CreateRetries > 0 {
+		fmt.Fprintf(&b, "| pod creates retried (the API server failed them) | %d | | |\n", f.CreateRetries)
+	}
 	if f.AgentLiveHeapMiB > 0 {
 		fmt.Fprintf(&b, "| agent: live heap after the run | %.1f MiB | | |\n", f.AgentLiveHeapMiB)
 	}
