@@ -282,36 +282,11 @@ func run(cfg config, keep, hold bool) (*Report, error) {
 		opts.Clusters = append(opts.Clusters, spec)
 	}
 	opts.Clusters = append(opts.Clusters, base)
-	dir, err := os.MkdirTemp("", "flotilla-bench-")
+	s, stop, err := startSandbox(ctx, &cfg, opts, "flotilla-bench-", keep)
 	if err != nil {
 		return nil, err
 	}
-	opts.Dir = dir
-	if cfg.CPUPerCluster > 0 {
-		if cfg.budget, err = newBudget(cfg.CPUPerCluster, &opts); err != nil {
-			_ = os.RemoveAll(dir)
-			return nil, err
-		}
-		// Deferred first, so run after the sandbox has stopped.
-		defer cfg.budget.remove()
-		cfg.CgroupVersion = cfg.budget.h.Version.String()
-		if cfg.Oversubscribed = oversubscribed(cfg, runtime.NumCPU()); cfg.Oversubscribed != "" {
-			fmt.Fprintln(os.Stderr, "bench: warning:", cfg.Oversubscribed)
-		}
-	}
-	fmt.Fprintf(os.Stderr, "bench: starting %d clusters in %s\n", len(opts.Clusters), dir)
-	s, err := sandbox.Start(ctx, opts)
-	if err != nil {
-		return nil, err
-	}
-	defer func() {
-		_ = s.Stop()
-		if !keep {
-			_ = os.RemoveAll(dir)
-		} else {
-			fmt.Fprintln(os.Stderr, "bench: sandbox kept in", dir)
-		}
-	}()
+	defer stop()
 	src := s.Cluster("src")
 	var targets []*sandbox.Cluster
 	for k := 1; k <= cfg.Targets; k++ {
@@ -377,7 +352,7 @@ func run(cfg config, keep, hold bool) (*Report, error) {
 		if err != nil {
 			return nil, fmt.Errorf("flotilla: %w", err)
 		}
-		return report, holdOn(ctx, report, dir, hold)
+		return report, holdOn(ctx, report, s.Dir, hold)
 	}
 	// The same ReplicaSet twice, under the policy and without, one after
 	// the other: the first is removed everywhere before the second starts.
@@ -425,7 +400,7 @@ func run(cfg config, keep, hold bool) (*Report, error) {
 	if err := second(); err != nil {
 		return nil, err
 	}
-	return report, holdOn(ctx, report, dir, hold)
+	return report, holdOn(ctx, report, s.Dir, hold)
 }
 
 // sourceAgentFlags are the flags and environment of the agent of a source
@@ -515,4 +490,43 @@ func holdOn(ctx context.Context, report *Report, dir string, hold bool) error {
 		<-sig.Done()
 	}
 	return nil
+}
+
+// startSandbox starts the clusters of opts in a new folder, each in its
+// CPU budget when cfg asks for one (setting cfg's budget and what the
+// report says of it); stop stops them, removes the folder unless keep,
+// and then the budget's cgroups.
+func startSandbox(ctx context.Context, cfg *config, opts sandbox.Options, prefix string, keep bool) (s *sandbox.Sandbox, stop func(), err error) {
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return nil, nil, err
+	}
+	opts.Dir = dir
+	removeBudget := func() {}
+	if cfg.CPUPerCluster > 0 {
+		if cfg.budget, err = newBudget(cfg.CPUPerCluster, &opts); err != nil {
+			_ = os.RemoveAll(dir)
+			return nil, nil, err
+		}
+		removeBudget = cfg.budget.remove
+		cfg.CgroupVersion = cfg.budget.h.Version.String()
+		if cfg.Oversubscribed = oversubscribed(*cfg, runtime.NumCPU()); cfg.Oversubscribed != "" {
+			fmt.Fprintln(os.Stderr, "bench: warning:", cfg.Oversubscribed)
+		}
+	}
+	fmt.Fprintf(os.Stderr, "bench: starting %d clusters in %s\n", len(opts.Clusters), dir)
+	if s, err = sandbox.Start(ctx, opts); err != nil {
+		removeBudget()
+		return nil, nil, err
+	}
+	return s, func() {
+		_ = s.Stop()
+		if !keep {
+			_ = os.RemoveAll(dir)
+		} else {
+			fmt.Fprintln(os.Stderr, "bench: sandbox kept in", dir)
+		}
+		// After the sandbox has stopped: its processes are in the groups.
+		removeBudget()
+	}, nil
 }

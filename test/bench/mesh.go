@@ -14,7 +14,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -256,35 +255,11 @@ func runMesh(cfg config, keep, hold bool) (*MeshReport, error) {
 		opts.Clusters = append(opts.Clusters, spec)
 	}
 	opts.Clusters = append(opts.Clusters, base)
-	dir, err := os.MkdirTemp("", "flotilla-bench-mesh-")
+	s, stop, err := startSandbox(ctx, &cfg, opts, "flotilla-bench-mesh-", keep)
 	if err != nil {
 		return nil, err
 	}
-	opts.Dir = dir
-	if cfg.CPUPerCluster > 0 {
-		if cfg.budget, err = newBudget(cfg.CPUPerCluster, &opts); err != nil {
-			_ = os.RemoveAll(dir)
-			return nil, err
-		}
-		defer cfg.budget.remove()
-		cfg.CgroupVersion = cfg.budget.h.Version.String()
-		if cfg.Oversubscribed = oversubscribed(cfg, runtime.NumCPU()); cfg.Oversubscribed != "" {
-			fmt.Fprintln(os.Stderr, "bench: warning:", cfg.Oversubscribed)
-		}
-	}
-	fmt.Fprintf(os.Stderr, "bench: starting %d clusters in %s\n", len(opts.Clusters), dir)
-	s, err := sandbox.Start(ctx, opts)
-	if err != nil {
-		return nil, err
-	}
-	defer func() {
-		_ = s.Stop()
-		if !keep {
-			_ = os.RemoveAll(dir)
-		} else {
-			fmt.Fprintln(os.Stderr, "bench: sandbox kept in", dir)
-		}
-	}()
+	defer stop()
 	for _, c := range s.Clusters {
 		if err := createNamespace(ctx, c); err != nil {
 			return nil, err
@@ -332,9 +307,9 @@ func runMesh(cfg config, keep, hold bool) (*MeshReport, error) {
 	report.Ratios = meshHeadline(report.Flotilla, report.Alone, report.Baseline)
 	if hold {
 		fmt.Println(report.Markdown())
-		fmt.Fprintf(os.Stderr, "bench: clusters up in %s; interrupt to stop\n", dir)
-		sig, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-		defer stop()
+		fmt.Fprintf(os.Stderr, "bench: clusters up in %s; interrupt to stop\n", s.Dir)
+		sig, unnotify := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+		defer unnotify()
 		<-sig.Done()
 	}
 	return report, nil
