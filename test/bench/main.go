@@ -288,6 +288,7 @@ func run(cfg config, keep, hold bool) (*Report, error) {
 	}
 	defer stop()
 	src := s.Cluster("src")
+	sourceAPIServer = src.RESTConfig()
 	var targets []*sandbox.Cluster
 	for k := 1; k <= cfg.Targets; k++ {
 		targets = append(targets, s.Cluster(fmt.Sprintf("t%d", k)))
@@ -453,9 +454,13 @@ func profiledRun(ctx context.Context, cfg config, pprofAddr string, measureRun f
 		peaked = make(chan error, 1)
 		go func() { peaked <- savePeakHeap(peakCtx, pprofAddr, cfg.profilePath("heap-peak")) }()
 	}
+	apiProfiled := startAPIServerProfile(ctx, cfg)
 	run, err := measureRun()
 	stopPeak()
 	if err != nil {
+		return nil, err
+	}
+	if err := apiProfiled(); err != nil {
 		return nil, err
 	}
 	if cfg.Profile {
