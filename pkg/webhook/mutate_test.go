@@ -178,9 +178,9 @@ func TestMutatorSplits(t *testing.T) {
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "i"}}},
 		}
 		pod.Labels["pod-template-hash"] = "abc"
-		changed, err := m.admit(t.Context(), pod, false)
-		if err != nil || !changed {
-			t.Fatalf("admit: changed %v, %v", changed, err)
+		split, made, err := m.admit(t.Context(), pod, false)
+		if err != nil || !split && !made {
+			t.Fatalf("admit: split %v, made %v, %v", split, made, err)
 		}
 		return pod
 	}
