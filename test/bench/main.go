@@ -288,7 +288,7 @@ func run(cfg config, keep, hold bool) (*Report, error) {
 	}
 	defer stop()
 	src := s.Cluster("src")
-	sourceAPIServer = src.RESTConfig()
+	sourceAPIServer, baseAPIServer = src.RESTConfig(), s.Cluster("base").RESTConfig()
 	var targets []*sandbox.Cluster
 	for k := 1; k <= cfg.Targets; k++ {
 		targets = append(targets, s.Cluster(fmt.Sprintf("t%d", k)))
@@ -463,6 +463,7 @@ func profiledRun(ctx context.Context, cfg config, pprofAddr string, measureRun f
 	if err := apiProfiled(); err != nil {
 		return nil, err
 	}
+	watchFanOut(ctx, cfg.Pods)
 	if cfg.Profile {
 		if err := saveProfile(ctx, pprofAddr, "heap?gc=1", cfg.profilePath("heap")); err != nil {
 			return nil, err
