@@ -16,7 +16,7 @@ import (
 // -profile-apiserver: the source API server's CPU profile of the Flotilla
 // run, beside the agent's (-profile), to attribute the source cluster's CPU.
 var (
-	profileAPIServer  = flag.Bool("profile-apiserver", false, "Save a CPU profile of the source's kube-apiserver of the first -profile-apiserver-seconds of the Flotilla run into -out (…-src-apiserver-cpu.pprof), fetched from its /debug/pprof/profile with the admin credentials.")
+	profileAPIServer  = flag.Bool("profile-apiserver", false, "Save a CPU profile of the source's kube-apiserver of the first -profile-apiserver-seconds of the Flotilla run, and of the baseline's of its run, into -out (…-src-apiserver-cpu.pprof, …-base-apiserver-cpu.pprof), fetched from its /debug/pprof/profile with the admin credentials.")
 	podWatches        = flag.Bool("pod-watches", false, "After the Flotilla run, print what the source's and the baseline's API servers say of their pod watches: watch events of pods sent per pod (one per watcher), their average size, the pod watches open, the events the watch cache dispatched per pod.")
 	profileAPISeconds = flag.Int("profile-apiserver-seconds", 20, "With -profile-apiserver: how long the profile lasts.")
 	// sourceAPIServer is the source's admin configuration, set once the
@@ -27,17 +27,27 @@ var (
 // startAPIServerProfile starts the source API server's CPU profile with
 // -profile-apiserver and returns what waits for it and saves it.
 func startAPIServerProfile(ctx context.Context, cfg config) func() error {
-	if !*profileAPIServer || sourceAPIServer == nil {
+	return startProfileOf(ctx, cfg, sourceAPIServer, "src")
+}
+
+// startBaseAPIServerProfile does the same for the baseline's API server
+// during the baseline run, to compare the two.
+func startBaseAPIServerProfile(ctx context.Context, cfg config) func() error {
+	return startProfileOf(ctx, cfg, baseAPIServer, "base")
+}
+
+func startProfileOf(ctx context.Context, cfg config, rc *rest.Config, cluster string) func() error {
+	if !*profileAPIServer || rc == nil {
 		return func() error { return nil }
 	}
 	done := make(chan error, 1)
-	path := strings.Replace(cfg.profilePath("cpu"), "-agent-cpu", "-src-apiserver-cpu", 1)
-	go func() { done <- saveAPIServerProfile(ctx, sourceAPIServer, *profileAPISeconds, path) }()
+	path := strings.Replace(cfg.profilePath("cpu"), "-agent-cpu", "-"+cluster+"-apiserver-cpu", 1)
+	go func() { done <- saveAPIServerProfile(ctx, rc, *profileAPISeconds, path) }()
 	return func() error {
 		if err := <-done; err != nil {
 			return err
 		}
-		fmt.Fprintf(os.Stderr, "bench: source API server profile written to %s\n", path)
+		fmt.Fprintf(os.Stderr, "bench: %s API server profile written to %s\n", cluster, path)
 		return nil
 	}
 }

@@ -334,9 +334,13 @@ func run(cfg config, keep, hold bool) (*Report, error) {
 	if cfg.Spread {
 		baseShape = podShape{replicaSet: spreadWorkload, topologySpread: true}
 	}
+	baseProfiled := startBaseAPIServerProfile(ctx, cfg)
 	report.Baseline, err = measure(ctx, cfg, s.Clusters, baseCluster, nil, baseShape, []process{{"scheduler", baseCluster.PIDs()[sandbox.Scheduler]}})
 	if err != nil {
 		return nil, fmt.Errorf("baseline: %w", err)
+	}
+	if err := baseProfiled(); err != nil {
+		return nil, err
 	}
 	procs := []process{{"agent", agent.PID()}}
 	for _, t := range targets {
