@@ -10,8 +10,10 @@
 //     controller tells it which summaries to keep (Set, Remove), and it
 //     writes each at most once per interval, only when its content changed.
 //
-// The publisher watches every node and every bound pod of the cluster
-// through its own client-go informers, not through the agent's manager
+// Once it has a summary to keep or delete (a cluster that invites no source
+// has none: it does not watch, and every source pod bound to a virtual node
+// is not sent to it), the publisher watches every node and every bound pod
+// of the cluster through its own client-go informers, not through the agent's manager
 // cache: that cache holds only source pods (selected by
 // spec.schedulerName=flotilla-source and trimmed for placement), and asking
 // it for every pod would either change what placement sees or start a second,

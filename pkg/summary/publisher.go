@@ -202,6 +202,12 @@ func (p *Publisher) signal() {
 func (p *Publisher) Start(ctx context.Context) error {
 	log := klog.FromContext(ctx).WithName("summary")
 	ctx = logr.NewContext(ctx, log)
+	// A cluster that invites no source (a source only) has nothing to
+	// publish: it does not watch its nodes and every bound pod (each
+	// source pod, bound to a virtual node) until it has.
+	if !p.waitForWork(ctx) {
+		return nil // ctx ended
+	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() { p.nodes.RunWithContext(ctx) })
@@ -221,6 +227,24 @@ func (p *Publisher) Start(ctx context.Context) error {
 		case <-timer.C():
 		}
 		timer.Stop()
+	}
+}
+
+// waitForWork returns true once there is a summary to keep or to delete,
+// false if ctx ends first.
+func (p *Publisher) waitForWork(ctx context.Context) bool {
+	for {
+		p.mu.Lock()
+		work := len(p.invitations) > 0 || len(p.deleting) > 0
+		p.mu.Unlock()
+		if work {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-p.wake:
+		}
 	}
 }
 

@@ -337,3 +337,25 @@ func TestPublisherRetriesAFailedDeleteAnIntervalLater(t *testing.T) {
 		t.Errorf("deletions pending: %v", h.p.deleting)
 	}
 }
+
+// TestPublisherWaitsForWork checks that the publisher watches nothing
+// before it has a summary to keep or delete (a cluster that invites no
+// source would watch every bound pod for nothing), and starts once it has.
+func TestPublisherWaitsForWork(t *testing.T) {
+	h := newHarness(t)
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	if h.p.waitForWork(ended) {
+		t.Fatal("work to do without an invitation")
+	}
+	done := make(chan bool)
+	go func() { done <- h.p.waitForWork(context.Background()) }()
+	h.p.Set("s1", invitation)
+	if !<-done {
+		t.Fatal("no work after an invitation")
+	}
+	h.p.Remove("s1")
+	if !h.p.waitForWork(ended) {
+		t.Error("no work with a summary to delete")
+	}
+}
