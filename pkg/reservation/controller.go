@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -886,19 +887,21 @@ func observe(p candidate.Placement) Observed {
 	return o
 }
 
-// writeElection records the election on the source pod. The patch carries
+// writeElection records the election on the source pod. The write carries
 // the resourceVersion the decision was based on, so two agents (or one agent
-// and a stale cache) can never both succeed.
+// and a stale cache) can never both succeed. It is a PUT of pods/status of
+// the cached pod with the annotation set: the API server takes the metadata
+// and status of pods/status (not the spec, which the cache trims) and, at
+// that resourceVersion, the cached pod is the stored one, so only the
+// annotation changes. Sent as protobuf, it costs the source API server
+// about half of what the merge patch it replaces did (a patch is applied to
+// the pod converted to JSON and back).
 func (c *Controller) writeElection(ctx context.Context, pod *corev1.Pod, e protocol.Election) error {
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
-		"resourceVersion": pod.ResourceVersion,
-		"annotations":     map[string]string{protocol.ElectionAnnotation: e.Encode()},
-	}})
-	if err != nil {
-		return err
-	}
-	// Patch updates a copy: pod stays the cached object the decision saw.
-	if err := c.Client.Patch(ctx, pod.DeepCopy(), client.RawPatch(types.MergePatchType, patch)); err != nil {
+	update := *pod // shallow: the cached pod stays the object the decision saw
+	update.Annotations = make(map[string]string, len(pod.Annotations)+1)
+	maps.Copy(update.Annotations, pod.Annotations)
+	update.Annotations[protocol.ElectionAnnotation] = e.Encode()
+	if _, err := c.Kube.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, &update, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("recording election %s on %s/%s: %w", e.Encode(), pod.Namespace, pod.Name, err)
 	}
 	c.elections.Store(pod.UID, writtenElection{value: e.Encode(), at: time.Now()})
