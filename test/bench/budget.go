@@ -157,19 +157,25 @@ func oversubscribed(cfg config, cpus int) string {
 	return ""
 }
 
+// budgetHead opens the table of each capped cluster's CPU: what it counts
+// (window says over which time and per which pods) and its header.
+func budgetHead(b *strings.Builder, cfg config, window string) {
+	fmt.Fprintf(b, "\nCPU budget: every cluster in a cgroup of its own (%s) with %g cores, the load generator uncapped; each cluster's CPU from its cgroup, %s. It hit its quota when throttled in ≥ %.0f %% of the 100 ms periods in which it had work: throughout (saturated) when it used ≥ %.0f %% of its quota over the run, else in bursts.\n\n",
+		cfg.CgroupVersion, cfg.CPUPerCluster, window, 100*hitQuotaFraction, 100*saturatedQuota)
+	if cfg.Oversubscribed != "" {
+		fmt.Fprintf(b, "**Warning:** %s.\n\n", cfg.Oversubscribed)
+	}
+	fmt.Fprintln(b, "| run | cluster | CPU s | CPU/pod | × baseline | quota used | throttled periods | throttled time | hit its quota |")
+	fmt.Fprintln(b, "|---|---|---|---|---|---|---|---|---|")
+}
+
 // budgetMarkdown is the table of each capped cluster's CPU in both runs.
 func (r *Report) budgetMarkdown(b *strings.Builder) {
 	f, base := r.Flotilla, r.Baseline
 	if f == nil || base == nil || len(f.Budget) == 0 || len(base.Budget) == 0 {
 		return
 	}
-	fmt.Fprintf(b, "\nCPU budget: every cluster in a cgroup of its own (%s) with %g cores, the load generator uncapped; each cluster's CPU from its cgroup, from the first create to the last pod Running. It hit its quota when throttled in ≥ %.0f %% of the 100 ms periods in which it had work: throughout (saturated) when it used ≥ %.0f %% of its quota over the run, else in bursts.\n\n",
-		r.Config.CgroupVersion, r.Config.CPUPerCluster, 100*hitQuotaFraction, 100*saturatedQuota)
-	if r.Config.Oversubscribed != "" {
-		fmt.Fprintf(b, "**Warning:** %s.\n\n", r.Config.Oversubscribed)
-	}
-	fmt.Fprintln(b, "| run | cluster | CPU s | CPU/pod | × baseline | quota used | throttled periods | throttled time | hit its quota |")
-	fmt.Fprintln(b, "|---|---|---|---|---|---|---|---|---|")
+	budgetHead(b, r.Config, "from the first create to the last pod Running")
 	baseline := base.Budget["base"].CPUPerPodMillis
 	line := func(run, name string, c ClusterBudget) { budgetLine(b, run, name, c, baseline) }
 	line("baseline", "base", base.Budget["base"])

@@ -692,13 +692,7 @@ func (r *MeshReport) meshBudgetMarkdown(b *strings.Builder, names []string) {
 	if len(base.Budget) == 0 || len(f.Budget) == 0 || len(alone.Budget) == 0 {
 		return
 	}
-	fmt.Fprintf(b, "\nCPU budget: every cluster in a cgroup of its own (%s) with %g cores, the load generator uncapped; each cluster's CPU from its cgroup, from the first create to the last pod Running of the run; CPU per pod is a mesh cluster's CPU ÷ its own P pods (it also served the others' candidates), the baseline's ÷ its N×P. It hit its quota when throttled in ≥ %.0f %% of the 100 ms periods in which it had work: throughout (saturated) when it used ≥ %.0f %% of its quota over the run, else in bursts.\n\n",
-		r.Config.CgroupVersion, r.Config.CPUPerCluster, 100*hitQuotaFraction, 100*saturatedQuota)
-	if r.Config.Oversubscribed != "" {
-		fmt.Fprintf(b, "**Warning:** %s.\n\n", r.Config.Oversubscribed)
-	}
-	fmt.Fprintln(b, "| run | cluster | CPU s | CPU/pod | × baseline | quota used | throttled periods | throttled time | hit its quota |")
-	fmt.Fprintln(b, "|---|---|---|---|---|---|---|---|---|")
+	budgetHead(b, r.Config, "from the first create to the last pod Running of the run; CPU per pod is a mesh cluster's CPU ÷ its own P pods (it also served the others' candidates), the baseline's ÷ its N×P")
 	baseline := base.Budget["base"].CPUPerPodMillis
 	budgetLine(b, "baseline", "base", base.Budget["base"], baseline)
 	for _, n := range names {
