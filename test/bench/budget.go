@@ -195,10 +195,7 @@ func (r *Report) budgetMarkdown(b *strings.Builder) {
 // budgetLine is one row of a budget table: what cluster name used in run,
 // its CPU per pod against baseline's (ms; 0: no ratio).
 func budgetLine(b *strings.Builder, run, name string, c ClusterBudget, baseline float64) {
-	ratio := "-"
-	if baseline > 0 {
-		ratio = fmt.Sprintf("%.2f×", c.CPUPerPodMillis/baseline)
-	}
+	ratio := ratioText(c.CPUPerPodMillis, max(baseline, 0))
 	hit := "no"
 	switch {
 	case c.HitQuota && c.Saturated:

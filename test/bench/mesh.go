@@ -718,23 +718,7 @@ func placedText(byNode map[string]int) string {
 			counts["own nodes"] += n
 		}
 	}
-	var keys []string
-	for k := range counts {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = fmt.Sprintf("%s %d", k, counts[k])
-	}
-	return strings.Join(parts, ", ")
-}
-
-func ratioText(a, b float64) string {
-	if b == 0 {
-		return "-"
-	}
-	return fmt.Sprintf("%.2f×", a/b)
+	return zoneText(counts)
 }
 
 func boolInt(b bool) int {
@@ -756,16 +740,7 @@ func eventsText(r *MeshRun) string {
 	if len(sum) == 0 || r.Pods == 0 {
 		return "none"
 	}
-	var reasons []string
-	for reason := range sum {
-		reasons = append(reasons, reason)
-	}
-	sort.Strings(reasons)
-	parts := make([]string, len(reasons))
-	for i, reason := range reasons {
-		parts[i] = fmt.Sprintf("%s %.2f", reason, float64(sum[reason])/float64(r.Pods))
-	}
-	return strings.Join(parts, ", ")
+	return keyedText(sum, func(n int) string { return fmt.Sprintf("%.2f", float64(n)/float64(r.Pods)) })
 }
 
 // goneBefore counts the deleted pods not in seen: deleted before they were

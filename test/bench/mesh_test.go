@@ -116,3 +116,19 @@ func TestMeshMarkdown(t *testing.T) {
 		t.Errorf("a mesh of 5 at 0.45 cores on 2 cores: %q", got)
 	}
 }
+
+func TestKeyedTexts(t *testing.T) {
+	if got := placedText(map[string]int{"flotilla-m2": 3, "n1": 2, "flotilla-m1": 1, "n2": 1}); got != "m1 1, m2 3, own nodes 3" {
+		t.Errorf("placedText: %q", got)
+	}
+	r := &MeshRun{Pods: 4, Clusters: map[string]*MeshCluster{
+		"m1": {EventsByReason: map[string]int{"Scheduled": 2, "FannedOut": 1}},
+		"m2": {EventsByReason: map[string]int{"Scheduled": 2}},
+	}}
+	if got := eventsText(r); got != "FannedOut 0.25, Scheduled 1.00" {
+		t.Errorf("eventsText: %q", got)
+	}
+	if got := eventsText(&MeshRun{Pods: 4}); got != "none" {
+		t.Errorf("eventsText of no Events: %q", got)
+	}
+}

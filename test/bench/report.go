@@ -43,11 +43,7 @@ func (r *Report) Markdown() string {
 	fmt.Fprintln(&b, "| figure | flotilla | baseline (kube-scheduler, one cluster) | ratio |")
 	fmt.Fprintln(&b, "|---|---|---|---|")
 	row := func(name string, fv, bv float64, unit string) {
-		ratio := "-"
-		if bv != 0 {
-			ratio = fmt.Sprintf("%.2f×", fv/bv)
-		}
-		fmt.Fprintf(&b, "| %s | %.1f %s | %.1f %s | %s |\n", name, fv, unit, bv, unit, ratio)
+		fmt.Fprintf(&b, "| %s | %.1f %s | %.1f %s | %s |\n", name, fv, unit, bv, unit, ratioText(fv, bv))
 	}
 	row("pods/s to bound", f.PodsPerSecondBound, base.PodsPerSecondBound, "")
 	row("pods/s to Running", f.PodsPerSecondRunning, base.PodsPerSecondRunning, "")
@@ -161,6 +157,14 @@ func objectWrites(r Requests) float64 {
 		}
 	}
 	return total
+}
+
+// ratioText is a ÷ b as "1.23×", "-" when b is 0.
+func ratioText(a, b float64) string {
+	if b == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f×", a/b)
 }
 
 func rateText(rate float64) string {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -222,16 +224,14 @@ func zoneCounts(r *Run, where map[string]place) map[string]int {
 	return out
 }
 
-// zoneText renders zone counts as "r1-a 34, r1-b 33, ..." in zone order.
-func zoneText(counts map[string]int) string {
-	var zones []string
-	for z := range counts {
-		zones = append(zones, z)
-	}
-	sort.Strings(zones)
-	parts := make([]string, len(zones))
-	for i, z := range zones {
-		parts[i] = fmt.Sprintf("%s %d", z, counts[z])
+// zoneText renders counts by name as "r1-a 34, r1-b 33, ..." in name order.
+func zoneText(counts map[string]int) string { return keyedText(counts, strconv.Itoa) }
+
+// keyedText renders values by name as "name value, ..." in name order.
+func keyedText[V any](values map[string]V, text func(V) string) string {
+	parts := make([]string, 0, len(values))
+	for _, k := range slices.Sorted(maps.Keys(values)) {
+		parts = append(parts, k+" "+text(values[k]))
 	}
 	return strings.Join(parts, ", ")
 }
