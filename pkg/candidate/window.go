@@ -41,6 +41,10 @@ func Eligible(source *corev1.Pod, sourceCluster string, targets []*target.Target
 			rest = append(rest, t)
 		}
 	}
+	if len(chosen) >= limit && !AllFailed(chosen, source.Namespace, name) {
+		// The pod's draw was made: no need to weigh the others.
+		return chosen
+	}
 	rest = rendezvous(string(source.UID), rest, prospect)
 	take := max(limit-len(chosen), 0)
 	for len(rest) > 0 {

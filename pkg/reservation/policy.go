@@ -228,6 +228,19 @@ func (c *Controller) prospects(p *plan) func(*target.Target) candidate.Prospect 
 	if c.MaxCandidates <= 0 || len(p.selected) <= c.MaxCandidates {
 		return nil
 	}
+	// Weighed on the first call only: a pod that holds its candidates
+	// already is not drawn again (candidate.Eligible).
+	var ps map[string]candidate.Prospect
+	return func(t *target.Target) candidate.Prospect {
+		if ps == nil {
+			ps = p.weigh()
+		}
+		return ps[t.Name]
+	}
+}
+
+// weigh is the prospect of each selected target (see prospects).
+func (p *plan) weigh() map[string]candidate.Prospect {
 	ps := make(map[string]candidate.Prospect, len(p.selected))
 	for _, t := range p.selected {
 		pr := candidate.Prospect{Room: -1}
@@ -244,7 +257,7 @@ func (c *Controller) prospects(p *plan) func(*target.Target) candidate.Prospect 
 		ps[t.Name] = pr
 	}
 	candidate.FillRoom(ps)
-	return func(t *target.Target) candidate.Prospect { return ps[t.Name] }
+	return ps
 }
 
 // ClusterOf is a target as placement sees it: its virtual node's labels
