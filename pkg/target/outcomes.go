@@ -94,6 +94,13 @@ func (o *outcomes) deleted(key string) { o.end(key, true) }
 // it; one deleted by someone else is only dropped.
 func (o *outcomes) seen(c *corev1.Pod) {
 	key := candidateKey(c.Namespace, c.Name)
+	o.mu.Lock()
+	_, waiting := o.byKey[key]
+	o.mu.Unlock()
+	if !waiting {
+		// Answered, or not sent by this agent: nothing to read.
+		return
+	}
 	switch {
 	case c.DeletionTimestamp != nil:
 		o.mu.Lock()
