@@ -49,4 +49,8 @@ const (
 	ReasonNamespacesPresent  = "NamespacesPresent"
 	ReasonApplyFailed        = "ApplyFailed"
 	ReasonPolicyPending      = "PolicyPending"
+	// ReasonSchedulerDisabled: this cluster's Flotilla release runs no
+	// scheduler (the chart's scheduler.enabled=false), so nothing here
+	// would schedule the candidates of an invitation or a self target.
+	ReasonSchedulerDisabled = "SchedulerDisabled"
 )

@@ -51,6 +51,7 @@ type options struct {
 	workers            int
 	vnodeWorkers       int
 	maxCands           int
+	schedulerEnabled   bool
 	electionTimeout    time.Duration
 	denyAfter          time.Duration
 	notReadyToleration int64
@@ -101,6 +102,7 @@ func (o *options) bind(fs *flag.FlagSet) {
 	fs.DurationVar(&o.electionTimeout, "election-timeout", time.Minute, "How long an elected candidate may stay unbound while its target answers before the source revokes it (deletes it unless it bound meanwhile) and elects another target; longer than the targets' Permit timeout. 0: never.")
 	fs.DurationVar(&o.denyAfter, "deny-after", 10*time.Second, "How long another target's candidate must have stood elected and unbound before the source denies the pod's other candidates, so that they hold no node in their targets; it lifts the denials if that election ends without binding. 0: never.")
 	fs.IntVar(&o.maxCands, "max-candidates", 2, "Targets that get a candidate of a pod at first (0: all). They are drawn by a hash of the pod's UID weighted by each target's room for the pod (its ClusterSummary), how fast and how often it found a node for this agent's candidates, and the placement policy's preferences; the set widens by this many while every target in it cannot run the pod.")
+	fs.BoolVar(&o.schedulerEnabled, "scheduler-enabled", true, "This cluster runs Flotilla's scheduler (the chart's scheduler.enabled), which schedules the candidates of invited sources and of a self target. false: the agent reports every invitation (Source, ClusterSource) and a self target as not Ready with reason SchedulerDisabled, since nothing here would schedule their candidates.")
 	fs.Float64Var(&o.kubeAPIQPS, "kube-api-qps", 200, "Sustained queries per second of the agent to each API server (its own and each target's).")
 	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", 400, "Burst of queries of the agent to each API server.")
 	o.kubelet.bind(fs)

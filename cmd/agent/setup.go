@@ -96,6 +96,7 @@ func setupPlacement(mgr manager.Manager, cfg *rest.Config, kube kubernetes.Inter
 		SourcePods:      sourcePods,
 		Recorder:        mgr.GetEventRecorder("flotilla-agent"),
 		VNodeWorkers:    opts.vnodeWorkers,
+		NoScheduler:     !opts.schedulerEnabled,
 		NotReadyAfter:   opts.notReadyAfter,
 		TokenRenewAfter: opts.tokenRenewAfter,
 		KubeletAddress:  kubeletAddress,
@@ -192,5 +193,6 @@ func setupInvitations(mgr manager.Manager, cfg *rest.Config, kube kubernetes.Int
 		TokenTTL:       opts.invitationTokenTTL,
 		Summaries:      summaries,
 		Recorder:       mgr.GetEventRecorder("flotilla-agent"),
+		NoScheduler:    !opts.schedulerEnabled,
 	}).SetupWithManager(mgr)
 }

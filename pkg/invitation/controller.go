@@ -77,6 +77,9 @@ type Controller struct {
 	// Summaries publishes each invitation's ClusterSummary.
 	Summaries *summary.Publisher
 	Recorder  events.EventRecorder
+	// NoScheduler: this cluster's release runs no Flotilla scheduler, so an
+	// invitation is granted but reported not Ready (SchedulerDisabled).
+	NoScheduler bool
 }
 
 // SetupWithManager registers the controllers of both kinds; a namespace
@@ -226,6 +229,13 @@ func (c *Controller) reconcile(ctx context.Context, req reconcile.Request, obj c
 		Quota:  quotaOf(inv.Spec.Quota),
 		Labels: map[string]string{InvitationLabel: inv.ID()},
 	})
+	if c.NoScheduler {
+		// Access stays granted, so that turning the scheduler on is all
+		// it takes; the source's candidates meanwhile wait unscheduled.
+		set(v1alpha1.SourceReady, false, v1alpha1.ReasonSchedulerDisabled,
+			fmt.Sprintf("%s may send candidates to %d namespaces, but this cluster's Flotilla release runs no scheduler (scheduler.enabled=false): they would stay Pending; enable it to run them", inv.Username(), len(covered)))
+		return c.report(ctx, obj, before, status)
+	}
 	set(v1alpha1.SourceReady, true, v1alpha1.ReasonAccessGranted,
 		fmt.Sprintf("%s may send candidates to %d namespaces", inv.Username(), len(covered)))
 	return c.report(ctx, obj, before, status)

@@ -97,6 +97,9 @@ type Controller struct {
 	// NotReadyAfter is how long a target's API must fail to answer before
 	// its virtual node turns NotReady; default 20s.
 	NotReadyAfter time.Duration
+	// NoScheduler: this cluster's release runs no Flotilla scheduler, so a
+	// self target is reported not Ready (SchedulerDisabled).
+	NoScheduler bool
 	// TokenRenewAfter is the share of a token's lifetime after which it is
 	// renewed; default 0.5.
 	TokenRenewAfter float64
@@ -311,6 +314,12 @@ func (c *Controller) connect(ctx context.Context, v view) (reconcile.Result, err
 		h = r.t.Probe(ctx)
 	}
 	h = slowNotGone(h, r.t.HeardWithin(c.NotReadyAfter))
+	if v.self && c.NoScheduler && h.Reachable && h.Authorized {
+		// The cluster answers, so its virtual node stays Ready; but no
+		// scheduler here would take the candidates.
+		h.Reason, h.Message = v1alpha1.ReasonSchedulerDisabled,
+			"This cluster's Flotilla release runs no scheduler (scheduler.enabled=false): candidates sent to it would stay Pending; enable it, or remove this self target"
+	}
 	h.apply(v, r.t.HasSynced())
 	r.t.setHealth(h, time.Now())
 	r.observeHealth(h, time.Now(), c.NotReadyAfter)

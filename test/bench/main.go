@@ -42,6 +42,14 @@ type config struct {
 	Timeout       time.Duration
 	AgentMemLimit string `json:"agentGOMEMLIMIT,omitempty"`
 	Profile       bool   `json:"-"`
+	// ProfileSeconds is how long the agent's CPU profile lasts (-profile).
+	ProfileSeconds int `json:"-"`
+	// SourceOnly: src's release runs no Flotilla scheduler, as a cluster
+	// that only sends its pods elsewhere would run it.
+	SourceOnly bool `json:"sourceOnly"`
+	// Idle is how long the home cluster is watched with nothing to do
+	// before the burst, for its fixed cost (0: not measured).
+	Idle time.Duration `json:"idle,omitempty"`
 	// Invite: every target runs an agent and invites the source through a
 	// ClusterSource; the source reaches it with the invited identity only.
 	Invite bool `json:"invite"`
@@ -87,6 +95,9 @@ func main() {
 	flag.StringVar(&cfg.AgentMemLimit, "agent-gomemlimit", "", "GOMEMLIMIT of the agent (e.g. 120MiB), as a chart sets it from the container's memory limit; empty: none.")
 	flag.BoolVar(&cfg.Invite, "invite", true, "Every target runs its own agent and invites the source (ClusterSource, least-privilege identity, ClusterSummary), as in production; false: the source uses admin kubeconfigs and targets run no agent.")
 	flag.BoolVar(&cfg.Profile, "profile", false, "Serve the agent's pprof and save its heap and a CPU profile of the Flotilla run (with -spread: the run under the policy) into -out.")
+	flag.BoolVar(&cfg.SourceOnly, "source-only", true, "src's release runs no Flotilla scheduler (the chart's scheduler.enabled=false), as a cluster that only sends its pods elsewhere would; false: it runs one, idle.")
+	flag.IntVar(&cfg.ProfileSeconds, "profile-seconds", 20, "With -profile: how long the agent's CPU profile lasts, from the first create (a whole run: its length or more).")
+	flag.DurationVar(&cfg.Idle, "idle", 0, "Before each run's first create, measure the home cluster's CPU by process for this long with nothing to do: its fixed cost, in cores (0: not measured).")
 	flag.BoolVar(&cfg.Spread, "spread", false, "Label the targets with regions and zones and place one ReplicaSet of -pods replicas with Flotilla twice, under a region-then-zone spread PlacementPolicy and without a policy (the baseline: the same ReplicaSet with topologySpreadConstraints); the JSON goes into <out>/spread.")
 	flag.StringVar(&cfg.SpreadWhen, "spread-when", v1alpha1.DoNotSchedule, "With -spread: the spread's whenUnsatisfiable, DoNotSchedule or ScheduleAnyway (the baseline's topologySpreadConstraints too).")
 	flag.Float64Var(&cfg.CPUPerCluster, "cpu-per-cluster", 0.45, "CPU quota, in cores, of the cgroup each cluster (every process of it: control plane, kwok, schedulers, agent) runs in, the baseline's too, as if each had its own cores; the load generator is not capped. Needs root and a cgroup cpu controller (v1 or v2). 0: no cgroups, every process shares the machine.")
@@ -259,7 +270,7 @@ func run(cfg config, keep, hold bool) (*Report, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(runs)*cfg.Timeout+10*time.Minute)
 	defer cancel()
-	opts := sandbox.Options{Clusters: []sandbox.ClusterSpec{{Name: "src", Nodes: []sandbox.NodeSpec{{}}}}}
+	opts := sandbox.Options{Clusters: []sandbox.ClusterSpec{{Name: "src", Nodes: []sandbox.NodeSpec{{}}, SourceOnly: cfg.SourceOnly}}}
 	// The baseline is plain kube-scheduler in one cluster: no Flotilla.
 	base := sandbox.ClusterSpec{Name: "base", WithoutRelease: true}
 	var where map[string]place
@@ -334,6 +345,10 @@ func run(cfg config, keep, hold bool) (*Report, error) {
 	if cfg.Spread {
 		baseShape = podShape{replicaSet: spreadWorkload, topologySpread: true}
 	}
+	baseIdle, err := idleCores(ctx, cfg, baseCluster, "", "")
+	if err != nil {
+		return nil, err
+	}
 	baseProfiled := startBaseAPIServerProfile(ctx, cfg)
 	report.Baseline, err = measure(ctx, cfg, s.Clusters, baseCluster, nil, baseShape, []process{{"scheduler", baseCluster.PIDs()[sandbox.Scheduler]}})
 	if err != nil {
@@ -342,6 +357,7 @@ func run(cfg config, keep, hold bool) (*Report, error) {
 	if err := baseProfiled(); err != nil {
 		return nil, err
 	}
+	report.Baseline.IdleCores = baseIdle
 	procs := []process{{"agent", agent.PID()}}
 	for _, t := range targets {
 		procs = append(procs, process{t.Name + " scheduler", t.PIDs()[sandbox.CandidateScheduler]})
@@ -350,6 +366,14 @@ func run(cfg config, keep, hold bool) (*Report, error) {
 		procs = append(procs, process{targets[i].Name + " agent", a.PID()})
 	}
 	if !cfg.Spread {
+		idleProfile := ""
+		if cfg.Profile {
+			idleProfile = cfg.profilePath("idle-cpu")
+		}
+		srcIdle, err := idleCores(ctx, cfg, src, pprofAddr, idleProfile)
+		if err != nil {
+			return nil, err
+		}
 		fmt.Fprintln(os.Stderr, "bench: flotilla run")
 		report.Flotilla, err = profiledRun(ctx, cfg, pprofAddr, func() (*Run, error) {
 			return measure(ctx, cfg, s.Clusters, src, targets, podShape{optIn: true}, procs)
@@ -357,6 +381,7 @@ func run(cfg config, keep, hold bool) (*Report, error) {
 		if err != nil {
 			return nil, fmt.Errorf("flotilla: %w", err)
 		}
+		report.Flotilla.IdleCores = srcIdle
 		return report, holdOn(ctx, report, s.Dir, hold)
 	}
 	// The same ReplicaSet twice, under the policy and without, one after
@@ -445,14 +470,16 @@ func invite(ctx context.Context, src *sandbox.Cluster, targets []*sandbox.Cluste
 }
 
 // profiledRun runs one Flotilla measurement; with -profile, it takes the
-// agent's CPU profile of its first 20 s, its heap at its peak and after
+// agent's CPU profile of its first -profile-seconds, its heap at its peak and after
 // it, and its live heap after the run.
 func profiledRun(ctx context.Context, cfg config, pprofAddr string, measureRun func() (*Run, error)) (*Run, error) {
 	var profiled, peaked chan error
 	stopPeak := func() {}
 	if cfg.Profile {
 		profiled = make(chan error, 1)
-		go func() { profiled <- saveProfile(ctx, pprofAddr, "profile?seconds=20", cfg.profilePath("cpu")) }()
+		go func() {
+			profiled <- saveProfile(ctx, pprofAddr, fmt.Sprintf("profile?seconds=%d", cfg.ProfileSeconds), cfg.profilePath("cpu"))
+		}()
 		peakCtx, cancel := context.WithCancel(ctx)
 		stopPeak = cancel
 		peaked = make(chan error, 1)

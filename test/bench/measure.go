@@ -59,6 +59,10 @@ type Run struct {
 	// CreateRetries counts the pod creates the API server failed and the
 	// bench retried (a webhook call that timed out in a saturated source).
 	CreateRetries int64 `json:"createRetries,omitempty"`
+	// IdleCores (with -idle) is the home cluster's CPU by kind of process,
+	// in cores, over a window before the run with nothing to place: what
+	// it costs whether pods come or not.
+	IdleCores map[string]float64 `json:"idleCores,omitempty"`
 	// AgentLiveHeapMiB is the agent's heap right after a collection at the
 	// end of the run (with -profile only).
 	AgentLiveHeapMiB float64 `json:"agentLiveHeapMiB,omitempty"`
@@ -365,6 +369,44 @@ func machineCPU(clusters []*sandbox.Cluster) cpuSample {
 		}
 	}
 	return s
+}
+
+// idleCores measures, with -idle, home's CPU by kind of process over
+// cfg.Idle with nothing to place, in cores. With profilePath set it also
+// takes the agent's CPU profile of that window from pprofAddr.
+func idleCores(ctx context.Context, cfg config, home *sandbox.Cluster, pprofAddr, profilePath string) (map[string]float64, error) {
+	if cfg.Idle <= 0 {
+		return nil, nil
+	}
+	seconds := int(cfg.Idle.Round(time.Second) / time.Second)
+	if seconds < 1 {
+		seconds = 1
+	}
+	fmt.Fprintf(os.Stderr, "bench: %s idle for %ds\n", home.Name, seconds)
+	profiled := make(chan error, 1)
+	if profilePath != "" {
+		go func() {
+			profiled <- saveProfile(ctx, pprofAddr, fmt.Sprintf("profile?seconds=%d", seconds), profilePath)
+		}()
+	} else {
+		profiled <- nil
+	}
+	before, start := machineCPU([]*sandbox.Cluster{home}), time.Now()
+	// The window is the measurement itself, not a wait for a condition.
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(time.Duration(seconds) * time.Second):
+	}
+	after, window := machineCPU([]*sandbox.Cluster{home}), time.Since(start).Seconds()
+	if err := <-profiled; err != nil {
+		return nil, err
+	}
+	cores := since(after.byClusterComponent[home.Name], before.byClusterComponent[home.Name])
+	for comp := range cores {
+		cores[comp] /= window
+	}
+	return cores, nil
 }
 
 // since returns end - start for every key of end.

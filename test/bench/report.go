@@ -32,6 +32,9 @@ func (r *Report) Markdown() string {
 	if r.Config.Invite {
 		access = "invited (ClusterSource per target)"
 	}
+	if r.Config.SourceOnly {
+		access += ", src without a flotilla-scheduler"
+	}
 	budgetText := "uncapped (every process shares the machine)"
 	if r.Config.CPUPerCluster > 0 {
 		budgetText = fmt.Sprintf("%g cores per cluster (%s)", r.Config.CPUPerCluster, r.Config.CgroupVersion)
@@ -97,6 +100,20 @@ func (r *Report) Markdown() string {
 	for _, comp := range homeComps {
 		fv, bv := 1000*f.HomeCPUByComponent[comp]/float64(f.Pods), 1000*base.HomeCPUByComponent[comp]/float64(base.Pods)
 		row("  of which "+comp, fv, bv, "ms")
+	}
+	var idleComps []string
+	for comp := range f.IdleCores {
+		idleComps = append(idleComps, comp)
+	}
+	for comp := range base.IdleCores {
+		if _, both := f.IdleCores[comp]; !both {
+			idleComps = append(idleComps, comp)
+		}
+	}
+	sort.Strings(idleComps)
+	for _, comp := range idleComps {
+		fv, bv := f.IdleCores[comp], base.IdleCores[comp]
+		fmt.Fprintf(&b, "| idle before the run: cores of %s | %.3f | %.3f | %s |\n", comp, fv, bv, ratioText(fv, bv))
 	}
 	busiest := ""
 	for _, n := range names {

@@ -407,12 +407,17 @@ func withPermitTimeout(config string, seconds int) string {
 	return strings.Replace(config, "permitTimeoutSeconds: 30", "permitTimeoutSeconds: "+strconv.Itoa(seconds), 1)
 }
 
-// releaseSet are the chart values of the release the cluster gets at start.
+// releaseSet are the chart values of the cluster's release, given on every
+// install and upgrade of it.
 func (c *Cluster) releaseSet() []string {
-	if c.spec.PermitTimeoutSeconds == 0 {
-		return nil
+	var set []string
+	if c.spec.PermitTimeoutSeconds != 0 {
+		set = append(set, "scheduler.permitTimeoutSeconds="+strconv.Itoa(c.spec.PermitTimeoutSeconds))
 	}
-	return []string{"scheduler.permitTimeoutSeconds=" + strconv.Itoa(c.spec.PermitTimeoutSeconds)}
+	if c.spec.SourceOnly {
+		set = append(set, "scheduler.enabled=false")
+	}
+	return set
 }
 
 // PlainSchedulerConfig is the scheduler of a cluster whose Flotilla release

@@ -90,7 +90,10 @@ func (c *Cluster) InstallRelease(ctx context.Context, opts ReleaseOptions) (*Rel
 		// The Deployments' pods wait: their processes run here instead.
 		"agent.nodeSelector.flotilla\\.dev/sandbox=runs-as-process",
 		"scheduler.nodeSelector.flotilla\\.dev/sandbox=runs-as-process",
-	}, opts.Set...)
+	}, c.releaseSet()...)
+	// The cluster's own values on every install and upgrade (helm does not
+	// keep earlier --set values), then the caller's.
+	set = append(set, opts.Set...)
 	if _, err := c.Helm(ctx, append([]string{"upgrade", "--install", opts.Name, ChartDir(), "-n", ReleaseNamespace, "--create-namespace", "--wait=false"}, setArgs(set)...)...); err != nil {
 		return nil, err
 	}

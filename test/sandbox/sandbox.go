@@ -44,6 +44,10 @@ type ClusterSpec struct {
 	// (CandidateScheduler) schedules candidates under the chart's
 	// ServiceAccount; StartAgent adds the release's agent.
 	WithoutRelease bool
+	// SourceOnly installs the release without its scheduler (the chart's
+	// scheduler.enabled=false), as a cluster that only sends its pods
+	// elsewhere would run it; the cluster's own scheduler still runs.
+	SourceOnly bool
 	// PermitTimeoutSeconds, when set, is how long a reserved candidate
 	// waits in Permit in this cluster (the chart's
 	// scheduler.permitTimeoutSeconds, or the flotilla profile of the
@@ -200,7 +204,7 @@ func (c *Cluster) settle(ctx context.Context) error {
 		return err
 	}
 	if !c.spec.WithoutScheduler && !c.spec.WithoutRelease {
-		if _, err := c.InstallRelease(ctx, ReleaseOptions{Scheduler: true, WithoutAgent: true, Set: c.releaseSet()}); err != nil {
+		if _, err := c.InstallRelease(ctx, ReleaseOptions{Scheduler: !c.spec.SourceOnly, WithoutAgent: true}); err != nil {
 			return fmt.Errorf("installing Flotilla's release: %w", err)
 		}
 	}
