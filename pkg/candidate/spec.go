@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,11 +25,48 @@ func OriginalSpec(source *corev1.Pod) (*corev1.PodSpec, error) {
 	if !ok || raw == "" {
 		return nil, errors.New("source pod has no saved spec; was it admitted by the Flotilla webhook?")
 	}
-	var spec corev1.PodSpec
-	if err := json.Unmarshal([]byte(raw), &spec); err != nil {
+	spec, err := decoded.get(raw)
+	if err != nil {
 		return nil, fmt.Errorf("saved spec of the source pod is not a valid pod spec: %w", err)
 	}
-	return &spec, nil
+	return spec, nil
+}
+
+// decoded holds saved specs already decoded. The pods of a workload carry
+// one saved spec (one string, which the agent's cache shares between them),
+// so a burst of them decodes it once instead of once a pod and a target.
+var decoded = specCache{max: 128}
+
+// specCache maps saved specs to their decoded value; it starts over when
+// full, which only costs decoding again.
+type specCache struct {
+	mu  sync.Mutex
+	m   map[string]*corev1.PodSpec
+	max int
+}
+
+// get returns a copy of raw decoded, which the caller may change.
+func (c *specCache) get(raw string) (*corev1.PodSpec, error) {
+	c.mu.Lock()
+	spec, ok := c.m[raw]
+	c.mu.Unlock()
+	if ok {
+		return spec.DeepCopy(), nil
+	}
+	spec = &corev1.PodSpec{}
+	if err := json.Unmarshal([]byte(raw), spec); err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	if len(c.m) >= c.max {
+		c.m = nil
+	}
+	if c.m == nil {
+		c.m = make(map[string]*corev1.PodSpec, c.max)
+	}
+	c.m[raw] = spec
+	c.mu.Unlock()
+	return spec.DeepCopy(), nil
 }
 
 // Build returns the candidate of a source pod for one target. The candidate

@@ -99,3 +99,41 @@ func TestBuildRefusesBadSavedSpec(t *testing.T) {
 		t.Error("missing saved spec accepted")
 	}
 }
+
+// TestOriginalSpecIsTheCallers: the pods of a workload share one saved
+// spec, decoded once; each caller gets a spec of its own to change.
+func TestOriginalSpecIsTheCallers(t *testing.T) {
+	a, b := sourcePod(t), sourcePod(t)
+	first, err := OriginalSpec(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.Containers[0].Image = "changed"
+	first.Tolerations = nil
+	if _, err := Build(a, "c1", "c2", "shop", false); err != nil {
+		t.Fatal(err)
+	}
+	second, err := OriginalSpec(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.Containers[0].Image != "app:1" || len(second.Tolerations) != 2 || second.NodeName != "should-go" {
+		t.Errorf("a caller's change reached another caller: %+v", second)
+	}
+	bad := sourcePod(t)
+	bad.Annotations[protocol.SourceSpecAnnotation] = `{"containers": 1}`
+	if _, err := OriginalSpec(bad); err == nil {
+		t.Error("a malformed saved spec decoded")
+	}
+}
+
+// BenchmarkBuild builds the candidates of a burst of one workload's pods.
+func BenchmarkBuild(b *testing.B) {
+	t := &testing.T{}
+	src := sourcePod(t)
+	for b.Loop() {
+		if _, err := Build(src, "c1", "c2", "shop", false); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
