@@ -177,10 +177,13 @@ func (c config) profilePath(kind string) string {
 	return filepath.Join(dir, fmt.Sprintf("k%d-m%d-p%d-r%g-c%d-agent-%s.pprof", c.Targets, c.Nodes, c.Pods, c.Rate, c.MaxCandidates, kind))
 }
 
-// savePeakHeap samples the agent's heap every second until ctx is done and
-// keeps, in path, the heap profile taken when the heap in use was largest:
-// the profile after the run shows what stays, this one what a burst adds.
-func savePeakHeap(ctx context.Context, addr, path string) error {
+// savePeakHeap reads the agent's heap in use every second from its metrics
+// at metricsAddr until ctx is done, and keeps in path the heap profile
+// (from addr) taken when it was largest, give or take 5 %: the profile
+// after the run shows what stays, this one what a burst adds. The metric
+// is cheap to serve; a heap profile costs the agent CPU to write, so one
+// is taken only when the heap has grown.
+func savePeakHeap(ctx context.Context, addr, metricsAddr, path string) error {
 	var peak uint64
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
@@ -190,8 +193,8 @@ func savePeakHeap(ctx context.Context, addr, path string) error {
 			return nil
 		case <-tick.C:
 		}
-		inuse, err := memStat(ctx, addr, "HeapInuse")
-		if err != nil || inuse <= peak {
+		inuse, err := heapInuse(ctx, metricsAddr)
+		if err != nil || inuse <= peak+peak/20 {
 			continue // the run ending closes the agent's connections too
 		}
 		peak = inuse
@@ -199,6 +202,31 @@ func savePeakHeap(ctx context.Context, addr, path string) error {
 			return err
 		}
 	}
+}
+
+// heapInuse reads go_memstats_heap_inuse_bytes from the Prometheus metrics
+// at addr.
+func heapInuse(ctx context.Context, addr string) (uint64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.Lines(string(body)) {
+		if v, ok := strings.CutPrefix(line, "go_memstats_heap_inuse_bytes "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return uint64(f), err
+		}
+	}
+	return 0, fmt.Errorf("no go_memstats_heap_inuse_bytes in the metrics of %s", addr)
 }
 
 // memStat reads one of the runtime statistics (runtime.MemStats) printed at
@@ -375,7 +403,7 @@ func run(cfg config, keep, hold bool) (*Report, error) {
 			return nil, err
 		}
 		fmt.Fprintln(os.Stderr, "bench: flotilla run")
-		report.Flotilla, err = profiledRun(ctx, cfg, pprofAddr, func() (*Run, error) {
+		report.Flotilla, err = profiledRun(ctx, cfg, pprofAddr, agent.MetricsAddr, func() (*Run, error) {
 			return measure(ctx, cfg, s.Clusters, src, targets, podShape{optIn: true}, procs)
 		})
 		if err != nil {
@@ -392,7 +420,7 @@ func run(cfg config, keep, hold bool) (*Report, error) {
 		if err := createSpreadPolicy(ctx, cfg, src); err != nil {
 			return err
 		}
-		r, err := profiledRun(ctx, cfg, pprofAddr, func() (*Run, error) {
+		r, err := profiledRun(ctx, cfg, pprofAddr, agent.MetricsAddr, func() (*Run, error) {
 			return measure(ctx, cfg, s.Clusters, src, targets, podShape{optIn: true, replicaSet: spreadWorkload}, procs)
 		})
 		if err != nil {
@@ -472,7 +500,7 @@ func invite(ctx context.Context, src *sandbox.Cluster, targets []*sandbox.Cluste
 // profiledRun runs one Flotilla measurement; with -profile, it takes the
 // agent's CPU profile of its first -profile-seconds, its heap at its peak and after
 // it, and its live heap after the run.
-func profiledRun(ctx context.Context, cfg config, pprofAddr string, measureRun func() (*Run, error)) (*Run, error) {
+func profiledRun(ctx context.Context, cfg config, pprofAddr, metricsAddr string, measureRun func() (*Run, error)) (*Run, error) {
 	var profiled, peaked chan error
 	stopPeak := func() {}
 	if cfg.Profile {
@@ -483,7 +511,7 @@ func profiledRun(ctx context.Context, cfg config, pprofAddr string, measureRun f
 		peakCtx, cancel := context.WithCancel(ctx)
 		stopPeak = cancel
 		peaked = make(chan error, 1)
-		go func() { peaked <- savePeakHeap(peakCtx, pprofAddr, cfg.profilePath("heap-peak")) }()
+		go func() { peaked <- savePeakHeap(peakCtx, pprofAddr, metricsAddr, cfg.profilePath("heap-peak")) }()
 	}
 	apiProfiled := startAPIServerProfile(ctx, cfg)
 	run, err := measureRun()
