@@ -13,11 +13,10 @@ import (
 	_ "k8s.io/component-base/logs/json/register"
 	_ "k8s.io/component-base/metrics/prometheus/clientgo"
 	_ "k8s.io/component-base/metrics/prometheus/version"
-	"k8s.io/kubernetes/cmd/kube-scheduler/app"
 )
 
 func main() {
-	command := app.NewSchedulerCommand(plugins()...)
+	command := newCommand(plugins()...)
 	serveDebugState(command)
 	os.Exit(cli.Run(command))
 }

@@ -71,6 +71,19 @@ func TestPlacement(t *testing.T) {
 		t.Logf("placement: %v", perCluster)
 		for _, c := range s.Clusters {
 			checkNoOvercommit(t, c.Client())
+			// The candidates c1 did not elect were deleted while they
+			// waited in Permit: their scheduler says nothing about them.
+			evs, err := c.Client().CoreV1().Events(placementNS).List(ctx, metav1.ListOptions{FieldSelector: "reason=FailedScheduling"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, ev := range evs.Items {
+				// The framework's word for a waiting pod deleted, and the
+				// plugin's for its candidate.
+				if strings.HasSuffix(ev.Message, " removed.") || strings.Contains(ev.Message, "candidate deleted") {
+					t.Errorf("%s: FailedScheduling on %s, deleted by its source while it waited: %q", c.Name, ev.InvolvedObject.Name, ev.Message)
+				}
+			}
 		}
 	})
 
