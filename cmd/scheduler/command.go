@@ -36,14 +36,7 @@ func newCommand(registryOptions ...app.Option) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return run(cmd, opts, registryOptions...)
 		},
-		Args: func(cmd *cobra.Command, args []string) error {
-			for _, arg := range args {
-				if len(arg) > 0 {
-					return fmt.Errorf("%q does not take any arguments, got %q", cmd.CommandPath(), args)
-				}
-			}
-			return nil
-		},
+		Args: cobra.NoArgs,
 	}
 	nfs := opts.Flags
 	verflag.AddFlags(nfs.FlagSet("global"))

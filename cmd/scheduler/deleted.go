@@ -4,7 +4,9 @@ import (
 	"context"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler"
@@ -28,8 +30,7 @@ func quietOnDeleted(sched *scheduler.Scheduler) {
 	sched.FailureHandler = func(ctx context.Context, f framework.Framework, podInfo *framework.QueuedPodInfo, status *fwk.Status, nominatingInfo *fwk.NominatingInfo, start time.Time) {
 		pod := podInfo.Pod
 		cached, err := f.SharedInformerFactory().Core().V1().Pods().Lister().Pods(pod.Namespace).Get(pod.Name)
-		gone := apierrors.IsNotFound(err) || (err == nil && cached.UID == pod.UID && cached.DeletionTimestamp != nil)
-		if !gone {
+		if !deleted(pod.UID, cached, err) {
 			report(ctx, f, podInfo, status, nominatingInfo, start)
 			return
 		}
@@ -45,4 +46,15 @@ func quietOnDeleted(sched *scheduler.Scheduler) {
 		sched.SchedulingQueue.AddNominatedPod(klog.FromContext(ctx), podInfo.PodInfo, nominatingInfo)
 		klog.FromContext(ctx).V(3).Info("Pod deleted while it was being scheduled; nothing to report on it", "pod", klog.KObj(pod), "status", status.Message())
 	}
+}
+
+// deleted reports whether the pod uid is gone or going, as the scheduler's
+// cache shows it: cached and err are its lister's answer for the pod's name.
+// Another pod of the same name is not the one that failed, but it is not
+// gone either: the failure is reported as kube-scheduler would.
+func deleted(uid types.UID, cached *corev1.Pod, err error) bool {
+	if apierrors.IsNotFound(err) {
+		return true
+	}
+	return err == nil && cached.UID == uid && cached.DeletionTimestamp != nil
 }
