@@ -207,50 +207,46 @@ func savePeakHeap(ctx context.Context, addr, metricsAddr, path string) error {
 // heapInuse reads go_memstats_heap_inuse_bytes from the Prometheus metrics
 // at addr.
 func heapInuse(ctx context.Context, addr string) (uint64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+	v, err := valueAfter(ctx, "http://"+addr+"/metrics", "go_memstats_heap_inuse_bytes ")
 	if err != nil {
 		return 0, err
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = resp.Body.Close() }()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return 0, err
-	}
-	for line := range strings.Lines(string(body)) {
-		if v, ok := strings.CutPrefix(line, "go_memstats_heap_inuse_bytes "); ok {
-			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			return uint64(f), err
-		}
-	}
-	return 0, fmt.Errorf("no go_memstats_heap_inuse_bytes in the metrics of %s", addr)
+	f, err := strconv.ParseFloat(v, 64)
+	return uint64(f), err
 }
 
 // memStat reads one of the runtime statistics (runtime.MemStats) printed at
 // the end of the agent's text heap profile.
 func memStat(ctx context.Context, addr, stat string) (uint64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/debug/pprof/heap?debug=1", nil)
+	v, err := valueAfter(ctx, "http://"+addr+"/debug/pprof/heap?debug=1", "# "+stat+" = ")
 	if err != nil {
 		return 0, err
 	}
+	return strconv.ParseUint(v, 10, 64)
+}
+
+// valueAfter fetches url and returns the rest of its first line that
+// starts with prefix.
+func valueAfter(ctx context.Context, url, prefix string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return "", err
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return 0, err
+		return "", err
 	}
 	defer func() { _ = resp.Body.Close() }()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return 0, err
+		return "", err
 	}
 	for line := range strings.Lines(string(body)) {
-		if v, ok := strings.CutPrefix(line, "# "+stat+" = "); ok {
-			return strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+		if v, ok := strings.CutPrefix(line, prefix); ok {
+			return strings.TrimSpace(v), nil
 		}
 	}
-	return 0, fmt.Errorf("no %s in the heap profile of %s", stat, addr)
+	return "", fmt.Errorf("no %q in %s", strings.TrimSpace(prefix), url)
 }
 
 // saveProfile fetches /debug/pprof/<what> from addr into path.
