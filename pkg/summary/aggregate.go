@@ -34,25 +34,33 @@ const (
 // containers'. Overhead is included.
 var requestOptions = resourcehelper.PodResourcesOptions{UseStatusResources: true}
 
-// amounts are a node's cpu (millicores), memory (bytes) and pods.
-type amounts struct {
+// Amounts are cpu (millicores), memory (bytes) and pods, as a node offers
+// them (AllocatableOf) or a pod takes them (RequestsOf).
+type Amounts struct {
 	cpu, memory, pods int64
 }
 
-func (a amounts) plus(b amounts) amounts {
-	return amounts{cpu: addSat(a.cpu, b.cpu), memory: addSat(a.memory, b.memory), pods: addSat(a.pods, b.pods)}
+// Plus is a+b, saturating.
+func (a Amounts) Plus(b Amounts) Amounts {
+	return Amounts{cpu: addSat(a.cpu, b.cpu), memory: addSat(a.memory, b.memory), pods: addSat(a.pods, b.pods)}
 }
 
-// less is a-b, never below zero.
-func (a amounts) less(b amounts) amounts {
-	return amounts{cpu: subFloor(a.cpu, b.cpu), memory: subFloor(a.memory, b.memory), pods: subFloor(a.pods, b.pods)}
+// Less is a-b, never below zero.
+func (a Amounts) Less(b Amounts) Amounts {
+	return Amounts{cpu: subFloor(a.cpu, b.cpu), memory: subFloor(a.memory, b.memory), pods: subFloor(a.pods, b.pods)}
 }
 
-func (a amounts) max(b amounts) amounts {
-	return amounts{cpu: max(a.cpu, b.cpu), memory: max(a.memory, b.memory), pods: max(a.pods, b.pods)}
+// Covers reports whether a holds b in every resource.
+func (a Amounts) Covers(b Amounts) bool {
+	return a.cpu >= b.cpu && a.memory >= b.memory && a.pods >= b.pods
 }
 
-func (a amounts) list() corev1.ResourceList {
+// Max is the larger of a and b in each resource.
+func (a Amounts) Max(b Amounts) Amounts {
+	return Amounts{cpu: max(a.cpu, b.cpu), memory: max(a.memory, b.memory), pods: max(a.pods, b.pods)}
+}
+
+func (a Amounts) list() corev1.ResourceList {
 	return corev1.ResourceList{
 		corev1.ResourceCPU:    *resource.NewMilliQuantity(a.cpu, resource.DecimalSI),
 		corev1.ResourceMemory: *resource.NewQuantity(a.memory, resource.BinarySI),
@@ -80,8 +88,8 @@ func nonNegative(v int64) int64 { return max(v, 0) }
 
 type countedNode struct {
 	labels      map[string]string
-	allocatable amounts
-	requested   amounts
+	allocatable Amounts
+	requested   Amounts
 }
 
 // Aggregate computes the capacity part of a summary (every field but
@@ -116,7 +124,7 @@ type countedNode struct {
 //
 // With no counted node, the summary is zero and its lists empty.
 func Aggregate(nodes []*corev1.Node, pods []*corev1.Pod, topologyKeys []string) v1alpha1.ClusterSummaryStatus {
-	usages := make([]*podUsage, 0, len(pods))
+	usages := make([]*PodUsage, 0, len(pods))
 	for _, pod := range pods {
 		if pod != nil && pod.Spec.NodeName != "" && !ended(pod) {
 			usages = append(usages, usageOf(pod))
@@ -126,7 +134,7 @@ func Aggregate(nodes []*corev1.Node, pods []*corev1.Pod, topologyKeys []string) 
 }
 
 // aggregate is Aggregate over the pods as the publisher's cache keeps them.
-func aggregate(nodes []*corev1.Node, pods []*podUsage, topologyKeys []string) v1alpha1.ClusterSummaryStatus {
+func aggregate(nodes []*corev1.Node, pods []*PodUsage, topologyKeys []string) v1alpha1.ClusterSummaryStatus {
 	counted := make(map[string]*countedNode, len(nodes))
 	for _, node := range nodes {
 		if node == nil || !schedulable(node) {
@@ -135,7 +143,7 @@ func aggregate(nodes []*corev1.Node, pods []*podUsage, topologyKeys []string) v1
 		if _, dup := counted[node.Name]; dup {
 			continue
 		}
-		counted[node.Name] = &countedNode{labels: node.Labels, allocatable: allocatableOf(node)}
+		counted[node.Name] = &countedNode{labels: node.Labels, allocatable: AllocatableOf(node)}
 	}
 	var status v1alpha1.ClusterSummaryStatus
 	if len(counted) == 0 {
@@ -146,7 +154,7 @@ func aggregate(nodes []*corev1.Node, pods []*podUsage, topologyKeys []string) v1
 			continue
 		}
 		if n := counted[pod.nodeName]; n != nil {
-			n.requested = n.requested.plus(pod.requested)
+			n.requested = n.requested.Plus(pod.requested)
 		}
 	}
 
@@ -155,13 +163,13 @@ func aggregate(nodes []*corev1.Node, pods []*podUsage, topologyKeys []string) v1
 		names = append(names, name)
 	}
 	sort.Strings(names)
-	var allocatable, free, largest amounts
+	var allocatable, free, largest Amounts
 	for _, name := range names {
 		n := counted[name]
-		allocatable = allocatable.plus(n.allocatable)
+		allocatable = allocatable.Plus(n.allocatable)
 		f := n.free()
-		free = free.plus(f)
-		largest = largest.max(f)
+		free = free.Plus(f)
+		largest = largest.Max(f)
 	}
 	status.Nodes = int32(min(len(counted), math.MaxInt32))
 	status.Allocatable = allocatable.list()
@@ -172,10 +180,10 @@ func aggregate(nodes []*corev1.Node, pods []*podUsage, topologyKeys []string) v1
 	return status
 }
 
-func (n *countedNode) free() amounts { return n.allocatable.less(n.requested) }
+func (n *countedNode) free() Amounts { return n.allocatable.Less(n.requested) }
 
 func schedulable(node *corev1.Node) bool {
-	if node.Spec.Unschedulable || node.Labels[virtualNodeLabel] == virtualNodeValue {
+	if node.Spec.Unschedulable || IsVirtual(node) {
 		return false
 	}
 	for _, t := range node.Spec.Taints {
@@ -191,23 +199,31 @@ func schedulable(node *corev1.Node) bool {
 	return false
 }
 
+// IsVirtual reports whether node is a virtual-kubelet node (label
+// type=virtual-kubelet), which stands for capacity elsewhere.
+func IsVirtual(node *corev1.Node) bool {
+	return node.Labels[virtualNodeLabel] == virtualNodeValue
+}
+
 func ended(pod *corev1.Pod) bool {
 	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
 }
 
-func allocatableOf(node *corev1.Node) amounts {
+// AllocatableOf is what a node offers its pods: its allocatable cpu,
+// memory and pods.
+func AllocatableOf(node *corev1.Node) Amounts {
 	a := node.Status.Allocatable
-	return amounts{
+	return Amounts{
 		cpu:    nonNegative(a.Cpu().MilliValue()),
 		memory: nonNegative(a.Memory().Value()),
 		pods:   nonNegative(a.Pods().Value()),
 	}
 }
 
-// requestsOf is what a pod takes of its node; a pod always takes one pod.
-func requestsOf(pod *corev1.Pod) amounts {
+// RequestsOf is what a pod takes of its node; a pod always takes one pod.
+func RequestsOf(pod *corev1.Pod) Amounts {
 	r := resourcehelper.PodRequests(pod, requestOptions)
-	return amounts{
+	return Amounts{
 		cpu:    nonNegative(r.Cpu().MilliValue()),
 		memory: nonNegative(r.Memory().Value()),
 		pods:   1,
@@ -271,7 +287,7 @@ func topology(counted map[string]*countedNode, names []string, keys []string) []
 		}
 		type domain struct {
 			nodes int32
-			free  amounts
+			free  Amounts
 		}
 		domains := make(map[string]*domain)
 		for _, name := range names {
@@ -286,7 +302,7 @@ func topology(counted map[string]*countedNode, names []string, keys []string) []
 				domains[value] = d
 			}
 			d.nodes++
-			d.free = d.free.plus(n.free())
+			d.free = d.free.Plus(n.free())
 		}
 		if len(domains) == 0 || len(domains) > MaxTopologyValues {
 			continue

@@ -19,7 +19,7 @@
 // it for every pod would either change what placement sees or start a second,
 // untrimmed informer over all pods. The publisher's pod informer lists only
 // bound pods that have not ended (a field selector) and keeps of each, in place of the
-// pod, a podUsage: its key, node and effective requests, about 150 bytes
+// pod, a PodUsage: its key, node and effective requests, about 150 bytes
 // where a decoded pod takes kilobytes. Of a node it keeps the labels,
 // schedulability, readiness and allocatable cpu, memory and pods (trim.go).
 package summary

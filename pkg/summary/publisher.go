@@ -113,8 +113,8 @@ func NewPublisher(kube kubernetes.Interface, c client.Client, interval time.Dura
 	p.pods = coreinformers.NewFilteredPodInformer(kube, metav1.NamespaceAll, 0, cache.Indexers{},
 		func(o *metav1.ListOptions) { o.FieldSelector = boundPods })
 	// Neither informer has started: setting a transform cannot fail.
-	_ = p.nodes.SetTransform(trimNode)
-	_ = p.pods.SetTransform(trimPod)
+	_ = p.nodes.SetTransform(TrimNode)
+	_ = p.pods.SetTransform(TrimPod)
 	p.nodeStore, p.podStore = p.nodes.GetStore(), p.pods.GetStore()
 	_, _ = p.nodes.AddEventHandler(p.handler(nodeChanged))
 	_, _ = p.pods.AddEventHandler(p.handler(podChanged))
@@ -344,9 +344,9 @@ func (p *Publisher) recompute() {
 		}
 	}
 	podObjs := p.podStore.List()
-	pods := make([]*podUsage, 0, len(podObjs))
+	pods := make([]*PodUsage, 0, len(podObjs))
 	for _, obj := range podObjs {
-		if pod, ok := obj.(*podUsage); ok {
+		if pod, ok := obj.(*PodUsage); ok {
 			pods = append(pods, pod)
 		}
 	}

@@ -13,42 +13,54 @@ import (
 // TransformFuncs: they may be given an object they already trimmed (and
 // return it unchanged), and pass anything else through.
 
-// podUsage is all the publisher's cache keeps of a pod, in place of the pod:
+// PodUsage is all the publisher's cache keeps of a pod, in place of the pod:
 // its key and version, its node and what it takes there. A decoded pod
 // weighs kilobytes even when trimmed (a corev1.Pod is over a kilobyte of
-// empty fields); a podUsage, a few dozen bytes and its strings.
-type podUsage struct {
+// empty fields); a PodUsage, a few dozen bytes and its strings.
+type PodUsage struct {
 	namespace, name string
 	// resourceVersion tells the informer an update from a resync.
 	resourceVersion string
 	nodeName        string
 	// requested is the pod's requests as kube-scheduler counts them
-	// (requestsOf): overhead, init containers, sidecars, pod-level requests
+	// (RequestsOf): overhead, init containers, sidecars, pod-level requests
 	// and in-place resizes folded in.
-	requested amounts
+	requested Amounts
 	// ended: the pod succeeded or failed and holds nothing.
 	ended bool
 }
 
 // GetObjectMeta gives the informer the key and version it stores the usage
 // under.
-func (u *podUsage) GetObjectMeta() metav1.Object {
+func (u *PodUsage) GetObjectMeta() metav1.Object {
 	return &metav1.ObjectMeta{Namespace: u.namespace, Name: u.name, ResourceVersion: u.resourceVersion}
 }
 
-func usageOf(pod *corev1.Pod) *podUsage {
-	return &podUsage{
+// Node is the node the pod is bound to; empty while it is not.
+func (u *PodUsage) Node() string { return u.nodeName }
+
+// Namespace is the pod's namespace.
+func (u *PodUsage) Namespace() string { return u.namespace }
+
+// Requested is what the pod takes of its node (RequestsOf).
+func (u *PodUsage) Requested() Amounts { return u.requested }
+
+// Ended reports whether the pod succeeded or failed: it holds nothing.
+func (u *PodUsage) Ended() bool { return u.ended }
+
+func usageOf(pod *corev1.Pod) *PodUsage {
+	return &PodUsage{
 		namespace:       pod.Namespace,
 		name:            pod.Name,
 		resourceVersion: pod.ResourceVersion,
 		nodeName:        pod.Spec.NodeName,
-		requested:       requestsOf(pod),
+		requested:       RequestsOf(pod),
 		ended:           ended(pod),
 	}
 }
 
-// trimPod turns a pod into its podUsage.
-func trimPod(obj any) (any, error) {
+// TrimPod turns a pod into its PodUsage, as an informer's transform.
+func TrimPod(obj any) (any, error) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
 		return obj, nil
@@ -59,11 +71,11 @@ func trimPod(obj any) (any, error) {
 	return u, nil
 }
 
-// trimNode keeps a node's name, labels, cordon, the taints that keep pods
+// TrimNode keeps a node's name, labels, cordon, the taints that keep pods
 // off (NoSchedule and NoExecute), its Ready condition (without the times
 // that change at every heartbeat) and its allocatable cpu, memory and pods.
 // Nodes are few: they stay *corev1.Node.
-func trimNode(obj any) (any, error) {
+func TrimNode(obj any) (any, error) {
 	node, ok := obj.(*corev1.Node)
 	if !ok {
 		return obj, nil
@@ -102,8 +114,8 @@ func trimNode(obj any) (any, error) {
 // podChanged reports whether an update of a pod changes what Aggregate
 // sees: most pod updates (conditions, IPs, container states) do not.
 func podChanged(oldObj, newObj any) bool {
-	o, ok1 := oldObj.(*podUsage)
-	n, ok2 := newObj.(*podUsage)
+	o, ok1 := oldObj.(*PodUsage)
+	n, ok2 := newObj.(*PodUsage)
 	if !ok1 || !ok2 {
 		return true
 	}

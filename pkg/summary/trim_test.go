@@ -11,18 +11,18 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-func trimmedPod(t *testing.T, p *corev1.Pod) *podUsage {
+func trimmedPod(t *testing.T, p *corev1.Pod) *PodUsage {
 	t.Helper()
-	out, err := trimPod(p.DeepCopy())
+	out, err := TrimPod(p.DeepCopy())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return out.(*podUsage)
+	return out.(*PodUsage)
 }
 
 func trimmedNode(t *testing.T, n *corev1.Node) *corev1.Node {
 	t.Helper()
-	out, err := trimNode(n.DeepCopy())
+	out, err := TrimNode(n.DeepCopy())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,33 +47,33 @@ func TestTrimPod(t *testing.T) {
 	tests := []struct {
 		name string
 		pod  *corev1.Pod
-		want amounts
+		want Amounts
 	}{
-		{"plain", pod("n1", "1", "1Gi"), amounts{cpu: 1000, memory: 1 << 30, pods: 1}},
-		{"best effort", pod("n1", "", ""), amounts{pods: 1}},
-		{"init and overhead", pod("n1", "1", "1Gi", withInit("2", "512Mi", false), withOverhead("50m", "64Mi")), amounts{cpu: 2050, memory: (1024 + 64) << 20, pods: 1}},
-		{"sidecar", pod("n1", "1", "1Gi", withInit("250m", "128Mi", true)), amounts{cpu: 1250, memory: (1024 + 128) << 20, pods: 1}},
-		{"resized down, not yet released", pod("n1", "1", "1Gi", resizing), amounts{cpu: 2000, memory: 1 << 30, pods: 1}},
-		{"pod-level requests", pod("n1", "1", "1Gi", podLevel), amounts{cpu: 3000, memory: 3 << 30, pods: 1}},
+		{"plain", pod("n1", "1", "1Gi"), Amounts{cpu: 1000, memory: 1 << 30, pods: 1}},
+		{"best effort", pod("n1", "", ""), Amounts{pods: 1}},
+		{"init and overhead", pod("n1", "1", "1Gi", withInit("2", "512Mi", false), withOverhead("50m", "64Mi")), Amounts{cpu: 2050, memory: (1024 + 64) << 20, pods: 1}},
+		{"sidecar", pod("n1", "1", "1Gi", withInit("250m", "128Mi", true)), Amounts{cpu: 1250, memory: (1024 + 128) << 20, pods: 1}},
+		{"resized down, not yet released", pod("n1", "1", "1Gi", resizing), Amounts{cpu: 2000, memory: 1 << 30, pods: 1}},
+		{"pod-level requests", pod("n1", "1", "1Gi", podLevel), Amounts{cpu: 3000, memory: 3 << 30, pods: 1}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.pod.ResourceVersion = "7"
 			got := trimmedPod(t, tc.pod)
-			want := &podUsage{namespace: "ns", name: tc.pod.Name, resourceVersion: "7", nodeName: "n1", requested: tc.want}
+			want := &PodUsage{namespace: "ns", name: tc.pod.Name, resourceVersion: "7", nodeName: "n1", requested: tc.want}
 			if *got != *want {
-				t.Errorf("trimPod = %+v, want %+v", *got, *want)
+				t.Errorf("TrimPod = %+v, want %+v", *got, *want)
 			}
-			if again, _ := trimPod(got); again != got {
-				t.Errorf("trimPod changed a usage: %+v", again)
+			if again, _ := TrimPod(got); again != got {
+				t.Errorf("TrimPod changed a usage: %+v", again)
 			}
 		})
 	}
 	if got := trimmedPod(t, pod("n1", "1", "1Gi", withPhase(corev1.PodSucceeded))); !got.ended {
 		t.Error("a pod that succeeded is not marked ended")
 	}
-	if got, _ := trimPod("not a pod"); got != "not a pod" {
-		t.Errorf("trimPod changed a non-pod: %v", got)
+	if got, _ := TrimPod("not a pod"); got != "not a pod" {
+		t.Errorf("TrimPod changed a non-pod: %v", got)
 	}
 }
 
@@ -136,7 +136,7 @@ func TestAggregateOfTrimmed(t *testing.T) {
 	for _, n := range nodes {
 		trimmedNodes = append(trimmedNodes, trimmedNode(t, n))
 	}
-	var usages []*podUsage
+	var usages []*PodUsage
 	for _, p := range pods {
 		usages = append(usages, trimmedPod(t, p))
 	}
