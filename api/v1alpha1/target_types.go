@@ -12,6 +12,16 @@ type TargetCommon struct {
 	// +optional
 	Self bool `json:"self,omitempty"`
 
+	// LocalFirst, on a self target, keeps an opted-in pod in this cluster
+	// as an ordinary pod of its own scheduler when a node here has room for
+	// it at admission: no candidate, no virtual node, no election. Only the
+	// pods that do not fit (and those a PlacementPolicy with a cluster
+	// selector, cluster affinity or spread governs) become source pods and
+	// go through the targets. A pod kept here that does not fit after all
+	// waits here, as any pod of a full cluster does.
+	// +optional
+	LocalFirst bool `json:"localFirst,omitempty"`
+
 	// Labels are carried by the target's virtual node (region, zone,
 	// provider, capacity type...), for placement policy and for
 	// `kubectl get nodes -L`. Flotilla's own node labels cannot be
@@ -40,6 +50,7 @@ func (c *TargetCommon) StringMap() map[string]string {
 }
 
 // TargetSpec is the spec of a Target.
+// +kubebuilder:validation:XValidation:rule="!(has(self.localFirst) && self.localFirst) || (has(self.self) && self.self)",message="spec.localFirst needs spec.self: only this cluster's own pods can stay in it",fieldPath=".localFirst"
 // +kubebuilder:validation:XValidation:rule="(has(self.self) && self.self) != has(self.kubeconfigSecretRef)",message="exactly one of spec.self and spec.kubeconfigSecretRef must be set",fieldPath=".kubeconfigSecretRef"
 type TargetSpec struct {
 	TargetCommon `json:",inline"`
@@ -59,6 +70,7 @@ type TargetSpec struct {
 }
 
 // ClusterTargetSpec is the spec of a ClusterTarget.
+// +kubebuilder:validation:XValidation:rule="!(has(self.localFirst) && self.localFirst) || (has(self.self) && self.self)",message="spec.localFirst needs spec.self: only this cluster's own pods can stay in it",fieldPath=".localFirst"
 // +kubebuilder:validation:XValidation:rule="(has(self.self) && self.self) != has(self.kubeconfigSecretRef)",message="exactly one of spec.self and spec.kubeconfigSecretRef must be set",fieldPath=".kubeconfigSecretRef"
 type ClusterTargetSpec struct {
 	TargetCommon `json:",inline"`

@@ -16,6 +16,7 @@ import (
 
 	"github.com/flotilla-dev/flotilla/pkg/debugstate"
 	"github.com/flotilla-dev/flotilla/pkg/invitation"
+	"github.com/flotilla-dev/flotilla/pkg/local"
 	"github.com/flotilla-dev/flotilla/pkg/objects"
 	"github.com/flotilla-dev/flotilla/pkg/policy"
 	"github.com/flotilla-dev/flotilla/pkg/reservation"
@@ -58,6 +59,13 @@ func setupWebhook(mgr manager.Manager, kube kubernetes.Interface, opts options) 
 		return err
 	}
 	webhookOpts.Split = assigner
+	// A self target with localFirst keeps the pods that fit here: the view
+	// of this cluster's room watches nothing until one exists.
+	view := local.NewView(kube)
+	if err := mgr.Add(view); err != nil {
+		return fmt.Errorf("adding the view of this cluster's room: %w", err)
+	}
+	webhookOpts.Local = &local.Keeper{Reader: mgr.GetClient(), Policies: &policy.Resolver{Reader: mgr.GetClient()}, View: view}
 	if err := flotillawebhook.Setup(mgr, kube, webhookOpts); err != nil {
 		return fmt.Errorf("setting up the webhook: %w", err)
 	}

@@ -33,6 +33,11 @@ const (
 	// SourceSchedulerName is set on source pods so that no scheduler of the
 	// source binds them; the agent binds them to a virtual node.
 	SourceSchedulerName = "flotilla-source"
+	// LocalLabel (value "true") marks an opted-in pod that the webhook kept
+	// in its own cluster, for that cluster's scheduler, because a self
+	// target with localFirst had a node with room for it: it is no source
+	// pod and has no candidates.
+	LocalLabel = Prefix + "local"
 )
 
 // On candidate pods.

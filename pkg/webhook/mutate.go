@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/flotilla-dev/flotilla/pkg/candidate"
+	"github.com/flotilla-dev/flotilla/pkg/local"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
 	"github.com/flotilla-dev/flotilla/pkg/split"
 )
@@ -45,6 +46,9 @@ type Mutator struct {
 	// Split gives the pods of a workload with an on-demand/spot split their
 	// place; nil: no split.
 	Split *split.Assigner
+	// Local keeps an opted-in pod in this cluster, for its own scheduler,
+	// when a self target with localFirst has room for it; nil: never.
+	Local *local.Keeper
 }
 
 // Handle admits a pod, mutating it only when it opted in: a multi-cluster
@@ -61,9 +65,13 @@ func (m *Mutator) Handle(ctx context.Context, req admission.Request) admission.R
 		pod.Namespace = req.Namespace
 	}
 	before := sourceFieldsOf(pod)
-	split, made, err := m.admit(ctx, pod, req.DryRun != nil && *req.DryRun)
+	split, made, kept, err := m.admit(ctx, pod, req.DryRun != nil && *req.DryRun)
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	if kept && !split {
+		// Only the label that tells the pod stayed.
+		return admission.Patched("", jsonpatch.NewOperation("add", "/metadata/labels/"+escapePointer(protocol.LocalLabel), "true"))
 	}
 	if !split && !made {
 		return admission.Allowed("not opted in, or admitted already")
@@ -134,19 +142,52 @@ func escapePointer(k string) string {
 }
 
 // admit mutates pod as Handle does and reports whether the split changed
-// it and whether making it a source pod did.
-func (m *Mutator) admit(ctx context.Context, pod *corev1.Pod, dryRun bool) (split, made bool, err error) {
+// it, whether making it a source pod did, and whether it stays in this
+// cluster (labelled so) instead.
+func (m *Mutator) admit(ctx context.Context, pod *corev1.Pod, dryRun bool) (split, made, kept bool, err error) {
 	multiCluster := OptedIn(pod)
 	if !multiCluster && !SplitOptedIn(pod) {
-		return false, false, nil
+		return false, false, false, nil
 	}
 	split = m.split(ctx, pod, dryRun)
-	if multiCluster {
-		if made, err = MakeSource(pod, m.NotReadyTolerationSeconds); err != nil {
-			return false, false, err
-		}
+	if !multiCluster {
+		return split, false, false, nil
 	}
-	return split, made, nil
+	// After the split: the place it gave the pod is where it must fit.
+	if kept = m.keep(ctx, pod, dryRun); kept {
+		return split, false, true, nil
+	}
+	if made, err = MakeSource(pod, m.NotReadyTolerationSeconds); err != nil {
+		return false, false, false, err
+	}
+	return split, made, false, nil
+}
+
+// keep reports whether an opted-in pod stays in this cluster, and labels it
+// so. A pod admitted before (a reinvocation) is not judged again: a source
+// pod stays one, a kept pod stays kept. A failure to decide sends the pod
+// through the targets, as without localFirst.
+func (m *Mutator) keep(ctx context.Context, pod *corev1.Pod, dryRun bool) bool {
+	if pod.Labels[protocol.LocalLabel] == "true" {
+		return true
+	}
+	if m.Local == nil || pod.Annotations[protocol.SourceSpecAnnotation] != "" {
+		return false
+	}
+	verdict, err := m.Local.Keep(ctx, pod, dryRun)
+	if err != nil {
+		logf.FromContext(ctx).Error(err, "Deciding whether a pod stays in this cluster; it goes through the targets", "namespace", pod.Namespace, "generateName", pod.GenerateName, "name", pod.Name)
+		return false
+	}
+	if !verdict.Fits {
+		logf.FromContext(ctx).V(4).Info("Pod goes through the targets", "namespace", pod.Namespace, "generateName", pod.GenerateName, "name", pod.Name, "reason", verdict.Reason)
+		return false
+	}
+	if pod.Labels == nil {
+		pod.Labels = map[string]string{}
+	}
+	pod.Labels[protocol.LocalLabel] = "true"
+	return true
 }
 
 // split gives pod its place in its workload's on-demand/spot split, if it

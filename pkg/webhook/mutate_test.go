@@ -178,7 +178,7 @@ func TestMutatorSplits(t *testing.T) {
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "i"}}},
 		}
 		pod.Labels["pod-template-hash"] = "abc"
-		split, made, err := m.admit(t.Context(), pod, false)
+		split, made, _, err := m.admit(t.Context(), pod, false)
 		if err != nil || !split && !made {
 			t.Fatalf("admit: split %v, made %v, %v", split, made, err)
 		}

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/flotilla-dev/flotilla/pkg/local"
 	"github.com/flotilla-dev/flotilla/pkg/split"
 )
 
@@ -53,6 +54,9 @@ type Options struct {
 	// Split places the pods of on-demand/spot split workloads (see
 	// Mutator); nil: no split.
 	Split *split.Assigner
+	// Local keeps opted-in pods in this cluster when a self target with
+	// localFirst has room for them (see package local); nil: never.
+	Local *local.Keeper
 }
 
 // The rotator's cache lists and watches every Secret of the agent's
@@ -121,7 +125,7 @@ func Setup(mgr manager.Manager, kube kubernetes.Interface, opts Options) error {
 		case <-files.synced:
 		}
 		mgr.GetWebhookServer().Register(Path, &admission.Webhook{
-			Handler: &Mutator{Decoder: admission.NewDecoder(mgr.GetScheme()), NotReadyTolerationSeconds: opts.NotReadyTolerationSeconds, Split: opts.Split},
+			Handler: &Mutator{Decoder: admission.NewDecoder(mgr.GetScheme()), NotReadyTolerationSeconds: opts.NotReadyTolerationSeconds, Split: opts.Split, Local: opts.Local},
 		})
 		serving.Store(true)
 		return nil

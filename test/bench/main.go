@@ -76,6 +76,9 @@ type config struct {
 	Mesh int `json:"mesh,omitempty"`
 	// MeshSelf: with Mesh, every cluster also targets itself (self: true).
 	MeshSelf bool `json:"meshSelf,omitempty"`
+	// MeshLocalFirst: with Mesh and MeshSelf, every self target has
+	// localFirst: pods that fit at home stay there as ordinary pods.
+	MeshLocalFirst bool `json:"meshLocalFirst,omitempty"`
 	// budget holds the cgroups, with CPUPerCluster.
 	budget *budget
 }
@@ -103,6 +106,7 @@ func main() {
 	flag.Float64Var(&cfg.CPUPerCluster, "cpu-per-cluster", 0.45, "CPU quota, in cores, of the cgroup each cluster (every process of it: control plane, kwok, schedulers, agent) runs in, the baseline's too, as if each had its own cores; the load generator is not capped. Needs root and a cgroup cpu controller (v1 or v2). 0: no cgroups, every process shares the machine.")
 	flag.BoolVar(&cfg.PolicyFirst, "policy-first", false, "With -spread: place the workload under the policy first, then without (default: without first).")
 	flag.IntVar(&cfg.Mesh, "mesh", 0, "Mesh mode (N clusters m1..mN, each the source of its own burst of -pods pods and a target of the others, all bursts at once), against one baseline cluster of N×M nodes placing the N×P pods and the N clusters placing their own pods with kube-scheduler; the JSON goes into <out>/mesh-n<N>-....json. 0: off. -targets is not used.")
+	flag.BoolVar(&cfg.MeshLocalFirst, "mesh-local-first", false, "With -mesh and -mesh-self: every self target has localFirst, so a pod that fits in its own cluster when created stays there as an ordinary pod, without candidates.")
 	flag.BoolVar(&cfg.MeshSelf, "mesh-self", true, "With -mesh: every cluster also targets itself (a ClusterTarget with self: true), so its pods may stay or go.")
 	flag.Parse()
 	if cfg.Targets < 1 || cfg.Nodes < 1 || cfg.Pods < 1 {

@@ -341,6 +341,11 @@ func startMeshAgents(ctx context.Context, cfg config, mesh []*sandbox.Cluster) (
 		if err != nil {
 			return nil, err
 		}
+		if cfg.MeshSelf && cfg.MeshLocalFirst {
+			if err := c.SetLocalFirst(ctx, c.Name, namespace); err != nil {
+				return nil, err
+			}
+		}
 		agents = append(agents, a)
 	}
 	if cfg.Invite {
@@ -605,6 +610,9 @@ func (r *MeshReport) Markdown() string {
 		access = "invited (ClusterSource per pair)"
 	}
 	self := "each cluster also its own target (self)"
+	if c.MeshLocalFirst {
+		self = "each cluster also its own target (self, localFirst)"
+	}
 	if !c.MeshSelf {
 		self = "no cluster its own target"
 	}

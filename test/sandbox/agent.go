@@ -61,7 +61,8 @@ func StartAgentWith(ctx context.Context, c *Cluster, targets []*Cluster, opts Re
 }
 
 // WaitReady waits until the agent is healthy and its webhook turns an
-// opted-in pod into a source pod (checked with a dry-run create).
+// opted-in pod into a source pod, or keeps it here for a self target with
+// localFirst (checked with a dry-run create).
 func (a *Agent) WaitReady(ctx context.Context) error {
 	client := a.Cluster.Client()
 	httpClient := &http.Client{Timeout: 2 * time.Second}
@@ -89,7 +90,7 @@ func (a *Agent) WaitReady(ctx context.Context) error {
 			last = err
 			return false, nil
 		}
-		if got.Spec.SchedulerName != protocol.SourceSchedulerName {
+		if got.Spec.SchedulerName != protocol.SourceSchedulerName && got.Labels[protocol.LocalLabel] != "true" {
 			last = fmt.Errorf("webhook not registered yet (schedulerName %q)", got.Spec.SchedulerName)
 			return false, nil
 		}

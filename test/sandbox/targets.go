@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/flotilla-dev/flotilla/api/v1alpha1"
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
 )
 
 // AgentNamespace is the agent's namespace, the release's: where it keeps
@@ -132,4 +133,41 @@ func (c *Cluster) Invite(ctx context.Context, t *Cluster, namespaces ...string) 
 		return err
 	}
 	return c.joinWithSecret(ctx, t.Name, secret.Data)
+}
+
+// SetLocalFirst turns on localFirst on c's self ClusterTarget name and
+// waits until the webhook keeps an opted-in pod of namespace in c (a
+// dry-run create of a pod that asks for nothing): the agent starts
+// watching c's nodes and pods at the first pod it admits with localFirst
+// on, and sends pods through the targets until it has listed them.
+func (c *Cluster) SetLocalFirst(ctx context.Context, name, namespace string) error {
+	cl := c.CRClient()
+	ct := &v1alpha1.ClusterTarget{}
+	if err := cl.Get(ctx, client.ObjectKey{Name: name}, ct); err != nil {
+		return fmt.Errorf("reading ClusterTarget %s of %s: %w", name, c.Name, err)
+	}
+	if !ct.Spec.LocalFirst {
+		ct.Spec.LocalFirst = true
+		if err := cl.Update(ctx, ct); err != nil {
+			return fmt.Errorf("setting localFirst on ClusterTarget %s of %s: %w", name, c.Name, err)
+		}
+	}
+	probe := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "local-probe-", Labels: map[string]string{protocol.ElectLabel: "true"}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "probe"}}},
+	}
+	var last string
+	err := poll(ctx, 60*time.Second, func() (bool, error) {
+		got, err := c.Client().CoreV1().Pods(namespace).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		last = "schedulerName " + got.Spec.SchedulerName
+		return got.Labels[protocol.LocalLabel] == "true", nil
+	})
+	if err != nil {
+		return fmt.Errorf("no opted-in pod kept in %s with localFirst (%s): %w", c.Name, last, err)
+	}
+	return nil
 }

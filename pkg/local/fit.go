@@ -1,0 +1,86 @@
+package local
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+	"k8s.io/klog/v2"
+
+	"github.com/flotilla-dev/flotilla/pkg/summary"
+)
+
+// Node is what the decision knows of one node of the cluster: the node as
+// summary.TrimNode keeps it and what its bound pods leave free.
+type Node struct {
+	Node *corev1.Node
+	Free summary.Amounts
+}
+
+// Verdict is the decision for one pod, and why, in words for a log line.
+type Verdict struct {
+	Fits   bool
+	Reason string
+}
+
+// Fits decides whether a pod that asks requests has room in this cluster
+// now. It does when a node that may take the pod (MayTake) has that much
+// free, and when the nodes that may take it have that much free in total
+// once claimed is set aside: what the pods admitted here and not bound yet
+// ask (they may land on any of those nodes). The second check keeps a burst
+// from being admitted against the same free room many times over; it is
+// conservative, for claimed counts pods that may go to other nodes.
+func Fits(pod *corev1.Pod, requests summary.Amounts, nodes []Node, claimed summary.Amounts) Verdict {
+	affinity := nodeaffinity.GetRequiredNodeAffinity(pod)
+	var total summary.Amounts
+	oneHasRoom, anyMay := false, false
+	for _, n := range nodes {
+		if !MayTake(pod, affinity, n.Node) {
+			continue
+		}
+		anyMay = true
+		total = total.Plus(n.Free)
+		if n.Free.Covers(requests) {
+			oneHasRoom = true
+		}
+	}
+	switch {
+	case !anyMay:
+		return Verdict{Reason: "no node here may take the pod (selector, affinity, taints, readiness)"}
+	case !oneHasRoom:
+		return Verdict{Reason: "no node here that may take the pod has room for its requests"}
+	case !total.Less(claimed).Covers(requests):
+		return Verdict{Reason: "the room here is claimed by pods admitted and not bound yet"}
+	}
+	return Verdict{Fits: true, Reason: "a node here has room"}
+}
+
+// MayTake reports whether the cluster's scheduler could bind pod to node,
+// capacity aside: the node is Ready, not cordoned, not a virtual node
+// (whose capacity is another cluster's), its NoSchedule and NoExecute taints
+// are tolerated and the pod's required node affinity and node selector
+// match it. A node selector or affinity that does not parse matches
+// nothing.
+func MayTake(pod *corev1.Pod, affinity nodeaffinity.RequiredNodeAffinity, node *corev1.Node) bool {
+	if node == nil || node.Spec.Unschedulable || summary.IsVirtual(node) || !ready(node) {
+		return false
+	}
+	if _, untolerated := corev1helpers.FindMatchingUntoleratedTaint(klog.Background(), node.Spec.Taints, pod.Spec.Tolerations, blocking, false); untolerated {
+		return false
+	}
+	ok, err := affinity.Match(node)
+	return ok && err == nil
+}
+
+// blocking keeps the taints that keep a pod off a node.
+func blocking(t *corev1.Taint) bool {
+	return t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute
+}
+
+func ready(node *corev1.Node) bool {
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}

@@ -1,0 +1,199 @@
+package local
+
+import (
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/flotilla-dev/flotilla/pkg/summary"
+)
+
+func node(name, cpu string, mutate ...func(*corev1.Node)) *corev1.Node {
+	n := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"zone": "a"}},
+		Status: corev1.NodeStatus{
+			Allocatable: corev1.ResourceList{
+				corev1.ResourceCPU:    resource.MustParse(cpu),
+				corev1.ResourceMemory: resource.MustParse("8Gi"),
+				corev1.ResourcePods:   resource.MustParse("110"),
+			},
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}},
+		},
+	}
+	for _, m := range mutate {
+		m(n)
+	}
+	return n
+}
+
+func pod(namespace, name, cpu, nodeName string, mutate ...func(*corev1.Pod)) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+		Spec: corev1.PodSpec{
+			NodeName: nodeName,
+			Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)},
+			}}},
+		},
+	}
+	for _, m := range mutate {
+		m(p)
+	}
+	return p
+}
+
+func free(n *corev1.Node, used ...*corev1.Pod) Node {
+	f := summary.AllocatableOf(n)
+	for _, p := range used {
+		f = f.Less(summary.RequestsOf(p))
+	}
+	return Node{Node: n, Free: f}
+}
+
+func TestFits(t *testing.T) {
+	cordoned := func(n *corev1.Node) { n.Spec.Unschedulable = true }
+	virtual := func(n *corev1.Node) { n.Labels["type"] = "virtual-kubelet" }
+	notReady := func(n *corev1.Node) { n.Status.Conditions[0].Status = corev1.ConditionFalse }
+	tainted := func(n *corev1.Node) {
+		n.Spec.Taints = []corev1.Taint{{Key: "gpu", Value: "yes", Effect: corev1.TaintEffectNoSchedule}}
+	}
+	tolerates := func(p *corev1.Pod) {
+		p.Spec.Tolerations = []corev1.Toleration{{Key: "gpu", Operator: corev1.TolerationOpEqual, Value: "yes", Effect: corev1.TaintEffectNoSchedule}}
+	}
+	zoneB := func(p *corev1.Pod) { p.Spec.NodeSelector = map[string]string{"zone": "b"} }
+	zoneA := func(p *corev1.Pod) { p.Spec.NodeSelector = map[string]string{"zone": "a"} }
+	one := pod("ns", "p", "1", "")
+	cases := []struct {
+		name    string
+		pod     *corev1.Pod
+		nodes   []Node
+		claimed string
+		fits    bool
+	}{
+		{name: "a node with room", pod: one, nodes: []Node{free(node("n1", "2"))}, fits: true},
+		{name: "no node", pod: one, fits: false},
+		{name: "full node", pod: one, nodes: []Node{free(node("n1", "2"), pod("ns", "a", "1500m", "n1"))}, fits: false},
+		{name: "room on the second node", pod: one, nodes: []Node{free(node("n1", "2"), pod("ns", "a", "1500m", "n1")), free(node("n2", "2"))}, fits: true},
+		{name: "enough in total but on no single node", pod: one, nodes: []Node{free(node("n1", "600m")), free(node("n2", "600m"))}, fits: false},
+		{name: "cordoned", pod: one, nodes: []Node{free(node("n1", "2", cordoned))}, fits: false},
+		{name: "virtual node", pod: one, nodes: []Node{free(node("n1", "64", virtual))}, fits: false},
+		{name: "not ready", pod: one, nodes: []Node{free(node("n1", "2", notReady))}, fits: false},
+		{name: "untolerated taint", pod: one, nodes: []Node{free(node("n1", "2", tainted))}, fits: false},
+		{name: "tolerated taint", pod: pod("ns", "p", "1", "", tolerates), nodes: []Node{free(node("n1", "2", tainted))}, fits: true},
+		{name: "selector matches no node", pod: pod("ns", "p", "1", "", zoneB), nodes: []Node{free(node("n1", "2"))}, fits: false},
+		{name: "selector matches", pod: pod("ns", "p", "1", "", zoneA), nodes: []Node{free(node("n1", "2"))}, fits: true},
+		{name: "room claimed by pods not bound yet", pod: one, nodes: []Node{free(node("n1", "2"))}, claimed: "1500m", fits: false},
+		{name: "room left after the claims", pod: one, nodes: []Node{free(node("n1", "2")), free(node("n2", "2"))}, claimed: "2", fits: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var claimed summary.Amounts
+			if tc.claimed != "" {
+				claimed = summary.RequestsOf(pod("ns", "claims", tc.claimed, ""))
+			}
+			v := Fits(tc.pod, summary.RequestsOf(tc.pod), tc.nodes, claimed)
+			if v.Fits != tc.fits {
+				t.Fatalf("Fits = %v (%s), want %v", v.Fits, v.Reason, tc.fits)
+			}
+			if v.Reason == "" {
+				t.Error("no reason given")
+			}
+		})
+	}
+}
+
+// viewOf is a View over the given nodes, synced, its pods fed by hand as
+// its informer would.
+func viewOf(t *testing.T, clk *clocktesting.FakeClock, nodes ...*corev1.Node) *View {
+	t.Helper()
+	v := newView(clk)
+	v.nodeStore = cache.NewStore(cache.MetaNamespaceKeyFunc)
+	for _, n := range nodes {
+		trimmed, _ := summary.TrimNode(n)
+		if err := v.nodeStore.Add(trimmed); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(v.synced)
+	return v
+}
+
+func usage(p *corev1.Pod) any {
+	u, _ := summary.TrimPod(p)
+	return u
+}
+
+func TestViewCountsPodsAndClaims(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	v := viewOf(t, clk, node("n1", "2"))
+	p := pod("ns", "p", "1", "")
+
+	if got := newView(clk).Claim(p, true); got.Fits {
+		t.Fatal("a view that has not listed the cluster kept a pod")
+	}
+	if !v.Claim(p, true).Fits {
+		t.Fatal("first pod: want room")
+	}
+	if !v.Claim(p, false).Fits {
+		t.Fatal("second pod, not held: want room (one core left)")
+	}
+	if !v.Claim(p, true).Fits {
+		t.Fatal("second pod: want room (one core left)")
+	}
+	if v.Claim(p, true).Fits {
+		t.Fatal("third pod: the two claims hold both cores")
+	}
+	// The first pod is created: its claim ends, the pod holds the room
+	// while it waits for the scheduler, then on its node.
+	pending := usage(pod("ns", "a", "1", ""))
+	v.podChanged(nil, pending)
+	if len(v.claims) != 1 {
+		t.Fatalf("claims after the first pod was seen: %d, want 1", len(v.claims))
+	}
+	if v.Claim(p, false).Fits {
+		t.Fatal("a pending pod and a claim hold both cores")
+	}
+	bound := usage(pod("ns", "a", "1", "n1"))
+	v.podChanged(pending, bound)
+	if v.pending != (summary.Amounts{}) {
+		t.Fatalf("pending after binding: %+v, want none", v.pending)
+	}
+	if v.Claim(p, false).Fits {
+		t.Fatal("a bound pod and a claim hold both cores")
+	}
+	// The second admission's create never came: its claim lapses.
+	clk.Step(DefaultClaimTTL + time.Second)
+	if !v.Claim(p, false).Fits {
+		t.Fatal("after the claim lapsed: want room for one more")
+	}
+	// The bound pod ends (it leaves the watch): its node is free again.
+	v.podChanged(bound, nil)
+	if len(v.used) != 0 {
+		t.Fatalf("used after the pod ended: %v, want none", v.used)
+	}
+	if !v.Claim(pod("ns", "p", "2", ""), false).Fits {
+		t.Fatal("an empty node of 2 cores: want room for 2")
+	}
+}
+
+func TestClaimsEndByNamespaceAndRequests(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	v := viewOf(t, clk, node("n1", "4"))
+	v.Claim(pod("ns", "p", "1", ""), true)
+	v.Claim(pod("other", "p", "1", ""), true)
+	// A pod of another size, or of another namespace, is not the claim's.
+	v.podChanged(nil, usage(pod("ns", "x", "500m", "")))
+	v.podChanged(nil, usage(pod("third", "y", "1", "")))
+	if len(v.claims) != 2 {
+		t.Fatalf("claims: %d, want 2", len(v.claims))
+	}
+	v.podChanged(nil, usage(pod("other", "z", "1", "")))
+	if len(v.claims) != 1 || v.claims[0].namespace != "ns" {
+		t.Fatalf("claims: %+v, want the one of ns", v.claims)
+	}
+}

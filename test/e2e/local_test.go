@@ -1,0 +1,132 @@
+package e2e
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/flotilla-dev/flotilla/api/v1alpha1"
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
+	"github.com/flotilla-dev/flotilla/test/sandbox"
+)
+
+// TestLocalFirst turns on localFirst on home's self target (home has one
+// node of 2 CPUs; away, its other target, 4): opted-in pods that fit stay
+// in home as ordinary pods bound by home's own kube-scheduler to its real
+// node, with no candidate anywhere; a pod a PlacementPolicy with a cluster
+// selector governs becomes a source pod although home has room; and once
+// the pods kept fill home, the next pod becomes a source pod and runs in
+// away. Without localFirst every pod would be a source pod; without the
+// room check the last pod would be kept and wait in home for ever.
+func TestLocalFirst(t *testing.T) {
+	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
+		{Name: "home", Nodes: []sandbox.NodeSpec{{CPU: "2"}}},
+		{Name: "away", Nodes: []sandbox.NodeSpec{{CPU: "4"}}},
+	}})
+	ctx := t.Context()
+	home, away := s.Cluster("home"), s.Cluster("away")
+	homePods := home.Client().CoreV1().Pods(placementNS)
+	for _, c := range []*sandbox.Cluster{home, away} {
+		createNamespace(t, c.Client(), placementNS)
+	}
+	if _, err := sandbox.StartAgent(ctx, home, []*sandbox.Cluster{home, away}); err != nil {
+		t.Fatal(err)
+	}
+	cr := home.CRClient()
+
+	t.Run("localFirst needs self", func(t *testing.T) {
+		ct := &v1alpha1.ClusterTarget{ObjectMeta: metav1.ObjectMeta{Name: "not-self"}}
+		ct.Spec.KubeconfigSecretRef = &v1alpha1.SecretKeyRef{LocalSecretKeyRef: v1alpha1.LocalSecretKeyRef{Name: "any"}}
+		ct.Spec.LocalFirst = true
+		err := cr.Create(ctx, ct)
+		if err == nil || !strings.Contains(err.Error(), "spec.localFirst") {
+			t.Fatalf("a ClusterTarget with localFirst and no self: %v, want a refusal naming spec.localFirst", err)
+		}
+	})
+
+	if err := home.SetLocalFirst(ctx, "home", placementNS); err != nil {
+		t.Fatal(err)
+	}
+
+	// candidatesOf lists the candidates of pod in both clusters.
+	candidatesOf := func(pod *corev1.Pod) int {
+		t.Helper()
+		n := 0
+		for _, c := range []*sandbox.Cluster{home, away} {
+			list, err := c.Client().CoreV1().Pods(placementNS).List(ctx, metav1.ListOptions{LabelSelector: protocol.SourceUIDLabel + "=" + string(pod.UID)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			n += len(list.Items)
+		}
+		return n
+	}
+
+	t.Run("a pod a policy places is a source pod", func(t *testing.T) {
+		policy := &v1alpha1.PlacementPolicy{ObjectMeta: metav1.ObjectMeta{Name: "elsewhere", Namespace: placementNS}}
+		policy.Spec.PodSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"app": "placed"}}
+		policy.Spec.ClusterSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"site": "elsewhere"}}
+		if err := cr.Create(ctx, policy); err != nil {
+			t.Fatal(err)
+		}
+		// The webhook reads policies from its cache: the first pods may
+		// come before the policy does.
+		waitFor(t, 30*time.Second, "a dry-run pod of the policy made a source pod", func() (bool, string) {
+			got, err := homePods.Create(ctx, optedInPod("placed", "100m"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			if err != nil {
+				return false, err.Error()
+			}
+			return got.Spec.SchedulerName == protocol.SourceSchedulerName && got.Labels[protocol.LocalLabel] == "", fmt.Sprintf("schedulerName %q, labels %v", got.Spec.SchedulerName, got.Labels)
+		})
+	})
+
+	t.Run("pods that fit stay, the next goes", func(t *testing.T) {
+		// Home's flotilla-scheduler is stopped so that the candidate of the
+		// pod that goes is never placed in home before home's own
+		// scheduler has bound the pods kept there (two schedulers share
+		// home's node). The four are created one after another without
+		// waiting: when the fourth is admitted, the three before it are
+		// claims, pending pods or bound, and fill home.
+		if err := home.Stop(sandbox.CandidateScheduler); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 3 {
+			if _, err := homePods.Create(ctx, optedInPod(fmt.Sprintf("stay-%d", i), "600m"), metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := homePods.Create(ctx, optedInPod("go", "600m"), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 3 {
+			name := fmt.Sprintf("stay-%d", i)
+			waitPod(t, home.Client(), placementNS, name, "bound to home's node", func(p *corev1.Pod) bool {
+				return p.Spec.NodeName == "home-node-0"
+			})
+			p, err := homePods.Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Labels[protocol.LocalLabel] != "true" || p.Spec.SchedulerName != corev1.DefaultSchedulerName || p.Annotations[protocol.SourceSpecAnnotation] != "" {
+				t.Errorf("%s: labels %v, schedulerName %q, saved spec %t: want a pod kept in home", name, p.Labels, p.Spec.SchedulerName, p.Annotations[protocol.SourceSpecAnnotation] != "")
+			}
+			if n := candidatesOf(p); n != 0 {
+				t.Errorf("%s has %d candidates, want none", name, n)
+			}
+		}
+		waitPod(t, home.Client(), placementNS, "go", "bound to away's virtual node", func(p *corev1.Pod) bool {
+			return p.Spec.NodeName == "flotilla-away"
+		})
+		p, err := homePods.Get(ctx, "go", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Labels[protocol.LocalLabel] != "" {
+			t.Errorf("go was labelled %s=%s", protocol.LocalLabel, p.Labels[protocol.LocalLabel])
+		}
+	})
+}
