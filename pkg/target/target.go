@@ -442,6 +442,10 @@ func (t *Target) Delete(ctx context.Context, namespace, name string, uid types.U
 	if uid != "" {
 		opts.Preconditions = &metav1.Preconditions{UID: &uid}
 	}
+	// Counted before the call: the deletion's watch event may reach the
+	// cache before the call returns, and a candidate deleted by someone
+	// else is no miss.
+	t.outcomes.deleted(candidateKey(namespace, name))
 	err := t.client.CoreV1().Pods(namespace).Delete(ctx, name, opts)
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 		t.writes.add(key)
@@ -451,7 +455,6 @@ func (t *Target) Delete(ctx context.Context, namespace, name string, uid types.U
 		return t.observe(fmt.Errorf("target %s: deleting candidate %s/%s: %w", t.Name, namespace, name, err))
 	}
 	t.writes.add(key)
-	t.outcomes.deleted(candidateKey(namespace, name))
 	candidatesDeleted.WithLabelValues(t.Name).Inc()
 	klog.V(4).InfoS("Deleted candidate", "target", t.Name, "pod", klog.KRef(namespace, name))
 	return t.observe(nil)
