@@ -58,6 +58,19 @@ func Eligible(source *corev1.Pod, sourceCluster string, targets []*target.Target
 	return chosen
 }
 
+// Holding are the targets that hold a candidate of the source pod (or
+// that this agent has just created one in).
+func Holding(source *corev1.Pod, sourceCluster string, targets []*target.Target) []*target.Target {
+	name := CandidateNameOf(source, sourceCluster)
+	var out []*target.Target
+	for _, t := range targets {
+		if t.Holds(t.NamespaceFor(source.Namespace), name, source.UID) {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
 // AllFailed reports whether every target is unreachable or has said it
 // cannot schedule the candidate name of a pod of sourceNamespace.
 func AllFailed(targets []*target.Target, sourceNamespace, name string) bool {
