@@ -1,6 +1,8 @@
 package local
 
 import (
+	"fmt"
+
 	corev1 "k8s.io/api/core/v1"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
@@ -49,7 +51,7 @@ func Fits(pod *corev1.Pod, requests summary.Amounts, nodes []Node, claimed summa
 	case !oneHasRoom:
 		return Verdict{Reason: "no node here that may take the pod has room for its requests"}
 	case !total.Less(claimed).Covers(requests):
-		return Verdict{Reason: "the room here is claimed by pods admitted and not bound yet"}
+		return Verdict{Reason: fmt.Sprintf("the room here (%v free on the nodes that may take the pod) is claimed by pods admitted and not bound yet (%v)", total, claimed)}
 	}
 	return Verdict{Fits: true, Reason: "a node here has room"}
 }

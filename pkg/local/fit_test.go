@@ -197,3 +197,22 @@ func TestClaimsEndByNamespaceAndRequests(t *testing.T) {
 		t.Fatalf("claims: %+v, want the one of ns", v.claims)
 	}
 }
+
+// TestUnschedulablePodsHoldNothing: a pod its scheduler found no node for
+// (a selector no node matches, say) may wait for ever; counted, it would
+// keep every pod after it out of a cluster with room.
+func TestUnschedulablePodsHoldNothing(t *testing.T) {
+	v := viewOf(t, clocktesting.NewFakeClock(time.Now()), node("n1", "2"))
+	stuck := pod("ns", "stuck", "1500m", "", func(p *corev1.Pod) {
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable}}
+	})
+	v.podChanged(nil, usage(stuck))
+	if !v.Claim(pod("ns", "p", "1", ""), false).Fits {
+		t.Fatal("a pod no node was found for took the room")
+	}
+	waiting := pod("ns", "waiting", "1500m", "")
+	v.podChanged(nil, usage(waiting))
+	if v.Claim(pod("ns", "p", "1", ""), false).Fits {
+		t.Fatal("a pod waiting for its scheduler holds no room")
+	}
+}

@@ -53,7 +53,8 @@ type View struct {
 	mu sync.Mutex
 	// used is what the bound pods take of each node, by node name.
 	used map[string]summary.Amounts
-	// pending is what the pods not bound yet ask.
+	// pending is what the pods not bound yet ask, but those their
+	// scheduler found no node for.
 	pending summary.Amounts
 	// claims are pods admitted here that the view has not seen yet, oldest
 	// first.
@@ -160,9 +161,11 @@ func (v *View) podChanged(oldObj, newObj any) {
 	}
 }
 
-// count adds (or takes away) what a pod holds.
+// count adds (or takes away) what a pod holds. A pod not bound that its
+// scheduler found no node for holds nothing: it may wait for ever (a
+// selector no node matches), and would take room from every pod after it.
 func (v *View) count(u *summary.PodUsage, add bool) {
-	if u.Ended() {
+	if u.Ended() || u.Unschedulable() {
 		return
 	}
 	node := u.Node()

@@ -1,6 +1,7 @@
 package summary
 
 import (
+	"fmt"
 	"math"
 	"sort"
 	"strings"
@@ -48,6 +49,11 @@ func (a Amounts) Plus(b Amounts) Amounts {
 // Less is a-b, never below zero.
 func (a Amounts) Less(b Amounts) Amounts {
 	return Amounts{cpu: subFloor(a.cpu, b.cpu), memory: subFloor(a.memory, b.memory), pods: subFloor(a.pods, b.pods)}
+}
+
+// String is the amounts as a log line shows them.
+func (a Amounts) String() string {
+	return fmt.Sprintf("cpu=%dm memory=%d pods=%d", a.cpu, a.memory, a.pods)
 }
 
 // Covers reports whether a holds b in every resource.

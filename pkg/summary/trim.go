@@ -28,6 +28,9 @@ type PodUsage struct {
 	requested Amounts
 	// ended: the pod succeeded or failed and holds nothing.
 	ended bool
+	// unschedulable: the pod is not bound and its scheduler said it found
+	// no node for it (PodScheduled False, reason Unschedulable).
+	unschedulable bool
 }
 
 // GetObjectMeta gives the informer the key and version it stores the usage
@@ -48,6 +51,10 @@ func (u *PodUsage) Requested() Amounts { return u.requested }
 // Ended reports whether the pod succeeded or failed: it holds nothing.
 func (u *PodUsage) Ended() bool { return u.ended }
 
+// Unschedulable reports whether the pod is not bound and its scheduler
+// found no node for it when it last tried.
+func (u *PodUsage) Unschedulable() bool { return u.unschedulable }
+
 func usageOf(pod *corev1.Pod) *PodUsage {
 	return &PodUsage{
 		namespace:       pod.Namespace,
@@ -56,6 +63,7 @@ func usageOf(pod *corev1.Pod) *PodUsage {
 		nodeName:        pod.Spec.NodeName,
 		requested:       RequestsOf(pod),
 		ended:           ended(pod),
+		unschedulable:   pod.Spec.NodeName == "" && unschedulable(pod),
 	}
 }
 
@@ -134,4 +142,13 @@ func nodeChanged(oldObj, newObj any) bool {
 	return !equality.Semantic.DeepEqual(o.Labels, n.Labels) ||
 		!equality.Semantic.DeepEqual(o.Spec, n.Spec) ||
 		!equality.Semantic.DeepEqual(o.Status, n.Status)
+}
+
+func unschedulable(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodScheduled {
+			return c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable
+		}
+	}
+	return false
 }
