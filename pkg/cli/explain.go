@@ -55,6 +55,9 @@ type Explanation struct {
 	UID       string `json:"uid"`
 	Phase     string `json:"phase"`
 	SourcePod bool   `json:"sourcePod"`
+	// Local: the webhook kept the pod in its own cluster (a self target
+	// with localFirst had room for it); it is no source pod.
+	Local bool `json:"local,omitempty"`
 	// Node is the pod's node: a target's virtual node once placed.
 	Node string `json:"node,omitempty"`
 	// RunsIn is the target whose virtual node the pod is bound to.
@@ -204,6 +207,7 @@ func explain(ctx context.Context, c *clients, o *explainOptions, name string) (*
 	e := &Explanation{
 		Pod: pod.Namespace + "/" + pod.Name, UID: string(pod.UID), Phase: string(pod.Status.Phase),
 		SourcePod: pod.Spec.SchedulerName == protocol.SourceSchedulerName,
+		Local:     pod.Labels[protocol.LocalLabel] == "true",
 		Node:      pod.Spec.NodeName, Targets: []Answer{}, Events: []EventSummary{},
 	}
 	for i, cond := range pod.Status.Conditions {
@@ -534,7 +538,10 @@ func writeExplanation(w io.Writer, e *Explanation, format string, now time.Time)
 		_, err = w.Write(out)
 		return err
 	}
-	if !e.SourcePod {
+	if !e.SourcePod && e.Local {
+		fmt.Fprintf(w, "Pod %s stayed in this cluster: when it was created, a self target with localFirst had a node with room for it. It has no candidate; this cluster schedules it as usual (node %s).\n", e.Pod, orDefault(e.Node, "none yet"))
+		writeCapacity(w, e.Capacity)
+	} else if !e.SourcePod {
 		fmt.Fprintf(w, "Pod %s is not a Flotilla source pod: this cluster schedules it as usual (node %s).\n", e.Pod, orDefault(e.Node, "none yet"))
 		fmt.Fprintf(w, "To place a pod through Flotilla, create it in a namespace labelled %s=true with the label %s=true.\n", protocol.NamespaceEnabledLabel, protocol.ElectLabel)
 		writeCapacity(w, e.Capacity)

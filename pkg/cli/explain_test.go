@@ -181,3 +181,16 @@ func TestWriteExplanation(t *testing.T) {
 		}
 	}
 }
+
+func TestWriteExplanationOfAPodKeptHome(t *testing.T) {
+	e := &Explanation{Pod: "shop/web-1", UID: "u1", Phase: "Running", Local: true, Node: "n1"}
+	var buf bytes.Buffer
+	if err := writeExplanation(&buf, e, "text", time.Unix(2000, 0)); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"shop/web-1 stayed in this cluster", "localFirst", "node n1"} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, buf.String())
+		}
+	}
+}
