@@ -63,7 +63,7 @@ func Fits(pod *corev1.Pod, requests summary.Amounts, nodes []Node, claimed summa
 // match it. A node selector or affinity that does not parse matches
 // nothing.
 func MayTake(pod *corev1.Pod, affinity nodeaffinity.RequiredNodeAffinity, node *corev1.Node) bool {
-	if node == nil || node.Spec.Unschedulable || summary.IsVirtual(node) || !ready(node) {
+	if node == nil || node.Spec.Unschedulable || summary.IsVirtual(node) || !summary.IsReady(node) {
 		return false
 	}
 	if _, untolerated := corev1helpers.FindMatchingUntoleratedTaint(klog.Background(), node.Spec.Taints, pod.Spec.Tolerations, blocking, false); untolerated {
@@ -76,13 +76,4 @@ func MayTake(pod *corev1.Pod, affinity nodeaffinity.RequiredNodeAffinity, node *
 // blocking keeps the taints that keep a pod off a node.
 func blocking(t *corev1.Taint) bool {
 	return t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute
-}
-
-func ready(node *corev1.Node) bool {
-	for _, c := range node.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }

@@ -197,6 +197,11 @@ func schedulable(node *corev1.Node) bool {
 			return false
 		}
 	}
+	return IsReady(node)
+}
+
+// IsReady reports whether node's Ready condition is True.
+func IsReady(node *corev1.Node) bool {
 	for _, c := range node.Status.Conditions {
 		if c.Type == corev1.NodeReady {
 			return c.Status == corev1.ConditionTrue

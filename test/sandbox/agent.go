@@ -66,10 +66,7 @@ func StartAgentWith(ctx context.Context, c *Cluster, targets []*Cluster, opts Re
 func (a *Agent) WaitReady(ctx context.Context) error {
 	client := a.Cluster.Client()
 	httpClient := &http.Client{Timeout: 2 * time.Second}
-	probe := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: "webhook-probe-", Labels: map[string]string{protocol.ElectLabel: "true"}},
-		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "probe"}}},
-	}
+	probe := optedInProbe("webhook-probe-")
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "flotilla-probe", Labels: map[string]string{protocol.NamespaceEnabledLabel: "true"}}}
 	if _, err := client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
@@ -100,4 +97,13 @@ func (a *Agent) WaitReady(ctx context.Context) error {
 		return fmt.Errorf("agent in %s not ready (log %s): %v: %w", a.Cluster.Name, a.LogPath(), last, err)
 	}
 	return nil
+}
+
+// optedInProbe is an opted-in pod that asks for nothing, for dry-run
+// creates that show what the webhook does.
+func optedInProbe(generateName string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: generateName, Labels: map[string]string{protocol.ElectLabel: "true"}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "probe"}}},
+	}
 }

@@ -152,10 +152,7 @@ func (c *Cluster) SetLocalFirst(ctx context.Context, name, namespace string) err
 			return fmt.Errorf("setting localFirst on ClusterTarget %s of %s: %w", name, c.Name, err)
 		}
 	}
-	probe := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: "local-probe-", Labels: map[string]string{protocol.ElectLabel: "true"}},
-		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "probe"}}},
-	}
+	probe := optedInProbe("local-probe-")
 	var last string
 	err := poll(ctx, 60*time.Second, func() (bool, error) {
 		got, err := c.Client().CoreV1().Pods(namespace).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
