@@ -66,14 +66,9 @@ func MayTake(pod *corev1.Pod, affinity nodeaffinity.RequiredNodeAffinity, node *
 	if node == nil || node.Spec.Unschedulable || summary.IsVirtual(node) || !summary.IsReady(node) {
 		return false
 	}
-	if _, untolerated := corev1helpers.FindMatchingUntoleratedTaint(klog.Background(), node.Spec.Taints, pod.Spec.Tolerations, blocking, false); untolerated {
+	if _, untolerated := corev1helpers.FindMatchingUntoleratedTaint(klog.Background(), node.Spec.Taints, pod.Spec.Tolerations, summary.KeepsPodsOff, false); untolerated {
 		return false
 	}
 	ok, err := affinity.Match(node)
 	return ok && err == nil
-}
-
-// blocking keeps the taints that keep a pod off a node.
-func blocking(t *corev1.Taint) bool {
-	return t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute
 }

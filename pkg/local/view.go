@@ -83,10 +83,8 @@ func NewView(kube kubernetes.Interface) *View {
 	_ = v.pods.SetTransform(summary.TrimPod)
 	v.nodeStore = v.nodes.GetStore()
 	_, _ = v.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) { v.podChanged(nil, obj) },
-		UpdateFunc: func(oldObj, newObj any) {
-			v.podChanged(oldObj, newObj)
-		},
+		AddFunc:    func(obj any) { v.podChanged(nil, obj) },
+		UpdateFunc: v.podChanged,
 		DeleteFunc: func(obj any) {
 			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = d.Obj

@@ -193,11 +193,17 @@ func schedulable(node *corev1.Node) bool {
 		return false
 	}
 	for _, t := range node.Spec.Taints {
-		if t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute {
+		if KeepsPodsOff(&t) {
 			return false
 		}
 	}
 	return IsReady(node)
+}
+
+// KeepsPodsOff reports whether a taint keeps the pods that do not tolerate
+// it off its node: NoSchedule and NoExecute do, PreferNoSchedule does not.
+func KeepsPodsOff(t *corev1.Taint) bool {
+	return t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute
 }
 
 // IsReady reports whether node's Ready condition is True.

@@ -98,7 +98,7 @@ func TrimNode(obj any) (any, error) {
 		Spec: corev1.NodeSpec{Unschedulable: node.Spec.Unschedulable},
 	}
 	for _, t := range node.Spec.Taints {
-		if t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute {
+		if KeepsPodsOff(&t) {
 			out.Spec.Taints = append(out.Spec.Taints, corev1.Taint{Key: t.Key, Value: t.Value, Effect: t.Effect})
 		}
 	}
