@@ -56,6 +56,7 @@ type options struct {
 	denyAfter          time.Duration
 	notReadyToleration int64
 	notReadyAfter      time.Duration
+	overflowAfter      time.Duration
 
 	kubelet kubeletOptions
 
@@ -99,6 +100,7 @@ func (o *options) bind(fs *flag.FlagSet) {
 	fs.IntVar(&o.vnodeWorkers, "vnode-workers", 16, "Per virtual node: source pods whose status is mirrored concurrently.")
 	fs.Int64Var(&o.notReadyToleration, "not-ready-toleration-seconds", 60, "How long a source pod stays on a virtual node that is NotReady (its target's API does not answer) before it is evicted and its controller recreates it elsewhere; the webhook writes it as the pod's node.kubernetes.io/not-ready toleration unless the pod has one of its own. -1: never evicted.")
 	fs.DurationVar(&o.notReadyAfter, "virtual-node-not-ready-after", 20*time.Second, "How long a target's API must fail to answer before its virtual node turns NotReady.")
+	fs.DurationVar(&o.overflowAfter, "local-overflow-after", 30*time.Second, "With a self target's localFirst: how long a pod kept in this cluster may wait with no node for it before the agent evicts it, so that its controller makes a pod that goes through the targets (a pod without a controller only gets an Event). 0: never.")
 	fs.DurationVar(&o.electionTimeout, "election-timeout", time.Minute, "How long an elected candidate may stay unbound while its target answers before the source revokes it (deletes it unless it bound meanwhile) and elects another target; longer than the targets' Permit timeout. 0: never.")
 	fs.DurationVar(&o.denyAfter, "deny-after", 10*time.Second, "How long another target's candidate must have stood elected and unbound before the source denies the pod's other candidates, so that they hold no node in their targets; it lifts the denials if that election ends without binding. 0: never.")
 	fs.IntVar(&o.maxCands, "max-candidates", 2, "Targets that get a candidate of a pod at first (0: all). They are drawn by a hash of the pod's UID weighted by each target's room for the pod (its ClusterSummary), how fast and how often it found a node for this agent's candidates, and the placement policy's preferences; the set widens by this many while every target in it cannot run the pod.")
@@ -143,6 +145,9 @@ func (o *options) validate() error {
 	}
 	if o.notReadyAfter <= 0 {
 		return fmt.Errorf("--virtual-node-not-ready-after %s: want a positive duration", o.notReadyAfter)
+	}
+	if o.overflowAfter < 0 {
+		return fmt.Errorf("--local-overflow-after %s: want a duration, or 0 for never", o.overflowAfter)
 	}
 	if err := o.kubelet.validate(); err != nil {
 		return err

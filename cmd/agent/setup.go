@@ -65,7 +65,14 @@ func setupWebhook(mgr manager.Manager, kube kubernetes.Interface, opts options) 
 	if err := mgr.Add(view); err != nil {
 		return fmt.Errorf("adding the view of this cluster's room: %w", err)
 	}
-	webhookOpts.Local = &local.Keeper{Reader: mgr.GetClient(), Policies: &policy.Resolver{Reader: mgr.GetClient()}, View: view}
+	keeper := &local.Keeper{Reader: mgr.GetClient(), Policies: &policy.Resolver{Reader: mgr.GetClient()}, View: view}
+	webhookOpts.Local = keeper
+	if opts.overflowAfter > 0 {
+		overflow := &local.Overflow{View: view, Keeper: keeper, Kube: kube, Recorder: mgr.GetEventRecorder("flotilla-agent"), After: opts.overflowAfter}
+		if err := mgr.Add(overflow); err != nil {
+			return fmt.Errorf("adding the overflow of pods kept here: %w", err)
+		}
+	}
 	if err := flotillawebhook.Setup(mgr, kube, webhookOpts); err != nil {
 		return fmt.Errorf("setting up the webhook: %w", err)
 	}

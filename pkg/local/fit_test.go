@@ -124,8 +124,8 @@ func viewOf(t *testing.T, clk *clocktesting.FakeClock, nodes ...*corev1.Node) *V
 }
 
 func usage(p *corev1.Pod) any {
-	u, _ := summary.TrimPod(p)
-	return u
+	s, _ := trimPod(p)
+	return s
 }
 
 func TestViewCountsPodsAndClaims(t *testing.T) {

@@ -75,7 +75,7 @@ func placesPods(p *v1alpha1.PlacementPolicy) string {
 
 // localFirst reports whether a self target with localFirst covers the
 // namespace: a ClusterTarget, or a Target in the namespace, that is not
-// being deleted.
+// being deleted. Namespace "" looks at the Targets of every namespace.
 func (k *Keeper) localFirst(ctx context.Context, namespace string) (bool, error) {
 	cts := &v1alpha1.ClusterTargetList{}
 	if err := k.Reader.List(ctx, cts); err != nil {
@@ -88,7 +88,7 @@ func (k *Keeper) localFirst(ctx context.Context, namespace string) (bool, error)
 	}
 	ts := &v1alpha1.TargetList{}
 	if err := k.Reader.List(ctx, ts, client.InNamespace(namespace)); err != nil {
-		return false, fmt.Errorf("listing the Targets of namespace %s: %w", namespace, err)
+		return false, fmt.Errorf("listing the Targets of namespace %q: %w", namespace, err)
 	}
 	for i := range ts.Items {
 		if keeps(ts.Items[i].DeletionTimestamp == nil, ts.Items[i].Spec.TargetCommon) {

@@ -2,11 +2,13 @@ package local
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -27,6 +29,14 @@ import (
 const activePods = "spec.schedulerName!=" + protocol.SourceSchedulerName +
 	",status.phase!=" + string(corev1.PodSucceeded) + ",status.phase!=" + string(corev1.PodFailed)
 
+// DefaultUnfitMemory is how long the pods of a controller are not kept
+// here after one of its pods kept here was deleted while its scheduler
+// found no node for it (evicted by Overflow, or deleted by its
+// controller): the view's room check missed what kept it out (pod
+// affinity, topology spread, host ports, volumes, resources it does not
+// count), and would miss it again for the replacement.
+const DefaultUnfitMemory = 5 * time.Minute
+
 // DefaultClaimTTL is how long a claim stands for a pod admitted here that
 // the view has not seen created: enough for the create to reach the watch,
 // short enough that a create refused after admission frees its room soon.
@@ -43,6 +53,7 @@ type View struct {
 	nodes, pods cache.SharedIndexInformer
 	nodeStore   cache.Store
 	claimTTL    time.Duration
+	unfitMemory time.Duration
 	clock       clock.Clock
 
 	want      chan struct{}
@@ -59,6 +70,58 @@ type View struct {
 	// claims are pods admitted here that the view has not seen yet, oldest
 	// first.
 	claims []claim
+	// stuck are the pods kept here that their scheduler found no node for,
+	// by namespace/name.
+	stuck map[string]*keptPod
+	// unfit counts the pods in stuck of each controller, by its UID;
+	// unfitUntil is until when the pods of a controller are not kept, by
+	// its UID, after one of its stuck pods was deleted.
+	unfit      map[types.UID]int
+	unfitUntil map[types.UID]time.Time
+}
+
+// podState is what the view keeps of a pod: its usage and, of a pod kept
+// here (protocol.LocalLabel), what Overflow needs.
+type podState struct {
+	*summary.PodUsage
+	kept *keptPod
+}
+
+// keptPod is a pod kept here, its controller and, while its scheduler
+// finds no node for it, since when.
+type keptPod struct {
+	namespace, name string
+	uid             types.UID
+	// owner is its controller; zero for a pod that has none.
+	owner metav1.OwnerReference
+	// stuckSince is when its scheduler last said it found no node for it
+	// (its PodScheduled condition's transition); zero while it did not.
+	stuckSince time.Time
+}
+
+// trimPod keeps of a pod its usage and, of a pod kept here, its keptPod.
+func trimPod(obj any) (any, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	u, _ := summary.TrimPod(pod)
+	s := &podState{PodUsage: u.(*summary.PodUsage)}
+	if pod.Labels[protocol.LocalLabel] == "true" {
+		s.kept = &keptPod{namespace: s.Namespace(), name: pod.Name, uid: pod.UID}
+		if owner := metav1.GetControllerOfNoCopy(pod); owner != nil {
+			s.kept.owner = metav1.OwnerReference{APIVersion: owner.APIVersion, Kind: owner.Kind, Name: owner.Name, UID: owner.UID}
+		}
+		if s.Unschedulable() {
+			s.kept.stuckSince = time.Now()
+			for _, c := range pod.Status.Conditions {
+				if c.Type == corev1.PodScheduled && !c.LastTransitionTime.IsZero() {
+					s.kept.stuckSince = c.LastTransitionTime.Time
+				}
+			}
+		}
+	}
+	return s, nil
 }
 
 type claim struct {
@@ -80,7 +143,7 @@ func NewView(kube kubernetes.Interface) *View {
 		func(o *metav1.ListOptions) { o.FieldSelector = activePods })
 	// Neither informer has started: setting a transform cannot fail.
 	_ = v.nodes.SetTransform(summary.TrimNode)
-	_ = v.pods.SetTransform(summary.TrimPod)
+	_ = v.pods.SetTransform(trimPod)
 	v.nodeStore = v.nodes.GetStore()
 	_, _ = v.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { v.podChanged(nil, obj) },
@@ -97,11 +160,15 @@ func NewView(kube kubernetes.Interface) *View {
 
 func newView(clk clock.Clock) *View {
 	return &View{
-		claimTTL: DefaultClaimTTL,
-		clock:    clk,
-		want:     make(chan struct{}),
-		synced:   make(chan struct{}),
-		used:     map[string]summary.Amounts{},
+		claimTTL:    DefaultClaimTTL,
+		unfitMemory: DefaultUnfitMemory,
+		clock:       clk,
+		want:        make(chan struct{}),
+		synced:      make(chan struct{}),
+		used:        map[string]summary.Amounts{},
+		stuck:       map[string]*keptPod{},
+		unfit:       map[types.UID]int{},
+		unfitUntil:  map[types.UID]time.Time{},
 	}
 }
 
@@ -110,6 +177,16 @@ func (v *View) NeedLeaderElection() bool { return false }
 
 // Want asks for the view: its informers start if they have not.
 func (v *View) Want() { v.wantOnce.Do(func() { close(v.want) }) }
+
+// Wanted reports whether Want was called.
+func (v *View) Wanted() bool {
+	select {
+	case <-v.want:
+		return true
+	default:
+		return false
+	}
+}
 
 // Synced reports whether the view has listed the nodes and pods.
 func (v *View) Synced() bool {
@@ -142,14 +219,18 @@ func (v *View) Start(ctx context.Context) error {
 // podChanged moves a pod's requests from where the old version counted them
 // to where the new one does (nil: none). A pod seen for the first time ends
 // the oldest claim of its namespace that asked the same: that claim was,
-// most likely, this pod's admission.
+// most likely, this pod's admission. A pod kept here deleted while stuck
+// keeps its controller's pods from being kept for unfitMemory.
 func (v *View) podChanged(oldObj, newObj any) {
-	o, _ := oldObj.(*summary.PodUsage)
-	n, _ := newObj.(*summary.PodUsage)
+	o, _ := oldObj.(*podState)
+	n, _ := newObj.(*podState)
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if o != nil {
 		v.count(o, false)
+		if n == nil && o.stuck() && o.kept.owner.UID != "" {
+			v.unfitUntil[o.kept.owner.UID] = v.clock.Now().Add(v.unfitMemory)
+		}
 	}
 	if n != nil {
 		v.count(n, true)
@@ -159,10 +240,19 @@ func (v *View) podChanged(oldObj, newObj any) {
 	}
 }
 
+// stuck reports whether s is a pod kept here that its scheduler found no
+// node for.
+func (s *podState) stuck() bool { return s.kept != nil && s.Unschedulable() }
+
 // count adds (or takes away) what a pod holds. A pod not bound that its
 // scheduler found no node for holds nothing: it may wait for ever (a
 // selector no node matches), and would take room from every pod after it.
-func (v *View) count(u *summary.PodUsage, add bool) {
+// Such a pod kept here is counted in stuck instead.
+func (v *View) count(s *podState, add bool) {
+	if s.stuck() {
+		v.countStuck(s.kept, add)
+	}
+	u := s.PodUsage
 	if u.Ended() || u.Unschedulable() {
 		return
 	}
@@ -182,6 +272,62 @@ func (v *View) count(u *summary.PodUsage, add bool) {
 			v.used[node] = left
 		}
 	}
+}
+
+func (v *View) countStuck(k *keptPod, add bool) {
+	key := k.namespace + "/" + k.name
+	owner := k.owner.UID
+	if add {
+		v.stuck[key] = k
+		if owner != "" {
+			v.unfit[owner]++
+		}
+		return
+	}
+	delete(v.stuck, key)
+	if owner != "" {
+		if v.unfit[owner] <= 1 {
+			delete(v.unfit, owner)
+		} else {
+			v.unfit[owner]--
+		}
+	}
+}
+
+// Stuck lists the pods kept here that their scheduler has found no node
+// for since before cutoff.
+func (v *View) Stuck(cutoff time.Time) []keptPod {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var out []keptPod
+	for _, k := range v.stuck {
+		if k.stuckSince.Before(cutoff) {
+			out = append(out, *k)
+		}
+	}
+	return out
+}
+
+// unfitOwner says why the pods of pod's controller are not kept here, or
+// "" when they may be: another of them kept here waits with no node for
+// it, or one was deleted so lately.
+func (v *View) unfitOwner(pod *corev1.Pod, now time.Time) string {
+	owner := metav1.GetControllerOfNoCopy(pod)
+	if owner == nil {
+		return ""
+	}
+	if v.unfit[owner.UID] > 0 {
+		return fmt.Sprintf("another pod of its %s %s kept here waits with no node for it", owner.Kind, owner.Name)
+	}
+	for uid, until := range v.unfitUntil {
+		if !now.Before(until) {
+			delete(v.unfitUntil, uid)
+		}
+	}
+	if _, ok := v.unfitUntil[owner.UID]; ok {
+		return fmt.Sprintf("a pod of its %s %s kept here was deleted lately while no node had room for it", owner.Kind, owner.Name)
+	}
+	return ""
 }
 
 func (v *View) endClaim(namespace string, requests summary.Amounts) {
@@ -213,6 +359,9 @@ func (v *View) Claim(pod *corev1.Pod, hold bool) Verdict {
 		}
 	}
 	v.claims = kept
+	if why := v.unfitOwner(pod, now); why != "" {
+		return Verdict{Reason: why}
+	}
 	nodes := make([]Node, 0, len(nodeObjs))
 	for _, obj := range nodeObjs {
 		if n, ok := obj.(*corev1.Node); ok {

@@ -1,0 +1,133 @@
+package local
+
+import (
+	"context"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+)
+
+// Overflow evicts the pods kept here that did not fit after all.
+// +kubebuilder:rbac:groups="",resources=pods/eviction,verbs=create
+
+// Overflow sends on the pods kept here that their scheduler has found no
+// node for during After: the room the view counted at admission was taken
+// meanwhile (by another scheduler, or a pod the view had not seen), or the
+// pod asks for what the view does not count (pod affinity, spread, ports,
+// volumes). It evicts each such pod that has a controller, through the
+// Eviction API so that PodDisruptionBudgets hold, and the controller makes
+// a replacement, which the webhook sends through the targets: the view
+// keeps none of that controller's pods for DefaultUnfitMemory. A pod
+// without a controller cannot be made again; it stays, and gets an Event
+// that says so. Overflow runs on the leader.
+type Overflow struct {
+	View     *View
+	Keeper   *Keeper
+	Kube     kubernetes.Interface
+	Recorder events.EventRecorder
+	// After is how long a kept pod may wait with no node for it.
+	After time.Duration
+	clock clock.Clock
+
+	// evicted and told are the pods (by UID) evicted, and told they stay,
+	// while they are stuck.
+	evicted, told map[string]bool
+}
+
+var (
+	_ manager.Runnable               = &Overflow{}
+	_ manager.LeaderElectionRunnable = &Overflow{}
+)
+
+// NeedLeaderElection is true: one replica evicts.
+func (o *Overflow) NeedLeaderElection() bool { return true }
+
+// Start looks at the stuck pods every After/3 (1 to 10 s) until ctx ends.
+// It asks for the view as soon as a self target with localFirst exists,
+// for the pods another replica's webhook kept.
+func (o *Overflow) Start(ctx context.Context) error {
+	if o.clock == nil {
+		o.clock = clock.RealClock{}
+	}
+	o.evicted, o.told = map[string]bool{}, map[string]bool{}
+	period := min(max(o.After/3, time.Second), 10*time.Second)
+	wait.UntilWithContext(ctx, o.sweep, period)
+	return nil
+}
+
+func (o *Overflow) sweep(ctx context.Context) {
+	log := logr.FromContextOrDiscard(ctx).WithName("overflow")
+	if !o.View.Wanted() {
+		if any, err := o.Keeper.localFirst(ctx, metav1.NamespaceAll); err != nil {
+			log.Error(err, "Looking for a self target with localFirst")
+		} else if any {
+			o.View.Want()
+		}
+		return
+	}
+	if !o.View.Synced() {
+		return
+	}
+	stuck := o.View.Stuck(o.clock.Now().Add(-o.After))
+	still := make(map[string]bool, len(stuck))
+	for _, k := range stuck {
+		uid := string(k.uid)
+		still[uid] = true
+		if k.owner.UID == "" {
+			if !o.told[uid] {
+				o.told[uid] = true
+				o.Recorder.Eventf(k.pod(), nil, corev1.EventTypeWarning, "StaysUnplaced", "Overflow",
+					"Kept in this cluster, its scheduler has found no node for it for %s; a pod without a controller cannot be made again elsewhere: delete it and create it again to send it through the targets", o.After)
+			}
+			continue
+		}
+		if o.evicted[uid] {
+			continue
+		}
+		if err := o.evict(ctx, k); err != nil {
+			log.V(1).Info("Could not evict a pod kept here with no node for it; trying again", "namespace", k.namespace, "name", k.name, "err", err.Error())
+			continue
+		}
+		o.evicted[uid] = true
+		log.Info("Evicted a pod kept here with no node for it", "namespace", k.namespace, "name", k.name, "owner", k.owner.Kind+"/"+k.owner.Name)
+		o.Recorder.Eventf(k.pod(), nil, corev1.EventTypeNormal, "Overflow", "Evict",
+			"Kept in this cluster, its scheduler has found no node for it for %s: evicted, so that %s %s makes a pod that goes through the targets", o.After, k.owner.Kind, k.owner.Name)
+	}
+	for _, seen := range []map[string]bool{o.evicted, o.told} {
+		for uid := range seen {
+			if !still[uid] {
+				delete(seen, uid)
+			}
+		}
+	}
+}
+
+// evict asks the API server to evict the pod with k's UID; a pod gone or
+// replaced is done with.
+func (o *Overflow) evict(ctx context.Context, k keptPod) error {
+	err := o.Kube.CoreV1().Pods(k.namespace).EvictV1(ctx, &policyv1.Eviction{
+		ObjectMeta:    metav1.ObjectMeta{Name: k.name, Namespace: k.namespace},
+		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &k.uid}},
+	})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil
+	}
+	return err
+}
+
+// pod is a reference to the kept pod for its Events.
+func (k keptPod) pod() *corev1.Pod {
+	return &corev1.Pod{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: k.namespace, Name: k.name, UID: k.uid},
+	}
+}
