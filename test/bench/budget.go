@@ -107,7 +107,7 @@ type ClusterBudget struct {
 // budgetOf is what each of clusters used between before and after, a
 // window of seconds; cpuFallback gives a cluster's CPU from /proc when the
 // cgroup has no usage counter (cgroup v1 without cpuacct).
-func budgetOf(cores float64, clusters []string, before, after map[string]cgroup.Stats, seconds float64, pods int, cpuFallback func(string) float64) map[string]ClusterBudget {
+func budgetOf(cores float64, clusters []string, before, after map[string]cgroup.Stats, seconds, pods float64, cpuFallback func(string) float64) map[string]ClusterBudget {
 	out := map[string]ClusterBudget{}
 	for _, name := range clusters {
 		a, ok1 := after[name]
@@ -122,7 +122,7 @@ func budgetOf(cores float64, clusters []string, before, after map[string]cgroup.
 		}
 		cb := ClusterBudget{
 			CPUSeconds:        cpu,
-			CPUPerPodMillis:   1000 * cpu / float64(pods),
+			CPUPerPodMillis:   1000 * cpu / pods,
 			Periods:           d.Periods,
 			ThrottledPeriods:  d.Throttled,
 			ThrottledFraction: d.ThrottledFraction(),

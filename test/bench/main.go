@@ -79,6 +79,12 @@ type config struct {
 	// MeshLocalFirst: with Mesh and MeshSelf, every self target has
 	// localFirst: pods that fit at home stay there as ordinary pods.
 	MeshLocalFirst bool `json:"meshLocalFirst,omitempty"`
+	// MeshPods, with Mesh, are the bursts of m1..mN in order; empty: Pods
+	// each.
+	MeshPods []int `json:"meshPods,omitempty"`
+	// NodePods, with Mesh, is how many pods each kwok node takes (its
+	// allocatable pods).
+	NodePods int `json:"nodePods,omitempty"`
 	// budget holds the cgroups, with CPUPerCluster.
 	budget *budget
 }
@@ -108,6 +114,8 @@ func main() {
 	flag.IntVar(&cfg.Mesh, "mesh", 0, "Mesh mode (N clusters m1..mN, each the source of its own burst of -pods pods and a target of the others, all bursts at once), against one baseline cluster of N×M nodes placing the N×P pods and the N clusters placing their own pods with kube-scheduler; the JSON goes into <out>/mesh-n<N>-....json. 0: off. -targets is not used.")
 	flag.BoolVar(&cfg.MeshLocalFirst, "mesh-local-first", false, "With -mesh and -mesh-self: every self target has localFirst, so a pod that fits in its own cluster when created stays there as an ordinary pod, without candidates.")
 	flag.BoolVar(&cfg.MeshSelf, "mesh-self", true, "With -mesh: every cluster also targets itself (a ClusterTarget with self: true), so its pods may stay or go.")
+	meshPods := flag.String("mesh-pods", "", "With -mesh: each cluster's burst, m1 first, comma-separated (e.g. 800,400,0), in place of -pods each; with -node-pods, a cluster may be sent more than it holds, and then the clusters-alone run is left out.")
+	flag.IntVar(&cfg.NodePods, "node-pods", 1000, "With -mesh: the pods each kwok node takes (its allocatable pods; 64 CPUs each).")
 	flag.Parse()
 	if cfg.Targets < 1 || cfg.Nodes < 1 || cfg.Pods < 1 {
 		fmt.Fprintln(os.Stderr, "bench: -targets, -nodes and -pods must be at least 1")
@@ -126,6 +134,24 @@ func main() {
 		os.Exit(2)
 	}
 	cfg.Out = *out
+	if *meshPods != "" {
+		for _, f := range strings.Split(*meshPods, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 0 {
+				fmt.Fprintf(os.Stderr, "bench: -mesh-pods %q: want a count of pods (0 or more) per cluster\n", *meshPods)
+				os.Exit(2)
+			}
+			cfg.MeshPods = append(cfg.MeshPods, n)
+		}
+		if len(cfg.MeshPods) != cfg.Mesh {
+			fmt.Fprintf(os.Stderr, "bench: -mesh-pods has %d bursts for -mesh %d clusters\n", len(cfg.MeshPods), cfg.Mesh)
+			os.Exit(2)
+		}
+	}
+	if cfg.NodePods < 1 {
+		fmt.Fprintln(os.Stderr, "bench: -node-pods must be at least 1")
+		os.Exit(2)
+	}
 	if cfg.Mesh > 0 {
 		if cfg.Spread || cfg.Profile {
 			fmt.Fprintln(os.Stderr, "bench: -mesh goes with neither -spread nor -profile")

@@ -47,6 +47,9 @@ type MeshReport struct {
 	// Alone is the N clusters each placing its own P pods with its own
 	// kube-scheduler (pods not opted in), all bursts at once.
 	Alone *MeshRun `json:"alone"`
+	// AloneLeftOut says why the clusters-alone run was not made (a
+	// cluster's burst is more than its nodes hold); empty when it was.
+	AloneLeftOut string `json:"aloneLeftOut,omitempty"`
 	// Flotilla is the N clusters each placing its own P pods, opted in,
 	// through Flotilla, all bursts at once.
 	Flotilla *MeshRun     `json:"flotilla"`
@@ -133,6 +136,40 @@ type MeshHeadline struct {
 	// AloneVsBaseline*: the clusters alone ÷ the one baseline cluster.
 	AloneVsBaselineBound   float64 `json:"aloneVsBaselineBound"`
 	AloneVsBaselineRunning float64 `json:"aloneVsBaselineRunning"`
+}
+
+// burst is the number of pods cluster m<k+1> creates.
+func (c config) burst(k int) int {
+	if k < len(c.MeshPods) {
+		return c.MeshPods[k]
+	}
+	return c.Pods
+}
+
+// meshPods is the number of pods of all the mesh's bursts.
+func (c config) meshPods() int {
+	n := 0
+	for k := range c.Mesh {
+		n += c.burst(k)
+	}
+	return n
+}
+
+// perCluster is the mesh's pods ÷ N: what a cluster's requests and CPU
+// are counted per (P when every cluster bursts P).
+func (c config) perCluster() float64 {
+	return float64(c.meshPods()) / float64(c.Mesh)
+}
+
+// aloneLeftOut says why the clusters cannot each place their own burst
+// with their own nodes: a burst is more than its cluster's nodes take.
+func (c config) aloneLeftOut() string {
+	for k := range c.Mesh {
+		if room := c.Nodes * c.NodePods; c.burst(k) > room {
+			return fmt.Sprintf("m%d's burst of %d pods is more than its %d nodes take (%d)", k+1, c.burst(k), c.Nodes, room)
+		}
+	}
+	return ""
 }
 
 // ratio is a ÷ b, 0 when b is 0.
@@ -248,7 +285,7 @@ func runMesh(cfg config, keep, hold bool) (*MeshReport, error) {
 		spec := sandbox.ClusterSpec{Name: fmt.Sprintf("m%d", k)}
 		for m := range cfg.Nodes {
 			// As run's: room for every pod on any cluster's nodes.
-			n := sandbox.NodeSpec{Name: fmt.Sprintf("m%d-n%d", k, m), CPU: "64", Pods: 1000}
+			n := sandbox.NodeSpec{Name: fmt.Sprintf("m%d-n%d", k, m), CPU: "64", Pods: cfg.NodePods}
 			spec.Nodes = append(spec.Nodes, n)
 			base.Nodes = append(base.Nodes, n)
 		}
@@ -276,7 +313,7 @@ func runMesh(cfg config, keep, hold bool) (*MeshReport, error) {
 	report := &MeshReport{Config: cfg, Date: time.Now().UTC().Format(time.RFC3339)}
 
 	baseCfg := cfg
-	baseCfg.Pods = cfg.Mesh * cfg.Pods
+	baseCfg.Pods = cfg.meshPods()
 	fmt.Fprintf(os.Stderr, "bench: baseline run (plain kube-scheduler, one cluster, %d pods)\n", baseCfg.Pods)
 	baseCluster := s.Cluster("base")
 	report.Baseline, err = measure(ctx, baseCfg, s.Clusters, baseCluster, nil, podShape{}, []process{{"scheduler", baseCluster.PIDs()[sandbox.Scheduler]}})
@@ -284,16 +321,20 @@ func runMesh(cfg config, keep, hold bool) (*MeshReport, error) {
 		return nil, fmt.Errorf("baseline: %w", err)
 	}
 
-	fmt.Fprintln(os.Stderr, "bench: the clusters alone (plain kube-scheduler in each)")
-	var aloneProcs []process
-	for _, c := range mesh {
-		aloneProcs = append(aloneProcs, process{c.Name + " scheduler", c.PIDs()[sandbox.Scheduler]})
-	}
-	if report.Alone, err = meshMeasure(ctx, cfg, s.Clusters, mesh, false, aloneProcs); err != nil {
-		return nil, fmt.Errorf("clusters alone: %w", err)
-	}
-	if err := removeMeshPods(ctx, cfg, mesh, "alone"); err != nil {
-		return nil, err
+	if report.AloneLeftOut = cfg.aloneLeftOut(); report.AloneLeftOut != "" {
+		fmt.Fprintf(os.Stderr, "bench: the clusters alone left out: %s\n", report.AloneLeftOut)
+	} else {
+		fmt.Fprintln(os.Stderr, "bench: the clusters alone (plain kube-scheduler in each)")
+		var aloneProcs []process
+		for _, c := range mesh {
+			aloneProcs = append(aloneProcs, process{c.Name + " scheduler", c.PIDs()[sandbox.Scheduler]})
+		}
+		if report.Alone, err = meshMeasure(ctx, cfg, s.Clusters, mesh, false, aloneProcs); err != nil {
+			return nil, fmt.Errorf("clusters alone: %w", err)
+		}
+		if err := removeMeshPods(ctx, cfg, mesh, "alone"); err != nil {
+			return nil, err
+		}
 	}
 
 	fmt.Fprintln(os.Stderr, "bench: flotilla mesh run")
@@ -372,7 +413,9 @@ func others(mesh []*sandbox.Cluster, c *sandbox.Cluster) []*sandbox.Cluster {
 
 // meshHome is one cluster of a mesh run and what its informer saw.
 type meshHome struct {
-	c       *sandbox.Cluster
+	c *sandbox.Cluster
+	// pods is its burst.
+	pods    int
 	mu      sync.Mutex
 	t       meshTimes
 	deleted map[string]bool
@@ -388,7 +431,7 @@ func runName(optIn bool) string {
 	return "alone"
 }
 
-// meshMeasure makes cfg.Pods pods in each cluster of mesh, all bursts
+// meshMeasure makes its burst of pods in each cluster of mesh, all bursts
 // started at once (opted in to Flotilla or not), and times them as measure
 // does, each cluster's pods watched by an informer in that cluster.
 func meshMeasure(ctx context.Context, cfg config, all, mesh []*sandbox.Cluster, optIn bool, procs []process) (*MeshRun, error) {
@@ -400,8 +443,8 @@ func meshMeasure(ctx context.Context, cfg config, all, mesh []*sandbox.Cluster, 
 	stop := make(chan struct{})
 	defer close(stop)
 	var homes []*meshHome
-	for _, c := range mesh {
-		h := &meshHome{c: c, t: meshTimes{created: map[string]time.Time{}, bound: map[string]time.Time{}, running: map[string]time.Time{}}, deleted: map[string]bool{}}
+	for k, c := range mesh {
+		h := &meshHome{c: c, pods: cfg.burst(k), t: meshTimes{created: map[string]time.Time{}, bound: map[string]time.Time{}, running: map[string]time.Time{}}, deleted: map[string]bool{}}
 		var err error
 		if h.before, err = scrapeRequests(ctx, c); err != nil {
 			return nil, err
@@ -453,7 +496,9 @@ func meshMeasure(ctx context.Context, cfg config, all, mesh []*sandbox.Cluster, 
 	var createRetries atomic.Int64
 	for _, h := range homes {
 		go func() {
-			errs <- createPods(ctx, cfg, h.c, h.c.Name+"-"+run, podLabels, &h.mu, h.t.created, &createRetries)
+			burst := cfg
+			burst.Pods = h.pods
+			errs <- createPods(ctx, burst, h.c, h.c.Name+"-"+run, podLabels, &h.mu, h.t.created, &createRetries)
 		}()
 	}
 	var createErr error
@@ -474,7 +519,7 @@ func meshMeasure(ctx context.Context, cfg config, all, mesh []*sandbox.Cluster, 
 			lostBound, lost := goneBefore(h.deleted, h.t.bound), goneBefore(h.deleted, h.t.running)
 			h.mu.Unlock()
 			// A pod deleted before it was bound (Running) never will be.
-			done = done && nb+lostBound == cfg.Pods && nr+lost == cfg.Pods
+			done = done && nb+lostBound == h.pods && nr+lost == h.pods
 			parts = append(parts, fmt.Sprintf("%s: %d bound, %d Running, %d deleted before Running", h.c.Name, nb, nr, lost))
 		}
 		return strings.Join(parts, "; "), done
@@ -486,7 +531,7 @@ func meshMeasure(ctx context.Context, cfg config, all, mesh []*sandbox.Cluster, 
 	cgAfter, window := cfg.budget.sample(), time.Since(start)
 	if err != nil {
 		text, _ := counts()
-		return nil, fmt.Errorf("not every pod bound and Running (or deleted) after %s (%d a cluster): %s", cfg.Timeout, cfg.Pods, text)
+		return nil, fmt.Errorf("not every pod bound and Running (or deleted) after %s: %s", cfg.Timeout, text)
 	}
 	times := map[string]meshTimes{}
 	for _, h := range homes {
@@ -494,7 +539,7 @@ func meshMeasure(ctx context.Context, cfg config, all, mesh []*sandbox.Cluster, 
 		times[h.c.Name] = meshTimes{created: maps.Clone(h.t.created), bound: maps.Clone(h.t.bound), running: maps.Clone(h.t.running)}
 		h.mu.Unlock()
 	}
-	r := meshTotals(start, cfg.Mesh*cfg.Pods, times)
+	r := meshTotals(start, cfg.meshPods(), times)
 	r.CreateRetries = createRetries.Load()
 	r.Clusters = map[string]*MeshCluster{}
 	for _, h := range homes {
@@ -506,7 +551,7 @@ func meshMeasure(ctx context.Context, cfg config, all, mesh []*sandbox.Cluster, 
 		mc := &MeshCluster{
 			Deleted:              deleted,
 			Lost:                 lost,
-			Pods:                 cfg.Pods,
+			Pods:                 h.pods,
 			PodsPerSecondBound:   throughput(start, len(t.bound), t.bound),
 			PodsPerSecondRunning: throughput(start, len(t.running), t.running),
 			BoundMillis:          percentiles(t.created, t.bound),
@@ -522,14 +567,15 @@ func meshMeasure(ctx context.Context, cfg config, all, mesh []*sandbox.Cluster, 
 		if err != nil {
 			return nil, err
 		}
+		perPod := cfg.perCluster()
 		mc.Requests = Requests{
-			All:          (after.All - h.before.All) / float64(cfg.Pods),
-			Writes:       (after.Writes - h.before.Writes) / float64(cfg.Pods),
+			All:          (after.All - h.before.All) / perPod,
+			Writes:       (after.Writes - h.before.Writes) / perPod,
 			WritesByKind: map[string]float64{},
 		}
 		for kind, n := range after.WritesByKind {
 			if d := n - h.before.WritesByKind[kind]; d > 0 {
-				mc.Requests.WritesByKind[kind] = d / float64(cfg.Pods)
+				mc.Requests.WritesByKind[kind] = d / perPod
 			}
 		}
 		r.Clusters[h.c.Name] = mc
@@ -563,7 +609,7 @@ func meshMeasure(ctx context.Context, cfg config, all, mesh []*sandbox.Cluster, 
 		names = append(names, c.Name)
 	}
 	if cfg.budget != nil {
-		r.Budget = budgetOf(cfg.CPUPerCluster, names, cgBefore, cgAfter, window.Seconds(), cfg.Pods, func(name string) float64 { return r.CPUByCluster[name] })
+		r.Budget = budgetOf(cfg.CPUPerCluster, names, cgBefore, cgAfter, window.Seconds(), cfg.perCluster(), func(name string) float64 { return r.CPUByCluster[name] })
 	}
 	return &r, nil
 }
@@ -624,11 +670,24 @@ func (r *MeshReport) Markdown() string {
 	if c.MaxCandidates > 0 && c.MaxCandidates < c.Mesh-boolInt(!c.MeshSelf) {
 		meshCands = fmt.Sprintf("%d target(s)", c.MaxCandidates)
 	}
-	fmt.Fprintf(&b, "### Mesh: N=%d clusters × M=%d nodes, P=%d pods each (%d in all), rate %s, candidates to %s, %s, %s, CPU %s, %s\n\n",
-		c.Mesh, c.Nodes, c.Pods, c.Mesh*c.Pods, rateText(c.Rate), meshCands, self, access, budgetText, r.Date)
-	if f == nil || alone == nil || base == nil {
+	bursts := fmt.Sprintf("P=%d pods each", c.Pods)
+	if len(c.MeshPods) > 0 {
+		var each []string
+		for k := range c.Mesh {
+			each = append(each, fmt.Sprintf("m%d %d", k+1, c.burst(k)))
+		}
+		bursts = "bursts of " + strings.Join(each, ", ")
+	}
+	fmt.Fprintf(&b, "### Mesh: N=%d clusters × M=%d nodes of %d pods, %s (%d in all), rate %s, candidates to %s, %s, %s, CPU %s, %s\n\n",
+		c.Mesh, c.Nodes, c.NodePods, bursts, c.meshPods(), rateText(c.Rate), meshCands, self, access, budgetText, r.Date)
+	if f == nil || base == nil || (alone == nil && r.AloneLeftOut == "") {
 		fmt.Fprintln(&b, "(incomplete)")
 		return b.String()
+	}
+	if alone == nil {
+		// Its cells read 0 and its ratios "-".
+		alone = &MeshRun{}
+		fmt.Fprintf(&b, "The clusters alone were not run: %s.\n\n", r.AloneLeftOut)
 	}
 	h := r.Ratios
 	if h.CPUBound > 0 {
@@ -639,7 +698,7 @@ func (r *MeshReport) Markdown() string {
 	}
 	fmt.Fprintf(&b, "**Flotilla mesh ÷ one baseline cluster: %.2f× to bound, %.2f× to Running** (issue #13's target for N=3: ≥ 2×). **Flotilla mesh ÷ the %d clusters alone: %.2f× to bound, %.2f× to Running.**\n\n",
 		h.VsBaselineBound, h.VsBaselineRunning, c.Mesh, h.VsAloneBound, h.VsAloneRunning)
-	fmt.Fprintf(&b, "Baseline: the one cluster `base` with the mesh's N×M = %d nodes placing the mesh's N×P = %d pods with kube-scheduler, one burst, in the same quota as each mesh cluster. Alone: the same N clusters, each placing its own P pods (not opted in) with its own kube-scheduler, all bursts at once, before the Flotilla run on the same clusters (its pods deleted in between).\n\n", c.Mesh*c.Nodes, c.Mesh*c.Pods)
+	fmt.Fprintf(&b, "Baseline: the one cluster `base` with the mesh's N×M = %d nodes placing the mesh's %d pods with kube-scheduler, one burst, in the same quota as each mesh cluster. Alone: the same N clusters, each placing its own burst (not opted in) with its own kube-scheduler, all bursts at once, before the Flotilla run on the same clusters (its pods deleted in between).\n\n", c.Mesh*c.Nodes, c.meshPods())
 	fmt.Fprintln(&b, "| figure | flotilla mesh | clusters alone | one baseline cluster | mesh ÷ alone | mesh ÷ baseline |")
 	fmt.Fprintln(&b, "|---|---|---|---|---|---|")
 	row := func(name string, fv, av, bv float64, format string) {
@@ -661,7 +720,7 @@ func (r *MeshReport) Markdown() string {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	fmt.Fprint(&b, "\nEach cluster's own burst (pods/s from the run's first create call to its own last pod; API requests are all those its API server served during the run ÷ P):\n\n")
+	fmt.Fprint(&b, "\nEach cluster's own burst (pods/s from the run's first create call to its own last pod; API requests are all those its API server served during the run ÷ the mesh's pods ÷ N):\n\n")
 	fmt.Fprintln(&b, "| run | cluster | pods/s to bound | pods/s to Running | p50 / p99 create→bound, ms | its pods ran in (at the end) | deleted during the run (before Running) | API requests/pod (writes) |")
 	fmt.Fprintln(&b, "|---|---|---|---|---|---|---|---|")
 	for _, run := range []struct {
@@ -697,13 +756,16 @@ func (r *MeshReport) Markdown() string {
 // baseline's its N×P.
 func (r *MeshReport) meshBudgetMarkdown(b *strings.Builder, names []string) {
 	f, alone, base := r.Flotilla, r.Alone, r.Baseline
-	if len(base.Budget) == 0 || len(f.Budget) == 0 || len(alone.Budget) == 0 {
+	if len(base.Budget) == 0 || len(f.Budget) == 0 {
 		return
 	}
-	budgetHead(b, r.Config, "from the first create to the last pod Running of the run; CPU per pod is a mesh cluster's CPU ÷ its own P pods (it also served the others' candidates), the baseline's ÷ its N×P")
+	budgetHead(b, r.Config, "from the first create to the last pod Running of the run; CPU per pod is a mesh cluster's CPU ÷ the mesh's pods ÷ N (its own burst when all are P; it also served the others' candidates), the baseline's ÷ all the mesh's pods")
 	baseline := base.Budget["base"].CPUPerPodMillis
 	budgetLine(b, "baseline", "base", base.Budget["base"], baseline)
 	for _, n := range names {
+		if alone == nil {
+			break
+		}
 		if c, ok := alone.Budget[n]; ok {
 			budgetLine(b, "alone", n, c, baseline)
 		}

@@ -78,7 +78,7 @@ func TestMeshMarkdown(t *testing.T) {
 		return map[string]ClusterBudget{"m1": {CPUSeconds: perPod * 1200 / 1000, CPUPerPodMillis: perPod, QuotaUsed: 0.95, HitQuota: true, Saturated: true}}
 	}
 	r := &MeshReport{
-		Config:   config{Mesh: 3, Nodes: 4, Pods: 400, MeshSelf: true, Invite: true, CPUPerCluster: 0.45, CgroupVersion: "cgroup v1"},
+		Config:   config{Mesh: 3, Nodes: 4, NodePods: 1000, Pods: 400, MeshSelf: true, Invite: true, CPUPerCluster: 0.45, CgroupVersion: "cgroup v1"},
 		Baseline: &Run{Pods: 1200, PodsPerSecondBound: 50, PodsPerSecondRunning: 30, PodsByNode: map[string]int{"m1-n0": 600, "m2-n0": 600}, Budget: map[string]ClusterBudget{"base": {CPUPerPodMillis: 10}}},
 		Alone: &MeshRun{Pods: 1200, PodsPerSecondBound: 150, PodsPerSecondRunning: 90, Budget: budget(10),
 			Clusters: map[string]*MeshCluster{"m1": {PodsPerSecondBound: 50, PodsByNode: map[string]int{"m1-n0": 400}}}},
@@ -88,12 +88,12 @@ func TestMeshMarkdown(t *testing.T) {
 	r.Ratios = meshHeadline(r.Flotilla, r.Alone, r.Baseline)
 	out := r.Markdown()
 	for _, want := range []string{
-		"N=3 clusters × M=4 nodes, P=400 pods each (1200 in all)",
+		"N=3 clusters × M=4 nodes of 1000 pods, P=400 pods each (1200 in all)",
 		"each cluster also its own target (self)",
 		"**Flotilla mesh ÷ one baseline cluster: 1.20× to bound, 1.50× to Running**",
 		"÷ the 3 clusters alone: 0.40× to bound, 0.50× to Running",
 		"| aggregate pods/s to bound | 60.0 | 150.0 | 50.0 | 0.40× | 1.20× |",
-		"N×M = 12 nodes placing the mesh's N×P = 1200 pods",
+		"N×M = 12 nodes placing the mesh's 1200 pods",
 		"| alone | m1 | 50.0 |",
 		"| own nodes 400 |",
 		"| m1 140, m2 130, m3 130 | 7 (3) |",
@@ -109,6 +109,33 @@ func TestMeshMarkdown(t *testing.T) {
 			t.Errorf("report lacks %q:\n%s", want, out)
 		}
 	}
+
+	// Skewed bursts that m1 cannot hold alone: no alone run, its cells 0
+	// and its ratios "-".
+	r.Config.MeshPods, r.Config.NodePods = []int{800, 400, 0}, 150
+	r.Alone, r.AloneLeftOut = nil, r.Config.aloneLeftOut()
+	r.Ratios = meshHeadline(r.Flotilla, r.Alone, r.Baseline)
+	out = r.Markdown()
+	for _, want := range []string{
+		"N=3 clusters × M=4 nodes of 150 pods, bursts of m1 800, m2 400, m3 0 (1200 in all)",
+		"The clusters alone were not run: m1's burst of 800 pods is more than its 4 nodes take (600).",
+		"| aggregate pods/s to bound | 60.0 | 0.0 | 50.0 | - | 1.20× |",
+		"| flotilla | m1 | 30.0 | 25.0 ms | 2.50× | 95 % |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("skewed report lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "| alone |") {
+		t.Errorf("skewed report has rows of an alone run:\n%s", out)
+	}
+	if got := (config{Mesh: 3, Nodes: 4, NodePods: 1000, Pods: 400}).aloneLeftOut(); got != "" {
+		t.Errorf("bursts of 400 on 4 nodes of 1000 pods: left out (%s)", got)
+	}
+	if got := r.Config.perCluster(); got != 400 {
+		t.Errorf("perCluster of 800, 400, 0 = %g, want 400", got)
+	}
+
 	if got := oversubscribed(config{Mesh: 3, Targets: 10, CPUPerCluster: 0.45}, 2); got != "" {
 		t.Errorf("a mesh of 3 at 0.45 cores on 2 cores: %s", got)
 	}
