@@ -58,6 +58,18 @@ func Eligible(source *corev1.Pod, sourceCluster string, targets []*target.Target
 	return chosen
 }
 
+// ToFanOut is where the source pod's candidates go now: while one of its
+// candidates stands elected (elected), only the targets that hold one
+// already, for that candidate is reserved or bound, and a cache that has
+// not yet seen the pod bound and its other candidates deleted must not
+// draw the pod again; otherwise Eligible.
+func ToFanOut(source *corev1.Pod, sourceCluster string, targets []*target.Target, limit int, prospect func(*target.Target) Prospect, elected bool) []*target.Target {
+	if elected {
+		return Holding(source, sourceCluster, targets)
+	}
+	return Eligible(source, sourceCluster, targets, limit, prospect)
+}
+
 // Holding are the targets that hold a candidate of the source pod (or
 // that this agent has just created one in).
 func Holding(source *corev1.Pod, sourceCluster string, targets []*target.Target) []*target.Target {

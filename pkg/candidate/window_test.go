@@ -192,6 +192,18 @@ func TestEligibleKeepsAndWidens(t *testing.T) {
 			t.Errorf("max 2 with one held: %s", names(got))
 		}
 	})
+	t.Run("no target joins while elected", func(t *testing.T) {
+		// The pod's other candidate is gone (deleted after the election);
+		// Eligible would top the set up to two, ToFanOut under an
+		// election does not.
+		ts := servedTargets(t, 4, map[string][]*corev1.Pod{"t4": {candidateIn(t, src, "t4", false)}})
+		if got := ToFanOut(src, "src", ts, 2, prospect, false); len(got) != 2 {
+			t.Fatalf("not elected, max 2, one held: %s, want two", names(got))
+		}
+		if got := names(ToFanOut(src, "src", ts, 2, prospect, true)); got != "t4" {
+			t.Errorf("elected, max 2, one held in t4: %s, want t4 alone", got)
+		}
+	})
 	t.Run("a deleting candidate is not held", func(t *testing.T) {
 		c := candidateIn(t, src, "t4", false)
 		c.DeletionTimestamp, c.Finalizers = &metav1.Time{Time: time.Now()}, []string{"x"}

@@ -298,15 +298,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		c.reportUnscheduled(ctx, pod, ReasonPolicyUnsatisfiable, "Fan out", pl.exclusions())
 		unhealthy = true
 	}
-	var eligible []*target.Target
-	if election.Elected() {
-		// While an election stands no target joins: its candidate is
-		// reserved or bound, and a cache that has not seen the source pod
-		// bound yet (and its other candidates deleted) must not draw again.
-		eligible = candidate.Holding(pod, c.SourceCluster, pl.selected)
-	} else {
-		eligible = candidate.Eligible(pod, c.SourceCluster, pl.selected, c.MaxCandidates, c.prospects(&pl))
-	}
+	eligible := candidate.ToFanOut(pod, c.SourceCluster, pl.selected, c.MaxCandidates, c.prospects(&pl), election.Elected())
 	placements := candidate.FanOut(ctx, pod, c.SourceCluster, eligible, prep, pl.shaper())
 	c.reportFanOut(pod, placements, &pl)
 	// Candidates the policy no longer sends (it changed, or the spread
