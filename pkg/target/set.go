@@ -148,6 +148,13 @@ func (d Delegates) Get(source *corev1.Pod) (*corev1.Pod, error) {
 	return pod, nil
 }
 
+// Lost reports whether the target's API server has no delegate of a
+// source pod.
+func (d Delegates) Lost(ctx context.Context, source *corev1.Pod) (bool, error) {
+	live, err := d.Target.Live(ctx, d.namespace(source), d.name(source))
+	return live == nil && err == nil, err
+}
+
 // Delete deletes the delegate of a source pod.
 func (d Delegates) Delete(ctx context.Context, source *corev1.Pod) error {
 	return d.Target.Delete(ctx, d.namespace(source), d.name(source), "")

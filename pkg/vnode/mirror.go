@@ -242,6 +242,14 @@ func (m *mirror) sync(ctx context.Context, key string) error {
 	}
 	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(source))
 	if delegate == nil && source.DeletionTimestamp == nil {
+		// Failing a pod cannot be undone: the cache's word is not enough.
+		lost, err := m.delegates.Lost(ctx, source)
+		if err != nil {
+			return fmt.Errorf("reading the delegate of pod %s, not in the cache of target %s: %w", key, m.target, err)
+		}
+		if !lost {
+			return fmt.Errorf("the delegate of pod %s is in target %s but not yet in its cache", key, m.target)
+		}
 		logger.Info("Delegate lost, the source pod fails", "target", m.target)
 		m.recorder.Eventf(source, corev1.EventTypeWarning, ReasonDelegateLost,
 			"The delegate of this pod in target %s no longer exists", m.target)

@@ -8,15 +8,22 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
 	corev1listers "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
 )
 
 // recordedDelegates has one delegate per source UID and records deletions;
 // the paths under test make no API call of their own.
 type recordedDelegates struct {
 	delegates map[types.UID]*corev1.Pod
-	deleted   []types.UID
+	// live are the delegates the target's API server has, which the
+	// cache (delegates) may not show yet.
+	live    map[types.UID]*corev1.Pod
+	deleted []types.UID
 }
 
 func (d *recordedDelegates) Get(source *corev1.Pod) (*corev1.Pod, error) {
@@ -29,6 +36,10 @@ func (d *recordedDelegates) Delete(_ context.Context, source *corev1.Pod) error 
 }
 
 func (d *recordedDelegates) OnChange(func(*corev1.Pod)) {}
+
+func (d *recordedDelegates) Lost(_ context.Context, source *corev1.Pod) (bool, error) {
+	return d.live[source.UID] == nil, nil
+}
 
 func boundPod(uid types.UID, node string) *corev1.Pod {
 	return &corev1.Pod{
@@ -98,6 +109,51 @@ func TestMirrorDeletedFromTheAPI(t *testing.T) {
 			}
 			if !slices.Equal(d.deleted, tc.wantDeleted) {
 				t.Errorf("after a second sync, deleted delegates of %v, want %v", d.deleted, tc.wantDeleted)
+			}
+		})
+	}
+}
+
+// TestMirrorFailsOnlyALostDelegate: a source pod whose delegate the
+// target's cache does not hold fails only when the target's API server has
+// none either. An agent resumed after a pause, no longer the leader, had a
+// cache of the target from before the pause, and failed pods the new
+// leader had just bound (the chaos test caught it).
+func TestMirrorFailsOnlyALostDelegate(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		live     bool
+		wantFail bool
+	}{
+		{name: "in the target, not in the cache", live: true},
+		{name: "gone from the target", wantFail: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			source := boundPod("uid", "vn")
+			source.Spec.SchedulerName = protocol.SourceSchedulerName
+			source.Status.Phase = corev1.PodRunning
+			kube := fake.NewClientset(source)
+			indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+			if err := indexer.Add(source); err != nil {
+				t.Fatal(err)
+			}
+			d := &recordedDelegates{live: map[types.UID]*corev1.Pod{}}
+			if tc.live {
+				d.live["uid"] = &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "delegate"}, Spec: corev1.PodSpec{NodeName: "n1"}}
+			}
+			m := newMirror(Config{NodeName: "vn", Target: "t", Delegates: d, Client: kube, Status: NewStatus()}, corev1listers.NewPodLister(indexer), record.NewFakeRecorder(10))
+			defer m.queue.ShutDown()
+			err := m.sync(t.Context(), "ns/web")
+			got, getErr := kube.CoreV1().Pods("ns").Get(t.Context(), "web", metav1.GetOptions{})
+			if getErr != nil {
+				t.Fatal(getErr)
+			}
+			failed := got.Status.Phase == corev1.PodFailed
+			if failed != tc.wantFail {
+				t.Fatalf("phase %s after the sync (err %v), want failed %v", got.Status.Phase, err, tc.wantFail)
+			}
+			if !tc.wantFail && err == nil {
+				t.Error("no error while the cache lags: the pod would not be looked at again")
 			}
 		})
 	}

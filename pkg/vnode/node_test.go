@@ -239,6 +239,7 @@ func TestConfigDefaults(t *testing.T) {
 
 type nopDelegates struct{}
 
-func (nopDelegates) Get(*corev1.Pod) (*corev1.Pod, error)      { return nil, nil }
-func (nopDelegates) Delete(context.Context, *corev1.Pod) error { return nil }
-func (nopDelegates) OnChange(func(*corev1.Pod))                {}
+func (nopDelegates) Get(*corev1.Pod) (*corev1.Pod, error)            { return nil, nil }
+func (nopDelegates) Delete(context.Context, *corev1.Pod) error       { return nil }
+func (nopDelegates) OnChange(func(*corev1.Pod))                      {}
+func (nopDelegates) Lost(context.Context, *corev1.Pod) (bool, error) { return true, nil }

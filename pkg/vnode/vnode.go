@@ -36,6 +36,11 @@ type Delegates interface {
 	// Get returns the delegate (the bound candidate in the target) of a
 	// source pod, or (nil, nil) when none exists.
 	Get(source *corev1.Pod) (*corev1.Pod, error)
+	// Lost reports whether the delegate of a source pod is gone as the
+	// target's API server says, not its cache: a cache that lags (a
+	// watch behind, an agent resumed after a pause that is no longer the
+	// leader) must not fail a pod that runs.
+	Lost(ctx context.Context, source *corev1.Pod) (bool, error)
 	// Delete deletes the delegate of a source pod; nil if already gone. The
 	// source pod carries its deletion grace period, if it has one.
 	Delete(ctx context.Context, source *corev1.Pod) error

@@ -239,6 +239,19 @@ func (d *vnodeDelegates) Get(source *corev1.Pod) (*corev1.Pod, error) {
 	return nil, nil
 }
 
+func (d *vnodeDelegates) Lost(ctx context.Context, source *corev1.Pod) (bool, error) {
+	list, err := d.client.CoreV1().Pods(source.Namespace).List(ctx, metav1.ListOptions{LabelSelector: protocol.SourceUIDLabel + "=" + string(source.UID)})
+	if err != nil {
+		return false, err
+	}
+	for _, pod := range list.Items {
+		if pod.Spec.NodeName != "" {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
 func (d *vnodeDelegates) Delete(ctx context.Context, source *corev1.Pod) error {
 	pod, err := d.Get(source)
 	if err != nil || pod == nil {
