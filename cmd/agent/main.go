@@ -32,6 +32,7 @@ import (
 	"github.com/flotilla-dev/flotilla/api/v1alpha1"
 	"github.com/flotilla-dev/flotilla/pkg/cleanup"
 	"github.com/flotilla-dev/flotilla/pkg/debugstate"
+	"github.com/flotilla-dev/flotilla/pkg/local"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
 	"github.com/flotilla-dev/flotilla/pkg/slim"
 )
@@ -246,7 +247,14 @@ func run(opts options) error {
 	if err != nil {
 		return fmt.Errorf("creating client: %w", err)
 	}
-	if err := setupWebhook(mgr, kube, opts); err != nil {
+	// A self target with localFirst keeps the pods that fit here (the
+	// webhook) and weighs this cluster against the targets (placement):
+	// the view of this cluster's room watches nothing until one exists.
+	view := local.NewView(kube)
+	if err := mgr.Add(view); err != nil {
+		return fmt.Errorf("adding the view of this cluster's room: %w", err)
+	}
+	if err := setupWebhook(mgr, kube, view, opts); err != nil {
 		return err
 	}
 	state.Register("leader", func() any {
@@ -257,7 +265,7 @@ func run(opts options) error {
 			return false
 		}
 	})
-	if err := setupPlacement(mgr, cfg, kube, state, opts); err != nil {
+	if err := setupPlacement(mgr, cfg, kube, view, state, opts); err != nil {
 		return err
 	}
 	if err := setupInvitations(mgr, cfg, kube, opts); err != nil {

@@ -29,7 +29,7 @@ import (
 // setupWebhook serves the pod mutator on every replica with the certificate
 // of one Secret, rotated by the leader, and, when told how the API server
 // reaches it, registers it.
-func setupWebhook(mgr manager.Manager, kube kubernetes.Interface, opts options) error {
+func setupWebhook(mgr manager.Manager, kube kubernetes.Interface, view *local.View, opts options) error {
 	webhookOpts := flotillawebhook.Options{
 		Secret:   types.NamespacedName{Namespace: leaderElectionNamespace(opts.webhookCertSecNS), Name: opts.webhookCertSecret},
 		CertDir:  opts.webhookCertDir,
@@ -59,19 +59,13 @@ func setupWebhook(mgr manager.Manager, kube kubernetes.Interface, opts options) 
 		return err
 	}
 	webhookOpts.Split = assigner
-	// A self target with localFirst keeps the pods that fit here: the view
-	// of this cluster's room watches nothing until one exists.
-	view := local.NewView(kube)
-	if err := mgr.Add(view); err != nil {
-		return fmt.Errorf("adding the view of this cluster's room: %w", err)
-	}
 	keeper := &local.Keeper{Reader: mgr.GetClient(), Policies: &policy.Resolver{Reader: mgr.GetClient()}, View: view}
 	webhookOpts.Local = keeper
-	if opts.overflowAfter > 0 {
-		overflow := &local.Overflow{View: view, Keeper: keeper, Kube: kube, Recorder: mgr.GetEventRecorder("flotilla-agent"), After: opts.overflowAfter}
-		if err := mgr.Add(overflow); err != nil {
-			return fmt.Errorf("adding the overflow of pods kept here: %w", err)
-		}
+	// On the leader, it also starts the view where a self target has
+	// localFirst, for placement and for the pods other replicas kept.
+	overflow := &local.Overflow{View: view, Keeper: keeper, Kube: kube, Recorder: mgr.GetEventRecorder("flotilla-agent"), After: opts.overflowAfter}
+	if err := mgr.Add(overflow); err != nil {
+		return fmt.Errorf("adding the overflow of pods kept here: %w", err)
 	}
 	if err := flotillawebhook.Setup(mgr, kube, webhookOpts); err != nil {
 		return fmt.Errorf("setting up the webhook: %w", err)
@@ -83,7 +77,7 @@ func setupWebhook(mgr manager.Manager, kube kubernetes.Interface, opts options) 
 // and ClusterTarget and runs its virtual node) and the placement controller.
 // Both run on the leader only. Their state goes into /debug/state and the
 // targets' into the metrics.
-func setupPlacement(mgr manager.Manager, cfg *rest.Config, kube kubernetes.Interface, state *debugstate.Registry, opts options) error {
+func setupPlacement(mgr manager.Manager, cfg *rest.Config, kube kubernetes.Interface, view *local.View, state *debugstate.Registry, opts options) error {
 	// Placement and the virtual nodes share the cache of source pods.
 	informer, err := mgr.GetCache().GetInformer(context.Background(), &corev1.Pod{})
 	if err != nil {
@@ -170,6 +164,7 @@ func setupPlacement(mgr manager.Manager, cfg *rest.Config, kube kubernetes.Inter
 		DenyAfter:       opts.denyAfter,
 		Objects:         copier,
 		Policies:        &policy.Resolver{Reader: mgr.GetClient()},
+		SelfFree:        view.Free,
 	}).SetupWithManager(mgr)
 }
 

@@ -216,3 +216,33 @@ func TestUnschedulablePodsHoldNothing(t *testing.T) {
 		t.Fatal("a pod waiting for its scheduler holds no room")
 	}
 }
+
+// TestViewFree: the room of the nodes that take pods, less what the pods
+// bound there use, the pending pods ask and the claims hold.
+func TestViewFree(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	if _, ok := newView(clk).Free(); ok {
+		t.Fatal("a view that has not listed the cluster gave its room")
+	}
+	v := viewOf(t, clk, node("n1", "4"), node("n2", "2"),
+		node("cordoned", "8", func(n *corev1.Node) { n.Spec.Unschedulable = true }),
+		node("notready", "8", func(n *corev1.Node) { n.Status.Conditions[0].Status = corev1.ConditionFalse }),
+		node("virtual", "8", func(n *corev1.Node) { n.Labels["type"] = "virtual-kubelet" }))
+	v.podChanged(nil, usage(pod("ns", "bound", "1", "n1")))
+	v.podChanged(nil, usage(pod("ns", "pending", "500m", "")))
+	v.Claim(pod("ns", "claimed", "500m", ""), true)
+	free, ok := v.Free()
+	if !ok {
+		t.Fatal("a synced view gave no room")
+	}
+	if got := free[corev1.ResourceCPU]; got.MilliValue() != 4000 {
+		t.Errorf("cpu free = %s, want 4 (6 on n1 and n2, less 1 bound, 0.5 pending, 0.5 claimed)", got.String())
+	}
+	if got := free[corev1.ResourcePods]; got.Value() != 220-3 {
+		t.Errorf("pods free = %s, want 217", got.String())
+	}
+	clk.Step(DefaultClaimTTL)
+	if free, _ := v.Free(); free.Cpu().MilliValue() != 4500 {
+		t.Errorf("cpu free after the claim lapsed = %s, want 4.5", free.Cpu().String())
+	}
+}

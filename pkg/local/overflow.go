@@ -28,7 +28,8 @@ import (
 // a replacement, which the webhook sends through the targets: the view
 // keeps none of that controller's pods for DefaultUnfitMemory. A pod
 // without a controller cannot be made again; it stays, and gets an Event
-// that says so. Overflow runs on the leader.
+// that says so. Overflow runs on the leader; with After 0 it evicts
+// nothing and only starts the view once a self target has localFirst.
 type Overflow struct {
 	View     *View
 	Keeper   *Keeper
@@ -59,7 +60,10 @@ func (o *Overflow) Start(ctx context.Context) error {
 		o.clock = clock.RealClock{}
 	}
 	o.evicted, o.told = map[string]bool{}, map[string]bool{}
-	period := min(max(o.After/3, time.Second), 10*time.Second)
+	period := 10 * time.Second
+	if o.After > 0 {
+		period = min(max(o.After/3, time.Second), period)
+	}
 	wait.UntilWithContext(ctx, o.sweep, period)
 	return nil
 }
@@ -74,7 +78,7 @@ func (o *Overflow) sweep(ctx context.Context) {
 		}
 		return
 	}
-	if !o.View.Synced() {
+	if !o.View.Synced() || o.After <= 0 {
 		return
 	}
 	stuck := o.View.Stuck(o.clock.Now().Add(-o.After))

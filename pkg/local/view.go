@@ -294,6 +294,34 @@ func (v *View) countStuck(k *keptPod, add bool) {
 	}
 }
 
+// Free is what this cluster's nodes have free for one more pod in all: on
+// every node that takes pods (Ready, not cordoned, not virtual), what its
+// bound pods leave, less what the pods not bound yet ask and the claims;
+// ok is false until the view has listed the cluster. It weighs a self
+// target against the others as a ClusterSummary weighs a target.
+func (v *View) Free() (free corev1.ResourceList, ok bool) {
+	if !v.Synced() {
+		return nil, false
+	}
+	nodeObjs := v.nodeStore.List()
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	now := v.clock.Now()
+	var total summary.Amounts
+	for _, obj := range nodeObjs {
+		if n, ok := obj.(*corev1.Node); ok && !n.Spec.Unschedulable && !summary.IsVirtual(n) && summary.IsReady(n) {
+			total = total.Plus(summary.AllocatableOf(n).Less(v.used[n.Name]))
+		}
+	}
+	total = total.Less(v.pending)
+	for _, c := range v.claims {
+		if now.Before(c.until) {
+			total = total.Less(c.requests)
+		}
+	}
+	return total.List(), true
+}
+
 // Stuck lists the pods kept here that their scheduler has found no node
 // for since before cutoff.
 func (v *View) Stuck(cutoff time.Time) []keptPod {

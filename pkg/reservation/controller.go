@@ -83,6 +83,10 @@ type Controller struct {
 	// elected, unbound, before the other candidates are denied, so that
 	// they hold no node in their targets; 0 denies none.
 	DenyAfter time.Duration
+	// SelfFree is what this cluster has free, weighing a self target as a
+	// ClusterSummary weighs the others (local.View.Free); ok false, or nil,
+	// leaves its room unknown.
+	SelfFree func() (free corev1.ResourceList, ok bool)
 	// ElectionTimeout is how long an elected candidate may stay unbound
 	// while its target answers before the source revokes it (deletes it
 	// unless it has bound meanwhile) and elects another; 0 never does.

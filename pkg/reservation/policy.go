@@ -233,19 +233,25 @@ func (c *Controller) prospects(p *plan) func(*target.Target) candidate.Prospect 
 	var ps map[string]candidate.Prospect
 	return func(t *target.Target) candidate.Prospect {
 		if ps == nil {
-			ps = p.weigh()
+			ps = p.weigh(c.SelfFree)
 		}
 		return ps[t.Name]
 	}
 }
 
-// weigh is the prospect of each selected target (see prospects).
-func (p *plan) weigh() map[string]candidate.Prospect {
+// weigh is the prospect of each selected target (see prospects): a
+// target's room is from its ClusterSummary, a self target's from selfFree
+// (nil: unknown).
+func (p *plan) weigh(selfFree func() (corev1.ResourceList, bool)) map[string]candidate.Prospect {
 	ps := make(map[string]candidate.Prospect, len(p.selected))
 	for _, t := range p.selected {
 		pr := candidate.Prospect{Room: -1}
 		if s := t.Summary(); s != nil && s.Free != nil {
 			pr.Room = placement.Room(s.Free, p.requests)
+		} else if t.Self && selfFree != nil {
+			if free, ok := selfFree(); ok {
+				pr.Room = placement.Room(free, p.requests)
+			}
 		}
 		o := t.Outcomes()
 		pr.Answer, pr.Misses = o.Answer, o.Misses

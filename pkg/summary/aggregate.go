@@ -66,7 +66,8 @@ func (a Amounts) Max(b Amounts) Amounts {
 	return Amounts{cpu: max(a.cpu, b.cpu), memory: max(a.memory, b.memory), pods: max(a.pods, b.pods)}
 }
 
-func (a Amounts) list() corev1.ResourceList {
+// List is the amounts as a ResourceList of cpu, memory and pods.
+func (a Amounts) List() corev1.ResourceList {
 	return corev1.ResourceList{
 		corev1.ResourceCPU:    *resource.NewMilliQuantity(a.cpu, resource.DecimalSI),
 		corev1.ResourceMemory: *resource.NewQuantity(a.memory, resource.BinarySI),
@@ -178,9 +179,9 @@ func aggregate(nodes []*corev1.Node, pods []*PodUsage, topologyKeys []string) v1
 		largest = largest.Max(f)
 	}
 	status.Nodes = int32(min(len(counted), math.MaxInt32))
-	status.Allocatable = allocatable.list()
-	status.Free = free.list()
-	status.LargestFree = largest.list()
+	status.Allocatable = allocatable.List()
+	status.Free = free.List()
+	status.LargestFree = largest.List()
 	status.CommonLabels = commonLabels(counted, names)
 	status.Topology = topology(counted, names, topologyKeys)
 	return status
@@ -326,7 +327,7 @@ func topology(counted map[string]*countedNode, names []string, keys []string) []
 		}
 		values := make([]v1alpha1.TopologyValue, 0, len(domains))
 		for value, d := range domains {
-			values = append(values, v1alpha1.TopologyValue{Value: value, Nodes: d.nodes, Free: d.free.list()})
+			values = append(values, v1alpha1.TopologyValue{Value: value, Nodes: d.nodes, Free: d.free.List()})
 		}
 		sort.Slice(values, func(i, j int) bool { return values[i].Value < values[j].Value })
 		out = append(out, v1alpha1.TopologySummary{Key: key, Values: values})

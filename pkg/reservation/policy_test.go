@@ -1,0 +1,54 @@
+package reservation
+
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/client-go/rest"
+
+	"github.com/flotilla-dev/flotilla/pkg/target"
+)
+
+// TestWeighSelfFromTheView: a self target publishes no ClusterSummary; its
+// room comes from this cluster's view when there is one, so that a cluster
+// whose pods did not fit at home (localFirst) draws itself rarely.
+func TestWeighSelfFromTheView(t *testing.T) {
+	newTarget := func(name string, self bool) *target.Target {
+		tg, err := target.New(target.Config{Name: name, REST: &rest.Config{Host: "https://127.0.0.1:1"}, SourceCluster: "src", Self: self})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tg
+	}
+	p := &plan{
+		selected: []*target.Target{newTarget("home", true), newTarget("away", false)},
+		requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m")},
+	}
+	free := func(cpu string, pods int64, ok bool) func() (corev1.ResourceList, bool) {
+		return func() (corev1.ResourceList, bool) {
+			return corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourcePods: *resource.NewQuantity(pods, resource.DecimalSI)}, ok
+		}
+	}
+	for _, tc := range []struct {
+		name     string
+		selfFree func() (corev1.ResourceList, bool)
+		want     float64
+	}{
+		{"no view", nil, -1},
+		{"a view not synced", free("4", 10, false), -1},
+		{"room for four by cpu", free("2", 10, true), 4},
+		{"full by pods", free("2", 0, true), 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ps := p.weigh(tc.selfFree)
+			if got := ps["home"].Room; got != tc.want {
+				t.Errorf("home's room = %g, want %g", got, tc.want)
+			}
+			// away (no summary) takes the average of those known: home's.
+			if got := ps["away"].Room; got != tc.want {
+				t.Errorf("away's room = %g, want %g (the known average)", got, tc.want)
+			}
+		})
+	}
+}
