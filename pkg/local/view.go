@@ -179,19 +179,14 @@ func (v *View) NeedLeaderElection() bool { return false }
 func (v *View) Want() { v.wantOnce.Do(func() { close(v.want) }) }
 
 // Wanted reports whether Want was called.
-func (v *View) Wanted() bool {
-	select {
-	case <-v.want:
-		return true
-	default:
-		return false
-	}
-}
+func (v *View) Wanted() bool { return closed(v.want) }
 
 // Synced reports whether the view has listed the nodes and pods.
-func (v *View) Synced() bool {
+func (v *View) Synced() bool { return closed(v.synced) }
+
+func closed(ch <-chan struct{}) bool {
 	select {
-	case <-v.synced:
+	case <-ch:
 		return true
 	default:
 		return false

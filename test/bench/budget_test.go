@@ -46,14 +46,20 @@ func TestBudgetMarkdown(t *testing.T) {
 	r.budgetMarkdown(&b)
 	out := b.String()
 	for _, want := range []string{"a cgroup of its own (cgroup v1) with 0.45 cores", "| flotilla | src | 0.0 | 15.0 ms | 1.50× |", "9 of 10 (90 %) | 0.0 s | **yes, saturated** |", "| flotilla | t1 | 0.0 | 5.0 ms | 0.50× | 50 % |", "yes, in bursts |"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("report lacks %q:\n%s", want, out)
-		}
+		wantIn(t, "report", out, want)
 	}
 	if oversubscribed(config{Targets: 10, CPUPerCluster: 0.45}, 2) == "" {
 		t.Error("11 clusters at 0.45 cores fit on 2 cores?")
 	}
 	if got := oversubscribed(config{Targets: 3, CPUPerCluster: 0.45}, 2); got != "" {
 		t.Errorf("4 clusters at 0.45 cores on 2 cores: %s", got)
+	}
+}
+
+// wantIn fails t when out lacks want.
+func wantIn(t *testing.T, what, out, want string) {
+	t.Helper()
+	if !strings.Contains(out, want) {
+		t.Errorf("%s lacks %q:\n%s", what, want, out)
 	}
 }
