@@ -81,7 +81,7 @@ func (o *Overflow) sweep(ctx context.Context) {
 	if !o.View.Synced() || o.After <= 0 {
 		return
 	}
-	stuck := o.View.Stuck(o.clock.Now().Add(-o.After))
+	stuck := o.View.stuckBefore(o.clock.Now().Add(-o.After))
 	still := make(map[string]bool, len(stuck))
 	for _, k := range stuck {
 		uid := string(k.uid)

@@ -53,12 +53,12 @@ func TestStuckPodsKeepTheirControllersPodsOut(t *testing.T) {
 	// A pod not kept here, or bound, is never stuck.
 	v.podChanged(nil, usage(pod("ns", "plain", "100m", "", unschedulableSince(now.Add(-time.Minute)))))
 	v.podChanged(nil, usage(pod("ns", "bound", "100m", "n1", kept("db"))))
-	got := v.Stuck(now)
+	got := v.stuckBefore(now)
 	if len(got) != 1 || got[0].name != "web-1" || got[0].owner.Name != "web" || got[0].uid != "uid-web-1" {
-		t.Fatalf("Stuck = %+v, want web-1 of ReplicaSet web", got)
+		t.Fatalf("stuckBefore = %+v, want web-1 of ReplicaSet web", got)
 	}
-	if got := v.Stuck(now.Add(-2 * time.Minute)); len(got) != 0 {
-		t.Fatalf("Stuck before it was = %+v, want none", got)
+	if got := v.stuckBefore(now.Add(-2 * time.Minute)); len(got) != 0 {
+		t.Fatalf("stuckBefore, before it was = %+v, want none", got)
 	}
 	if verdict := v.Claim(sibling, false); verdict.Fits || !strings.Contains(verdict.Reason, "ReplicaSet web") {
 		t.Fatalf("a pod of web while web-1 is stuck: %+v, want not kept, naming ReplicaSet web", verdict)
@@ -70,7 +70,7 @@ func TestStuckPodsKeepTheirControllersPodsOut(t *testing.T) {
 	// web-1 finds a node after all: web's pods may stay again.
 	boundNow := usage(pod("ns", "web-1", "100m", "n1", kept("web")))
 	v.podChanged(stuck, boundNow)
-	if len(v.Stuck(now)) != 0 || !v.Claim(sibling, false).Fits {
+	if len(v.stuckBefore(now)) != 0 || !v.Claim(sibling, false).Fits {
 		t.Fatal("after web-1 was bound: want nothing stuck and web's pods kept")
 	}
 
@@ -79,7 +79,7 @@ func TestStuckPodsKeepTheirControllersPodsOut(t *testing.T) {
 	stuck2 := usage(pod("ns", "web-2", "100m", "", kept("web"), unschedulableSince(now)))
 	v.podChanged(nil, stuck2)
 	v.podChanged(stuck2, nil)
-	if len(v.Stuck(now.Add(time.Second))) != 0 {
+	if len(v.stuckBefore(now.Add(time.Second))) != 0 {
 		t.Fatal("a deleted pod is still stuck")
 	}
 	if verdict := v.Claim(sibling, false); verdict.Fits || !strings.Contains(verdict.Reason, "deleted lately") {

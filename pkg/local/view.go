@@ -317,9 +317,9 @@ func (v *View) Free() (free corev1.ResourceList, ok bool) {
 	return total.List(), true
 }
 
-// Stuck lists the pods kept here that their scheduler has found no node
+// stuckBefore lists the pods kept here that their scheduler has found no node
 // for since before cutoff.
-func (v *View) Stuck(cutoff time.Time) []keptPod {
+func (v *View) stuckBefore(cutoff time.Time) []keptPod {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	var out []keptPod
