@@ -52,7 +52,8 @@ var (
 // NeedLeaderElection is true: one replica evicts.
 func (o *Overflow) NeedLeaderElection() bool { return true }
 
-// Start looks at the stuck pods every After/3 (1 to 10 s) until ctx ends.
+// Start looks at the stuck pods every After/3 (1 to 10 s; 10 s with After
+// 0) until ctx ends.
 // It asks for the view as soon as a self target with localFirst exists,
 // for the pods another replica's webhook kept.
 func (o *Overflow) Start(ctx context.Context) error {
@@ -71,9 +72,9 @@ func (o *Overflow) Start(ctx context.Context) error {
 func (o *Overflow) sweep(ctx context.Context) {
 	log := logr.FromContextOrDiscard(ctx).WithName("overflow")
 	if !o.View.Wanted() {
-		if any, err := o.Keeper.localFirst(ctx, metav1.NamespaceAll); err != nil {
+		if first, err := o.Keeper.localFirst(ctx, metav1.NamespaceAll); err != nil {
 			log.Error(err, "Looking for a self target with localFirst")
-		} else if any {
+		} else if first {
 			o.View.Want()
 		}
 		return
@@ -97,11 +98,15 @@ func (o *Overflow) sweep(ctx context.Context) {
 		if o.evicted[uid] {
 			continue
 		}
-		if err := o.evict(ctx, k); err != nil {
+		evicted, err := o.evict(ctx, k)
+		if err != nil {
 			log.V(1).Info("Could not evict a pod kept here with no node for it; trying again", "namespace", k.namespace, "name", k.name, "err", err.Error())
 			continue
 		}
 		o.evicted[uid] = true
+		if !evicted {
+			continue
+		}
 		log.Info("Evicted a pod kept here with no node for it", "namespace", k.namespace, "name", k.name, "owner", k.owner.Kind+"/"+k.owner.Name)
 		o.Recorder.Eventf(k.pod(), nil, corev1.EventTypeNormal, "Overflow", "Evict",
 			"Kept in this cluster, its scheduler has found no node for it for %s: evicted, so that %s %s makes a pod that goes through the targets", o.After, k.owner.Kind, k.owner.Name)
@@ -115,17 +120,17 @@ func (o *Overflow) sweep(ctx context.Context) {
 	}
 }
 
-// evict asks the API server to evict the pod with k's UID; a pod gone or
-// replaced is done with.
-func (o *Overflow) evict(ctx context.Context, k keptPod) error {
-	err := o.Kube.CoreV1().Pods(k.namespace).EvictV1(ctx, &policyv1.Eviction{
+// evict asks the API server to evict the pod with k's UID: evicted is false,
+// with no error, for a pod gone or replaced meanwhile.
+func (o *Overflow) evict(ctx context.Context, k keptPod) (evicted bool, err error) {
+	err = o.Kube.CoreV1().Pods(k.namespace).EvictV1(ctx, &policyv1.Eviction{
 		ObjectMeta:    metav1.ObjectMeta{Name: k.name, Namespace: k.namespace},
 		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &k.uid}},
 	})
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
-		return nil
+		return false, nil
 	}
-	return err
+	return err == nil, err
 }
 
 // pod is a reference to the kept pod for its Events.
