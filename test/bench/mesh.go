@@ -293,7 +293,8 @@ func runMesh(cfg config, keep, hold bool) (*MeshReport, error) {
 	for k := 1; k <= cfg.Mesh; k++ {
 		spec := sandbox.ClusterSpec{Name: fmt.Sprintf("m%d", k)}
 		for m := range cfg.Nodes {
-			// As run's: room for every pod on any cluster's nodes.
+			// As run's: 64 CPUs; -node-pods pods (1,000 by default: room
+			// for every pod on any cluster's nodes).
 			n := sandbox.NodeSpec{Name: fmt.Sprintf("m%d-n%d", k, m), CPU: "64", Pods: cfg.NodePods}
 			spec.Nodes = append(spec.Nodes, n)
 			base.Nodes = append(base.Nodes, n)
