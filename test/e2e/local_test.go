@@ -192,17 +192,17 @@ func TestLocalFirst(t *testing.T) {
 		})
 		waitFor(t, 60*time.Second, "apart: one pod kept on home's node, one on away's virtual node", func() (bool, string) {
 			var at []string
-			home, away := 0, 0
+			atHome, atAway := 0, 0
 			for _, p := range list() {
 				at = append(at, fmt.Sprintf("%s on %q (local %q)", p.Name, p.Spec.NodeName, p.Labels[protocol.LocalLabel]))
 				switch {
 				case p.Spec.NodeName == "home-node-0" && p.Labels[protocol.LocalLabel] == "true":
-					home++
+					atHome++
 				case p.Spec.NodeName == "flotilla-away" && p.Labels[protocol.LocalLabel] == "":
-					away++
+					atAway++
 				}
 			}
-			return home == 1 && away == 1 && len(at) == 2, strings.Join(at, "; ")
+			return atHome == 1 && atAway == 1 && len(at) == 2, strings.Join(at, "; ")
 		})
 	})
 }
