@@ -56,6 +56,12 @@ func Fits(pod *corev1.Pod, requests summary.Amounts, nodes []Node, claimed summa
 	return Verdict{Fits: true, Reason: "a node here has room"}
 }
 
+// takesPods reports whether node takes pods at all: Ready, not cordoned,
+// not a virtual node (whose capacity is another cluster's).
+func takesPods(node *corev1.Node) bool {
+	return node != nil && !node.Spec.Unschedulable && !summary.IsVirtual(node) && summary.IsReady(node)
+}
+
 // MayTake reports whether the cluster's scheduler could bind pod to node,
 // capacity aside: the node is Ready, not cordoned, not a virtual node
 // (whose capacity is another cluster's), its NoSchedule and NoExecute taints
@@ -63,7 +69,7 @@ func Fits(pod *corev1.Pod, requests summary.Amounts, nodes []Node, claimed summa
 // match it. A node selector or affinity that does not parse matches
 // nothing.
 func MayTake(pod *corev1.Pod, affinity nodeaffinity.RequiredNodeAffinity, node *corev1.Node) bool {
-	if node == nil || node.Spec.Unschedulable || summary.IsVirtual(node) || !summary.IsReady(node) {
+	if !takesPods(node) {
 		return false
 	}
 	if _, untolerated := corev1helpers.FindMatchingUntoleratedTaint(klog.Background(), node.Spec.Taints, pod.Spec.Tolerations, summary.KeepsPodsOff, false); untolerated {

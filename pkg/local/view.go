@@ -301,20 +301,28 @@ func (v *View) Free() (free corev1.ResourceList, ok bool) {
 	nodeObjs := v.nodeStore.List()
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	now := v.clock.Now()
 	var total summary.Amounts
 	for _, obj := range nodeObjs {
-		if n, ok := obj.(*corev1.Node); ok && !n.Spec.Unschedulable && !summary.IsVirtual(n) && summary.IsReady(n) {
+		if n, ok := obj.(*corev1.Node); ok && takesPods(n) {
 			total = total.Plus(summary.AllocatableOf(n).Less(v.used[n.Name]))
 		}
 	}
-	total = total.Less(v.pending)
+	return total.Less(v.claimedLocked(v.clock.Now())).List(), true
+}
+
+// claimedLocked is what the pods not bound yet ask and the claims standing
+// at now hold; it forgets the claims that lapsed. v.mu is held.
+func (v *View) claimedLocked(now time.Time) summary.Amounts {
+	kept := v.claims[:0]
+	claimed := v.pending
 	for _, c := range v.claims {
 		if now.Before(c.until) {
-			total = total.Less(c.requests)
+			kept = append(kept, c)
+			claimed = claimed.Plus(c.requests)
 		}
 	}
-	return total.List(), true
+	v.claims = kept
+	return claimed
 }
 
 // stuckBefore lists the pods kept here that their scheduler has found no node
@@ -373,15 +381,7 @@ func (v *View) Claim(pod *corev1.Pod, hold bool) Verdict {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	now := v.clock.Now()
-	kept := v.claims[:0]
-	claimed := v.pending
-	for _, c := range v.claims {
-		if now.Before(c.until) {
-			kept = append(kept, c)
-			claimed = claimed.Plus(c.requests)
-		}
-	}
-	v.claims = kept
+	claimed := v.claimedLocked(now)
 	if why := v.unfitOwner(pod, now); why != "" {
 		return Verdict{Reason: why}
 	}
