@@ -132,6 +132,13 @@ func TestLocalFirst(t *testing.T) {
 		if p.Labels[protocol.LocalLabel] != "" {
 			t.Errorf("go was labelled %s=%s", protocol.LocalLabel, p.Labels[protocol.LocalLabel])
 		}
+		// A candidate of go that lost in home (its flotilla-scheduler is
+		// stopped: it waits there, unbound) asks 600m of home's room until
+		// it is deleted; the next subtest needs that room.
+		waitFor(t, 30*time.Second, "go's losing candidates deleted", func() (bool, string) {
+			n := candidatesOf(p)
+			return n == 1, fmt.Sprintf("go has %d candidates", n)
+		})
 	})
 
 	t.Run("a kept pod with no node leaves", func(t *testing.T) {
