@@ -2,6 +2,7 @@ package local
 
 import (
 	"fmt"
+	"iter"
 
 	corev1 "k8s.io/api/core/v1"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
@@ -30,12 +31,15 @@ type Verdict struct {
 // once claimed is set aside: what the pods admitted here and not bound yet
 // ask (they may land on any of those nodes). The second check keeps a burst
 // from being admitted against the same free room many times over; it is
-// conservative, for claimed counts pods that may go to other nodes.
-func Fits(pod *corev1.Pod, requests summary.Amounts, nodes []Node, claimed summary.Amounts) Verdict {
+// conservative, for claimed counts pods that may go to other nodes. It
+// stops at the first nodes that settle both, as kube-scheduler stops at
+// enough feasible nodes: in a cluster with room a pod costs a few nodes'
+// look, not every node's.
+func Fits(pod *corev1.Pod, requests summary.Amounts, nodes iter.Seq[Node], claimed summary.Amounts) Verdict {
 	affinity := nodeaffinity.GetRequiredNodeAffinity(pod)
 	var total summary.Amounts
 	oneHasRoom, anyMay := false, false
-	for _, n := range nodes {
+	for n := range nodes {
 		if !MayTake(pod, affinity, n.Node) {
 			continue
 		}
@@ -44,16 +48,17 @@ func Fits(pod *corev1.Pod, requests summary.Amounts, nodes []Node, claimed summa
 		if n.Free.Covers(requests) {
 			oneHasRoom = true
 		}
+		if oneHasRoom && total.Less(claimed).Covers(requests) {
+			return Verdict{Fits: true, Reason: "a node here has room"}
+		}
 	}
 	switch {
 	case !anyMay:
 		return Verdict{Reason: "no node here may take the pod (selector, affinity, taints, readiness)"}
 	case !oneHasRoom:
 		return Verdict{Reason: "no node here that may take the pod has room for its requests"}
-	case !total.Less(claimed).Covers(requests):
-		return Verdict{Reason: fmt.Sprintf("the room here (%v free on the nodes that may take the pod) is claimed by pods admitted and not bound yet (%v)", total, claimed)}
 	}
-	return Verdict{Fits: true, Reason: "a node here has room"}
+	return Verdict{Reason: fmt.Sprintf("the room here (%v free on the nodes that may take the pod) is claimed by pods admitted and not bound yet (%v)", total, claimed)}
 }
 
 // takesPods reports whether node takes pods at all: Ready, not cordoned,

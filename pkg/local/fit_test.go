@@ -1,13 +1,18 @@
 package local
 
 import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/cache"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/fake"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/flotilla-dev/flotilla/pkg/summary"
@@ -96,7 +101,7 @@ func TestFits(t *testing.T) {
 			if tc.claimed != "" {
 				claimed = summary.RequestsOf(pod("ns", "claims", tc.claimed, ""))
 			}
-			v := Fits(tc.pod, summary.RequestsOf(tc.pod), tc.nodes, claimed)
+			v := Fits(tc.pod, summary.RequestsOf(tc.pod), slices.Values(tc.nodes), claimed)
 			if v.Fits != tc.fits {
 				t.Fatalf("Fits = %v (%s), want %v", v.Fits, v.Reason, tc.fits)
 			}
@@ -109,15 +114,12 @@ func TestFits(t *testing.T) {
 
 // viewOf is a View over the given nodes, synced, its pods fed by hand as
 // its informer would.
-func viewOf(t *testing.T, clk *clocktesting.FakeClock, nodes ...*corev1.Node) *View {
+func viewOf(t testing.TB, clk *clocktesting.FakeClock, nodes ...*corev1.Node) *View {
 	t.Helper()
 	v := newView(clk)
-	v.nodeStore = cache.NewStore(cache.MetaNamespaceKeyFunc)
 	for _, n := range nodes {
 		trimmed, _ := summary.TrimNode(n)
-		if err := v.nodeStore.Add(trimmed); err != nil {
-			t.Fatal(err)
-		}
+		v.nodeChanged(nil, trimmed)
 	}
 	close(v.synced)
 	return v
@@ -244,5 +246,111 @@ func TestViewFree(t *testing.T) {
 	clk.Step(DefaultClaimTTL)
 	if free, _ := v.Free(); free.Cpu().MilliValue() != 4500 {
 		t.Errorf("cpu free after the claim lapsed = %s, want 4.5", free.Cpu().String())
+	}
+}
+
+// TestViewKeepsFreeAsNodesAndPodsChange: the free room the view keeps as
+// events come is what its nodes and pods add up to, whatever their order:
+// pods bound before their node is seen, nodes cordoned, made NotReady,
+// resized and deleted under their pods, pods moved in and out.
+func TestViewKeepsFreeAsNodesAndPodsChange(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	v := viewOf(t, clocktesting.NewFakeClock(time.Now()))
+	nodes := map[string]*corev1.Node{}
+	pods := map[string]any{}
+	recount := func() summary.Amounts {
+		var want summary.Amounts
+		for _, n := range nodes {
+			if takesPods(n) {
+				want = want.Plus(summary.AllocatableOf(n).Less(v.used[n.Name]))
+			}
+		}
+		return want
+	}
+	for step := range 2000 {
+		name := fmt.Sprintf("n%d", rng.IntN(5))
+		switch rng.IntN(4) {
+		case 0: // a node comes, changes or goes
+			var n *corev1.Node
+			if rng.IntN(4) > 0 {
+				n = node(name, fmt.Sprintf("%d", 1+rng.IntN(8)), func(n *corev1.Node) {
+					n.Spec.Unschedulable = rng.IntN(4) == 0
+					if rng.IntN(4) == 0 {
+						n.Status.Conditions[0].Status = corev1.ConditionFalse
+					}
+				})
+			}
+			var old any
+			if o, ok := nodes[name]; ok {
+				old = o
+			}
+			if n == nil {
+				delete(nodes, name)
+				v.nodeChanged(old, nil)
+			} else {
+				nodes[name] = n
+				v.nodeChanged(old, n)
+			}
+		default: // a pod comes, changes node or goes
+			key := fmt.Sprintf("p%d", rng.IntN(20))
+			var p any
+			if rng.IntN(3) > 0 {
+				p = usage(pod("ns", key, fmt.Sprintf("%dm", 100*(1+rng.IntN(20))), name))
+			}
+			v.podChanged(pods[key], p)
+			if p == nil {
+				delete(pods, key)
+			} else {
+				pods[key] = p
+			}
+		}
+		if want := recount(); v.free != want {
+			t.Fatalf("step %d: the view keeps %v free, its nodes and pods add up to %v", step, v.free, want)
+		}
+	}
+}
+
+// BenchmarkClaim is one admission's look at a cluster of 5,000 nodes with
+// room, each node holding a pod.
+func BenchmarkClaim(b *testing.B) {
+	v := viewOf(b, clocktesting.NewFakeClock(time.Now()))
+	for i := range 5000 {
+		n := fmt.Sprintf("n%d", i)
+		v.nodeChanged(nil, node(n, "64"))
+		v.podChanged(nil, usage(pod("ns", "bound-"+n, "1", n)))
+	}
+	p := pod("ns", "p", "100m", "", func(p *corev1.Pod) { p.Spec.NodeSelector = map[string]string{"zone": "a"} })
+	for b.Loop() {
+		if !v.Claim(p, false).Fits {
+			b.Fatal("a pod of 100m found no room on 5,000 nodes of 63 CPUs free")
+		}
+	}
+}
+
+// TestNewViewCountsWhatItLists: a view of a cluster started over its API
+// (a fake clientset) counts, once Synced, the nodes and pods it listed: its
+// handlers are wired to its informers.
+func TestNewViewCountsWhatItLists(t *testing.T) {
+	kube := fake.NewClientset(node("n1", "4"), pod("ns", "bound", "1", "n1"), pod("ns", "pending", "500m", ""))
+	v := NewView(kube)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = v.Start(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	v.Want()
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return v.Synced(), nil
+	}); err != nil {
+		t.Fatal("the view never synced")
+	}
+	free, _ := v.Free()
+	if got := free[corev1.ResourceCPU]; got.MilliValue() != 2500 {
+		t.Errorf("cpu free = %s, want 2.5 (4 on n1, less 1 bound and 0.5 pending)", got.String())
 	}
 }

@@ -3,6 +3,7 @@ package local
 import (
 	"context"
 	"fmt"
+	"iter"
 	"sync"
 	"time"
 
@@ -51,7 +52,9 @@ const DefaultClaimTTL = 30 * time.Second
 // webhook does.
 type View struct {
 	nodes, pods cache.SharedIndexInformer
-	nodeStore   cache.Store
+	// handled report whether the handlers have been given every node and
+	// pod the informers listed (the view counts them there).
+	handled     []cache.InformerSynced
 	claimTTL    time.Duration
 	unfitMemory time.Duration
 	clock       clock.Clock
@@ -62,6 +65,11 @@ type View struct {
 	closeOnce sync.Once
 
 	mu sync.Mutex
+	// rooms are the nodes that take pods (takesPods), by name; free is
+	// what they have free in all, what their bound pods leave, kept as
+	// nodes and pods change so that Free costs nothing a call.
+	rooms map[string]room
+	free  summary.Amounts
 	// used is what the bound pods take of each node, by node name.
 	used map[string]summary.Amounts
 	// pending is what the pods not bound yet ask, but those their
@@ -78,6 +86,12 @@ type View struct {
 	// its UID, after one of its stuck pods was deleted.
 	unfit      map[types.UID]int
 	unfitUntil map[types.UID]time.Time
+}
+
+// room is a node that takes pods, with what it offers.
+type room struct {
+	node        *corev1.Node
+	allocatable summary.Amounts
 }
 
 // podState is what the view keeps of a pod: its usage and, of a pod kept
@@ -144,8 +158,18 @@ func NewView(kube kubernetes.Interface) *View {
 	// Neither informer has started: setting a transform cannot fail.
 	_ = v.nodes.SetTransform(summary.TrimNode)
 	_ = v.pods.SetTransform(trimPod)
-	v.nodeStore = v.nodes.GetStore()
-	_, _ = v.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	// Neither informer has started: adding a handler cannot fail.
+	nodesHandled, _ := v.nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { v.nodeChanged(nil, obj) },
+		UpdateFunc: v.nodeChanged,
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			v.nodeChanged(obj, nil)
+		},
+	})
+	podsHandled, _ := v.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { v.podChanged(nil, obj) },
 		UpdateFunc: v.podChanged,
 		DeleteFunc: func(obj any) {
@@ -155,6 +179,7 @@ func NewView(kube kubernetes.Interface) *View {
 			v.podChanged(obj, nil)
 		},
 	})
+	v.handled = []cache.InformerSynced{nodesHandled.HasSynced, podsHandled.HasSynced}
 	return v
 }
 
@@ -165,6 +190,7 @@ func newView(clk clock.Clock) *View {
 		clock:       clk,
 		want:        make(chan struct{}),
 		synced:      make(chan struct{}),
+		rooms:       map[string]room{},
 		used:        map[string]summary.Amounts{},
 		stuck:       map[string]*keptPod{},
 		unfit:       map[types.UID]int{},
@@ -204,7 +230,7 @@ func (v *View) Start(ctx context.Context) error {
 	defer wg.Wait()
 	wg.Go(func() { v.nodes.RunWithContext(ctx) })
 	wg.Go(func() { v.pods.RunWithContext(ctx) })
-	if cache.WaitForNamedCacheSyncWithContext(ctx, v.nodes.HasSynced, v.pods.HasSynced) {
+	if cache.WaitForNamedCacheSyncWithContext(ctx, v.handled...) {
 		v.closeOnce.Do(func() { close(v.synced) })
 	}
 	<-ctx.Done()
@@ -235,6 +261,25 @@ func (v *View) podChanged(oldObj, newObj any) {
 	}
 }
 
+// nodeChanged counts a node's room in rooms and free while it takes pods.
+func (v *View) nodeChanged(oldObj, newObj any) {
+	o, _ := oldObj.(*corev1.Node)
+	n, _ := newObj.(*corev1.Node)
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if o != nil {
+		if r, ok := v.rooms[o.Name]; ok {
+			v.free = v.free.Less(r.allocatable.Less(v.used[o.Name]))
+			delete(v.rooms, o.Name)
+		}
+	}
+	if n != nil && takesPods(n) {
+		r := room{node: n, allocatable: summary.AllocatableOf(n)}
+		v.rooms[n.Name] = r
+		v.free = v.free.Plus(r.allocatable.Less(v.used[n.Name]))
+	}
+}
+
 // stuck reports whether s is a pod kept here that its scheduler found no
 // node for.
 func (s *podState) stuck() bool { return s.kept != nil && s.Unschedulable() }
@@ -257,15 +302,29 @@ func (v *View) count(s *podState, add bool) {
 		v.pending = v.pending.Plus(u.Requested())
 	case node == "":
 		v.pending = v.pending.Less(u.Requested())
-	case add:
-		v.used[node] = v.used[node].Plus(u.Requested())
 	default:
-		left := v.used[node].Less(u.Requested())
-		if left == (summary.Amounts{}) {
-			delete(v.used, node)
-		} else {
-			v.used[node] = left
-		}
+		v.use(node, u.Requested(), add)
+	}
+}
+
+// use adds (or takes away) what a pod bound to node takes of it, in used
+// and, when the node takes pods, in free.
+func (v *View) use(node string, requests summary.Amounts, add bool) {
+	r, counted := v.rooms[node]
+	if counted {
+		v.free = v.free.Less(r.allocatable.Less(v.used[node]))
+	}
+	left := v.used[node].Less(requests)
+	if add {
+		left = v.used[node].Plus(requests)
+	}
+	if left == (summary.Amounts{}) {
+		delete(v.used, node)
+	} else {
+		v.used[node] = left
+	}
+	if counted {
+		v.free = v.free.Plus(r.allocatable.Less(left))
 	}
 }
 
@@ -298,16 +357,21 @@ func (v *View) Free() (free corev1.ResourceList, ok bool) {
 	if !v.Synced() {
 		return nil, false
 	}
-	nodeObjs := v.nodeStore.List()
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	var total summary.Amounts
-	for _, obj := range nodeObjs {
-		if n, ok := obj.(*corev1.Node); ok && takesPods(n) {
-			total = total.Plus(summary.AllocatableOf(n).Less(v.used[n.Name]))
+	return v.free.Less(v.claimedLocked(v.clock.Now())).List(), true
+}
+
+// roomsLocked yields every node that takes pods with what its bound pods
+// leave free. v.mu is held while it runs.
+func (v *View) roomsLocked() iter.Seq[Node] {
+	return func(yield func(Node) bool) {
+		for name, r := range v.rooms {
+			if !yield(Node{Node: r.node, Free: r.allocatable.Less(v.used[name])}) {
+				return
+			}
 		}
 	}
-	return total.Less(v.claimedLocked(v.clock.Now())).List(), true
 }
 
 // claimedLocked is what the pods not bound yet ask and the claims standing
@@ -377,7 +441,6 @@ func (v *View) Claim(pod *corev1.Pod, hold bool) Verdict {
 		return Verdict{Reason: "the agent has not listed this cluster's nodes and pods yet"}
 	}
 	requests := summary.RequestsOf(pod)
-	nodeObjs := v.nodeStore.List()
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	now := v.clock.Now()
@@ -385,13 +448,12 @@ func (v *View) Claim(pod *corev1.Pod, hold bool) Verdict {
 	if why := v.unfitOwner(pod, now); why != "" {
 		return Verdict{Reason: why}
 	}
-	nodes := make([]Node, 0, len(nodeObjs))
-	for _, obj := range nodeObjs {
-		if n, ok := obj.(*corev1.Node); ok {
-			nodes = append(nodes, Node{Node: n, Free: summary.AllocatableOf(n).Less(v.used[n.Name])})
-		}
+	if !v.free.Less(claimed).Covers(requests) {
+		// No subset of the nodes has more: the verdict Fits would give,
+		// without a look at each node.
+		return Verdict{Reason: fmt.Sprintf("the nodes here have %v free in all, and pods admitted and not bound yet claim %v of it", v.free, claimed)}
 	}
-	verdict := Fits(pod, requests, nodes, claimed)
+	verdict := Fits(pod, requests, v.roomsLocked(), claimed)
 	if verdict.Fits && hold {
 		v.claims = append(v.claims, claim{namespace: pod.Namespace, requests: requests, until: now.Add(v.claimTTL)})
 	}
