@@ -103,10 +103,12 @@ func (o *Overflow) sweep(ctx context.Context) {
 			log.V(1).Info("Could not evict a pod kept here with no node for it; trying again", "namespace", k.namespace, "name", k.name, "err", err.Error())
 			continue
 		}
-		o.evicted[uid] = true
 		if !evicted {
+			// Gone, or changed since the view saw it (bound at last,
+			// or seen stuck again): the view's next look decides.
 			continue
 		}
+		o.evicted[uid] = true
 		log.Info("Evicted a pod kept here with no node for it", "namespace", k.namespace, "name", k.name, "owner", k.owner.Kind+"/"+k.owner.Name)
 		o.Recorder.Eventf(k.pod(), nil, corev1.EventTypeNormal, "Overflow", "Evict",
 			"Kept in this cluster, its scheduler has found no node for it for %s: evicted, so that %s %s makes a pod that goes through the targets", o.After, k.owner.Kind, k.owner.Name)
@@ -120,12 +122,19 @@ func (o *Overflow) sweep(ctx context.Context) {
 	}
 }
 
-// evict asks the API server to evict the pod with k's UID: evicted is false,
-// with no error, for a pod gone or replaced meanwhile.
+// evict asks the API server to evict the pod as the view holds it, its UID
+// and resourceVersion: evicted is false, with no error, for a pod gone,
+// replaced or changed meanwhile. A view that lags (a watch behind, or a
+// leader that was paused and has not yet found out it is no longer one)
+// never evicts a pod that its scheduler has bound since.
 func (o *Overflow) evict(ctx context.Context, k keptPod) (evicted bool, err error) {
+	pre := &metav1.Preconditions{UID: &k.uid}
+	if k.resourceVersion != "" {
+		pre.ResourceVersion = &k.resourceVersion
+	}
 	err = o.Kube.CoreV1().Pods(k.namespace).EvictV1(ctx, &policyv1.Eviction{
 		ObjectMeta:    metav1.ObjectMeta{Name: k.name, Namespace: k.namespace},
-		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &k.uid}},
+		DeleteOptions: &metav1.DeleteOptions{Preconditions: pre},
 	})
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 		return false, nil

@@ -2,11 +2,14 @@ package local
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -143,5 +146,50 @@ func TestOverflowEvictsStuckPodsOnce(t *testing.T) {
 	o.sweep(ctx)
 	if o.evicted["uid-web-1"] {
 		t.Fatal("web-1 is still remembered after it left")
+	}
+}
+
+// TestOverflowEvictsThePodAsTheViewHoldsIt: an eviction carries the UID and
+// resourceVersion the view holds, so that a pod changed since (bound by its
+// scheduler after the view's last look) is not evicted; the conflict is not
+// taken for an eviction, and the next sweep tries the version the view
+// holds then.
+func TestOverflowEvictsThePodAsTheViewHoldsIt(t *testing.T) {
+	now := time.Now().Truncate(time.Second)
+	clk := clocktesting.NewFakeClock(now)
+	v := viewOf(t, clk, node("n1", "4"))
+	v.Want()
+	kube := fake.NewClientset()
+	var tried []string
+	kube.PrependReactor("create", "pods", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() != "eviction" {
+			return false, nil, nil
+		}
+		pre := a.(clienttesting.CreateAction).GetObject().(*policyv1.Eviction).DeleteOptions.Preconditions
+		if pre == nil || pre.UID == nil || pre.ResourceVersion == nil {
+			t.Fatalf("eviction preconditions %+v, want the UID and resourceVersion", pre)
+		}
+		tried = append(tried, *pre.ResourceVersion)
+		if *pre.ResourceVersion != "6" {
+			return true, nil, apierrors.NewConflict(corev1.Resource("pods"), "web-1", errors.New("the object has been modified"))
+		}
+		return true, nil, nil
+	})
+	recorder := events.NewFakeRecorder(10)
+	o := &Overflow{View: v, Kube: kube, Recorder: recorder, After: 30 * time.Second, clock: clk,
+		evicted: map[string]bool{}, told: map[string]bool{}}
+	version := func(rv string) func(*corev1.Pod) { return func(p *corev1.Pod) { p.ResourceVersion = rv } }
+	seen := usage(pod("ns", "web-1", "100m", "", kept("web"), unschedulableSince(now.Add(-time.Minute)), version("5")))
+	v.podChanged(nil, seen)
+	ctx := context.Background()
+	o.sweep(ctx)
+	if len(tried) != 1 || tried[0] != "5" || o.evicted["uid-web-1"] || len(recorder.Events) != 0 {
+		t.Fatalf("after a conflict: tried %v, remembered %t, %d events; want one try at 5, nothing remembered, no Event", tried, o.evicted["uid-web-1"], len(recorder.Events))
+	}
+	v.podChanged(seen, usage(pod("ns", "web-1", "100m", "", kept("web"), unschedulableSince(now.Add(-time.Minute)), version("6"))))
+	o.sweep(ctx)
+	o.sweep(ctx)
+	if len(tried) != 2 || tried[1] != "6" || !o.evicted["uid-web-1"] || len(recorder.Events) != 1 {
+		t.Fatalf("once the view holds version 6: tried %v, remembered %t, %d events; want one more try at 6, remembered, an Overflow Event", tried, o.evicted["uid-web-1"], len(recorder.Events))
 	}
 }

@@ -106,6 +106,9 @@ type podState struct {
 type keptPod struct {
 	namespace, name string
 	uid             types.UID
+	// resourceVersion is the version the view holds: an eviction made on
+	// what the view says holds only while the pod has not changed since.
+	resourceVersion string
 	// owner is its controller; zero for a pod that has none.
 	owner metav1.OwnerReference
 	// stuckSince is when its scheduler last said it found no node for it
@@ -122,7 +125,7 @@ func trimPod(obj any) (any, error) {
 	u, _ := summary.TrimPod(pod)
 	s := &podState{PodUsage: u.(*summary.PodUsage)}
 	if pod.Labels[protocol.LocalLabel] == "true" {
-		s.kept = &keptPod{namespace: s.Namespace(), name: pod.Name, uid: pod.UID}
+		s.kept = &keptPod{namespace: s.Namespace(), name: pod.Name, uid: pod.UID, resourceVersion: pod.ResourceVersion}
 		if owner := metav1.GetControllerOfNoCopy(pod); owner != nil {
 			s.kept.owner = metav1.OwnerReference{APIVersion: owner.APIVersion, Kind: owner.Kind, Name: owner.Name, UID: owner.UID}
 		}
