@@ -310,8 +310,10 @@ func TestViewKeepsFreeAsNodesAndPodsChange(t *testing.T) {
 	}
 }
 
-// BenchmarkClaim is one admission's look at a cluster of 5,000 nodes with
-// room, each node holding a pod.
+// BenchmarkClaim is one admission's look at a cluster of 5,000 nodes, each
+// holding a pod: for a pod that fits (the look stops at the first node with
+// room), and for one whose selector no node matches (every node is looked
+// at).
 func BenchmarkClaim(b *testing.B) {
 	v := viewOf(b, clocktesting.NewFakeClock(time.Now()))
 	for i := range 5000 {
@@ -319,11 +321,18 @@ func BenchmarkClaim(b *testing.B) {
 		v.nodeChanged(nil, node(n, "64"))
 		v.podChanged(nil, usage(pod("ns", "bound-"+n, "1", n)))
 	}
-	p := pod("ns", "p", "100m", "", func(p *corev1.Pod) { p.Spec.NodeSelector = map[string]string{"zone": "a"} })
-	for b.Loop() {
-		if !v.Claim(p, false).Fits {
-			b.Fatal("a pod of 100m found no room on 5,000 nodes of 63 CPUs free")
-		}
+	for _, bc := range []struct {
+		name, zone string
+		fits       bool
+	}{{"fits", "a", true}, {"no node matches", "b", false}} {
+		p := pod("ns", "p", "100m", "", func(p *corev1.Pod) { p.Spec.NodeSelector = map[string]string{"zone": bc.zone} })
+		b.Run(bc.name, func(b *testing.B) {
+			for b.Loop() {
+				if v.Claim(p, false).Fits != bc.fits {
+					b.Fatalf("Claim of a pod of zone %s: want fits %t", bc.zone, bc.fits)
+				}
+			}
+		})
 	}
 }
 
