@@ -97,23 +97,33 @@ func TestStuckPodsKeepTheirControllersPodsOut(t *testing.T) {
 	}
 }
 
-func TestOverflowEvictsStuckPodsOnce(t *testing.T) {
-	now := time.Now().Truncate(time.Second)
-	clk := clocktesting.NewFakeClock(now)
+// overflowOver is an Overflow of 30 s over a synced view of one node, its
+// Events recorded, each eviction answered by evict.
+func overflowOver(t *testing.T, evict func(*policyv1.Eviction) error) (*Overflow, *View, *events.FakeRecorder, *clocktesting.FakeClock) {
+	t.Helper()
+	clk := clocktesting.NewFakeClock(time.Now().Truncate(time.Second))
 	v := viewOf(t, clk, node("n1", "4"))
 	v.Want()
 	kube := fake.NewClientset()
-	var evicted []string
 	kube.PrependReactor("create", "pods", func(a clienttesting.Action) (bool, runtime.Object, error) {
 		if a.GetSubresource() != "eviction" {
 			return false, nil, nil
 		}
-		evicted = append(evicted, a.(clienttesting.CreateAction).GetObject().(metav1.Object).GetName())
-		return true, nil, nil
+		return true, nil, evict(a.(clienttesting.CreateAction).GetObject().(*policyv1.Eviction))
 	})
 	recorder := events.NewFakeRecorder(10)
 	o := &Overflow{View: v, Kube: kube, Recorder: recorder, After: 30 * time.Second, clock: clk,
 		evicted: map[string]bool{}, told: map[string]bool{}}
+	return o, v, recorder, clk
+}
+
+func TestOverflowEvictsStuckPodsOnce(t *testing.T) {
+	var evicted []string
+	o, v, recorder, clk := overflowOver(t, func(e *policyv1.Eviction) error {
+		evicted = append(evicted, e.Name)
+		return nil
+	})
+	now := clk.Now()
 
 	old := usage(pod("ns", "web-1", "100m", "", kept("web"), unschedulableSince(now.Add(-time.Minute))))
 	young := usage(pod("ns", "web-2", "100m", "", kept("web"), unschedulableSince(now.Add(-10*time.Second))))
@@ -155,29 +165,19 @@ func TestOverflowEvictsStuckPodsOnce(t *testing.T) {
 // taken for an eviction, and the next sweep tries the version the view
 // holds then.
 func TestOverflowEvictsThePodAsTheViewHoldsIt(t *testing.T) {
-	now := time.Now().Truncate(time.Second)
-	clk := clocktesting.NewFakeClock(now)
-	v := viewOf(t, clk, node("n1", "4"))
-	v.Want()
-	kube := fake.NewClientset()
 	var tried []string
-	kube.PrependReactor("create", "pods", func(a clienttesting.Action) (bool, runtime.Object, error) {
-		if a.GetSubresource() != "eviction" {
-			return false, nil, nil
-		}
-		pre := a.(clienttesting.CreateAction).GetObject().(*policyv1.Eviction).DeleteOptions.Preconditions
+	o, v, recorder, clk := overflowOver(t, func(e *policyv1.Eviction) error {
+		pre := e.DeleteOptions.Preconditions
 		if pre == nil || pre.UID == nil || pre.ResourceVersion == nil {
 			t.Fatalf("eviction preconditions %+v, want the UID and resourceVersion", pre)
 		}
 		tried = append(tried, *pre.ResourceVersion)
 		if *pre.ResourceVersion != "6" {
-			return true, nil, apierrors.NewConflict(corev1.Resource("pods"), "web-1", errors.New("the object has been modified"))
+			return apierrors.NewConflict(corev1.Resource("pods"), "web-1", errors.New("the object has been modified"))
 		}
-		return true, nil, nil
+		return nil
 	})
-	recorder := events.NewFakeRecorder(10)
-	o := &Overflow{View: v, Kube: kube, Recorder: recorder, After: 30 * time.Second, clock: clk,
-		evicted: map[string]bool{}, told: map[string]bool{}}
+	now := clk.Now()
 	version := func(rv string) func(*corev1.Pod) { return func(p *corev1.Pod) { p.ResourceVersion = rv } }
 	seen := usage(pod("ns", "web-1", "100m", "", kept("web"), unschedulableSince(now.Add(-time.Minute)), version("5")))
 	v.podChanged(nil, seen)

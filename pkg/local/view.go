@@ -162,28 +162,26 @@ func NewView(kube kubernetes.Interface) *View {
 	_ = v.nodes.SetTransform(summary.TrimNode)
 	_ = v.pods.SetTransform(trimPod)
 	// Neither informer has started: adding a handler cannot fail.
-	nodesHandled, _ := v.nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { v.nodeChanged(nil, obj) },
-		UpdateFunc: v.nodeChanged,
-		DeleteFunc: func(obj any) {
-			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = d.Obj
-			}
-			v.nodeChanged(obj, nil)
-		},
-	})
-	podsHandled, _ := v.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { v.podChanged(nil, obj) },
-		UpdateFunc: v.podChanged,
-		DeleteFunc: func(obj any) {
-			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = d.Obj
-			}
-			v.podChanged(obj, nil)
-		},
-	})
+	nodesHandled, _ := v.nodes.AddEventHandler(changes(v.nodeChanged))
+	podsHandled, _ := v.pods.AddEventHandler(changes(v.podChanged))
 	v.handled = []cache.InformerSynced{nodesHandled.HasSynced, podsHandled.HasSynced}
 	return v
+}
+
+// changes hands every add, update and deletion to changed as the old
+// object and the new one, nil for none; a deletion the informer missed
+// gives the last object it had.
+func changes(changed func(oldObj, newObj any)) cache.ResourceEventHandlerFuncs {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { changed(nil, obj) },
+		UpdateFunc: changed,
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			changed(obj, nil)
+		},
+	}
 }
 
 func newView(clk clock.Clock) *View {
