@@ -16,7 +16,7 @@ import (
 // -profile-apiserver: the source API server's CPU profile of the Flotilla
 // run, beside the agent's (-profile), to attribute the source cluster's CPU.
 var (
-	profileAPIServer  = flag.Bool("profile-apiserver", false, "Save a CPU profile of the source's kube-apiserver of the first -profile-apiserver-seconds of the Flotilla run, and of the baseline's of its run, into -out (…-src-apiserver-cpu.pprof, …-base-apiserver-cpu.pprof), fetched from its /debug/pprof/profile with the admin credentials.")
+	profileAPIServer  = flag.Bool("profile-apiserver", false, "Save a CPU profile of the source's kube-apiserver of the first -profile-apiserver-seconds of the Flotilla run, and of the baseline's of its run, into -out (…-src-apiserver-cpu.pprof, …-base-apiserver-cpu.pprof), fetched from its /debug/pprof/profile with the admin credentials. With -mesh: the first mesh cluster's, of the Flotilla run.")
 	podWatches        = flag.Bool("pod-watches", false, "After the Flotilla run, print what the source's and the baseline's API servers say of their pod watches: watch events of pods sent per pod (one per watcher), their average size, the pod watches open, the events the watch cache dispatched per pod.")
 	profileAPISeconds = flag.Int("profile-apiserver-seconds", 20, "With -profile-apiserver: how long the profile lasts.")
 	// sourceAPIServer is the source's admin configuration, set once the

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -257,19 +258,7 @@ func mainMesh(cfg config, keep, hold bool) error {
 		return err
 	}
 	fmt.Println(report.Markdown())
-	capped := ""
-	if cfg.CPUPerCluster > 0 {
-		capped = fmt.Sprintf("-cpu%g", cfg.CPUPerCluster)
-	}
-	pods := strconv.Itoa(cfg.Pods)
-	if len(cfg.MeshPods) > 0 {
-		var each []string
-		for _, n := range cfg.MeshPods {
-			each = append(each, strconv.Itoa(n))
-		}
-		pods = strings.Join(each, "-")
-	}
-	name := filepath.Join(cfg.Out, fmt.Sprintf("mesh-n%d-m%d-p%s-r%g-c%d%s-%s.json", cfg.Mesh, cfg.Nodes, pods, cfg.Rate, cfg.MaxCandidates, capped, time.Now().UTC().Format("20060102T150405")))
+	name := filepath.Join(cfg.Out, cfg.meshStem()+"-"+time.Now().UTC().Format("20060102T150405")+".json")
 	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
 		return err
 	}
@@ -279,6 +268,29 @@ func mainMesh(cfg config, keep, hold bool) error {
 	}
 	fmt.Println("results written to", name)
 	return nil
+}
+
+// meshStem names a mesh run's files in -out: its clusters, nodes, bursts,
+// rate, candidates and budget.
+func (c config) meshStem() string {
+	capped := ""
+	if c.CPUPerCluster > 0 {
+		capped = fmt.Sprintf("-cpu%g", c.CPUPerCluster)
+	}
+	pods := strconv.Itoa(c.Pods)
+	if len(c.MeshPods) > 0 {
+		var each []string
+		for _, n := range c.MeshPods {
+			each = append(each, strconv.Itoa(n))
+		}
+		pods = strings.Join(each, "-")
+	}
+	return fmt.Sprintf("mesh-n%d-m%d-p%s-r%g-c%d%s", c.Mesh, c.Nodes, pods, c.Rate, c.MaxCandidates, capped)
+}
+
+// meshProfilePath is where a mesh run's profile of kind goes.
+func (c config) meshProfilePath(kind string) string {
+	return filepath.Join(c.Out, c.meshStem()+"-"+kind+".pprof")
 }
 
 // runMesh starts the sandbox (m1..mN with M nodes each, base with all N×M)
@@ -316,7 +328,7 @@ func runMesh(cfg config, keep, hold bool) (*MeshReport, error) {
 	for k := 1; k <= cfg.Mesh; k++ {
 		mesh = append(mesh, s.Cluster(fmt.Sprintf("m%d", k)))
 	}
-	agents, err := startMeshAgents(ctx, cfg, mesh)
+	agents, pprofAddr, err := startMeshAgents(ctx, cfg, mesh)
 	if err != nil {
 		return nil, err
 	}
@@ -352,8 +364,12 @@ func runMesh(cfg config, keep, hold bool) (*MeshReport, error) {
 	for i, c := range mesh {
 		procs = append(procs, process{c.Name + " agent", agents[i].PID()}, process{c.Name + " flotilla-scheduler", c.PIDs()[sandbox.CandidateScheduler]})
 	}
+	profiled := startMeshProfiles(ctx, cfg, mesh[0], pprofAddr)
 	if report.Flotilla, err = meshMeasure(ctx, cfg, s.Clusters, mesh, true, procs); err != nil {
 		return nil, fmt.Errorf("flotilla mesh: %w", err)
+	}
+	if err := profiled(); err != nil {
+		return nil, err
 	}
 	report.Ratios = meshHeadline(report.Flotilla, report.Alone, report.Baseline)
 	if hold {
@@ -371,13 +387,16 @@ func runMesh(cfg config, keep, hold bool) (*MeshReport, error) {
 // own cluster as a self target; then has every cluster invite every other
 // one and reach it with the invited identity (-invite, as run does with
 // its source), or with admin kubeconfigs (-invite=false).
-func startMeshAgents(ctx context.Context, cfg config, mesh []*sandbox.Cluster) ([]*sandbox.Agent, error) {
-	args, env, _, err := sourceAgentFlags(cfg)
+func startMeshAgents(ctx context.Context, cfg config, mesh []*sandbox.Cluster) (agents []*sandbox.Agent, pprofAddr string, err error) {
+	args, env, pprofAddr, err := sourceAgentFlags(cfg)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	var agents []*sandbox.Agent
-	for _, c := range mesh {
+	for k, c := range mesh {
+		if k == 1 && pprofAddr != "" {
+			// Only the first cluster's agent serves its pprof (-profile).
+			args = slices.DeleteFunc(slices.Clone(args), func(a string) bool { return strings.HasPrefix(a, "--pprof-bind-address=") })
+		}
 		var targets []*sandbox.Cluster
 		if cfg.MeshSelf {
 			targets = append(targets, c)
@@ -390,11 +409,11 @@ func startMeshAgents(ctx context.Context, cfg config, mesh []*sandbox.Cluster) (
 		}
 		a, err := sandbox.StartAgentEnv(ctx, c, targets, env, args...)
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
 		if cfg.MeshSelf && cfg.MeshLocalFirst {
 			if err := c.SetLocalFirst(ctx, c.Name, namespace); err != nil {
-				return nil, err
+				return nil, "", err
 			}
 		}
 		agents = append(agents, a)
@@ -403,11 +422,48 @@ func startMeshAgents(ctx context.Context, cfg config, mesh []*sandbox.Cluster) (
 		// Every agent runs: each can answer its invitations.
 		for _, c := range mesh {
 			if err := invite(ctx, c, others(mesh, c)); err != nil {
-				return nil, err
+				return nil, "", err
 			}
 		}
 	}
-	return agents, nil
+	return agents, pprofAddr, nil
+}
+
+// startMeshProfiles takes, from now on, a CPU profile of the first mesh
+// cluster's agent (-profile) and of its API server (-profile-apiserver), as
+// run does for its source; the function returned waits for them.
+func startMeshProfiles(ctx context.Context, cfg config, first *sandbox.Cluster, pprofAddr string) func() error {
+	var waits []func() error
+	start := func(kind string, save func(path string) error) {
+		path := cfg.meshProfilePath(first.Name + "-" + kind)
+		done := make(chan error, 1)
+		go func() { done <- save(path) }()
+		waits = append(waits, func() error {
+			if err := <-done; err != nil {
+				return fmt.Errorf("profiling %s's %s: %w", first.Name, kind, err)
+			}
+			fmt.Fprintf(os.Stderr, "bench: %s profile written to %s\n", first.Name, path)
+			return nil
+		})
+	}
+	if pprofAddr != "" {
+		start("agent-cpu", func(path string) error {
+			return saveProfile(ctx, pprofAddr, fmt.Sprintf("profile?seconds=%d", cfg.ProfileSeconds), path)
+		})
+	}
+	if *profileAPIServer {
+		start("apiserver-cpu", func(path string) error {
+			return saveAPIServerProfile(ctx, first.RESTConfig(), *profileAPISeconds, path)
+		})
+	}
+	return func() error {
+		for _, wait := range waits {
+			if err := wait(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 }
 
 // others are the clusters of mesh but c.
