@@ -127,6 +127,9 @@ func setupPlacement(mgr manager.Manager, cfg *rest.Config, kube kubernetes.Inter
 	if err := workload.IndexPods(context.Background(), mgr.GetFieldIndexer()); err != nil {
 		return fmt.Errorf("indexing source pods by workload: %w", err)
 	}
+	if err := workload.IndexSiblings(sourcePods); err != nil {
+		return fmt.Errorf("indexing source pods by namespace and workload: %w", err)
+	}
 	if err := (&policy.StatusController{
 		Client: mgr.GetClient(),
 		TargetOf: func(node string) (string, bool) {
@@ -164,6 +167,7 @@ func setupPlacement(mgr manager.Manager, cfg *rest.Config, kube kubernetes.Inter
 		DenyAfter:       opts.denyAfter,
 		Objects:         copier,
 		Policies:        &policy.Resolver{Reader: mgr.GetClient()},
+		SourcePods:      sourcePods.GetIndexer(),
 		SelfFree:        view.Free,
 	}).SetupWithManager(mgr)
 }

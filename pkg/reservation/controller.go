@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
@@ -83,6 +84,11 @@ type Controller struct {
 	// elected, unbound, before the other candidates are denied, so that
 	// they hold no node in their targets; 0 denies none.
 	DenyAfter time.Duration
+	// SourcePods is the informer's store that Client reads source pods
+	// from, indexed by workload.IndexSiblings: a spread policy counts a
+	// pod's siblings there. Nil lists them through Client, which copies
+	// every one.
+	SourcePods toolscache.Indexer
 	// SelfFree is what this cluster has free, weighing a self target as a
 	// ClusterSummary weighs the others (local.View.Free); ok false, or nil,
 	// leaves its room unknown.

@@ -52,6 +52,9 @@ type plan struct {
 	// requests are what the pod asks of the node it runs on (its saved
 	// spec's).
 	requests corev1.ResourceList
+	// domains are the domains each target spans for the policy's keys,
+	// worked out once a plan (domainOf): a spread counts every sibling.
+	domains map[string][]placement.Domain
 }
 
 // leftOut returns the candidates of the pod in invited targets that did
@@ -299,14 +302,13 @@ func (c *Controller) siblingDomains(ctx context.Context, pod *corev1.Pod, p *pla
 	if key == "" {
 		return nil, nil
 	}
-	siblings := &corev1.PodList{}
-	if err := c.Client.List(ctx, siblings, client.InNamespace(pod.Namespace), client.MatchingFields{workload.PodIndex: key}, client.UnsafeDisableDeepCopy); err != nil {
+	siblings, err := c.siblings(ctx, pod.Namespace, key)
+	if err != nil {
 		return nil, fmt.Errorf("listing the siblings of %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	keys := p.policy.Keys()
 	var out []placement.Domain
-	for i := range siblings.Items {
-		s := &siblings.Items[i]
+	for _, s := range siblings {
 		if s.UID == pod.UID || !isSourcePod(s) || s.DeletionTimestamp != nil || s.Status.Phase == corev1.PodSucceeded || s.Status.Phase == corev1.PodFailed {
 			continue
 		}
@@ -319,6 +321,23 @@ func (c *Controller) siblingDomains(ctx context.Context, pod *corev1.Pod, p *pla
 		}
 	}
 	return out, nil
+}
+
+// siblings are the source pods of workload key in namespace, as the cache
+// holds them: read-only.
+func (c *Controller) siblings(ctx context.Context, namespace, key string) ([]*corev1.Pod, error) {
+	if c.SourcePods != nil {
+		return workload.Siblings(c.SourcePods, namespace, key)
+	}
+	list := &corev1.PodList{}
+	if err := c.Client.List(ctx, list, client.InNamespace(namespace), client.MatchingFields{workload.PodIndex: key}, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, err
+	}
+	pods := make([]*corev1.Pod, len(list.Items))
+	for i := range list.Items {
+		pods[i] = &list.Items[i]
+	}
+	return pods, nil
 }
 
 // placedIn is the target a sibling is bound to or elected in, nil if none.
@@ -343,11 +362,18 @@ func (c *Controller) placedIn(s *corev1.Pod) *target.Target {
 // target's only one, or the one its candidate was pinned to. The plan's
 // view of an invited target is used rather than built again per sibling.
 func (c *Controller) domainOf(p *plan, t *target.Target, source *corev1.Pod, keys []string) (placement.Domain, bool) {
-	cl, ok := p.clusters[t.Name]
+	domains, ok := p.domains[t.Name]
 	if !ok {
-		cl = ClusterOf(t)
+		cl, ok := p.clusters[t.Name]
+		if !ok {
+			cl = ClusterOf(t)
+		}
+		domains = placement.Domains(cl, keys)
+		if p.domains == nil {
+			p.domains = map[string][]placement.Domain{}
+		}
+		p.domains[t.Name] = domains
 	}
-	domains := placement.Domains(cl, keys)
 	if len(domains) == 1 {
 		return domains[0], true
 	}

@@ -1,10 +1,12 @@
 package workload
 
 import (
+	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 )
 
@@ -59,5 +61,40 @@ func TestIndexPod(t *testing.T) {
 	}
 	if got := IndexPod(&corev1.Pod{}); got != nil {
 		t.Errorf("IndexPod of a pod without controller = %v, want none", got)
+	}
+}
+
+// TestSiblings: the pods of one workload in one namespace, none of
+// another workload, namespace or of none; indexing twice is no error.
+func TestSiblings(t *testing.T) {
+	inf := toolscache.NewSharedIndexInformer(&toolscache.ListWatch{}, &corev1.Pod{}, 0, toolscache.Indexers{})
+	for range 2 {
+		if err := IndexSiblings(inf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	of := func(namespace, name, rs string) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
+		if rs != "" {
+			p.OwnerReferences = []metav1.OwnerReference{{Kind: "ReplicaSet", Name: rs, Controller: ptr.To(true)}}
+		}
+		return p
+	}
+	for _, p := range []*corev1.Pod{of("a", "web-1", "web"), of("a", "web-2", "web"), of("b", "web-1", "web"), of("a", "db-1", "db"), of("a", "bare", "")} {
+		if err := inf.GetStore().Add(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pods, err := Siblings(inf.GetIndexer(), "a", Key{Kind: "ReplicaSet", Name: "web"}.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, p := range pods {
+		names = append(names, p.Namespace+"/"+p.Name)
+	}
+	slices.Sort(names)
+	if want := []string{"a/web-1", "a/web-2"}; !slices.Equal(names, want) {
+		t.Fatalf("Siblings = %v, want %v", names, want)
 	}
 }
