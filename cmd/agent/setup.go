@@ -124,9 +124,6 @@ func setupPlacement(mgr manager.Manager, cfg *rest.Config, kube kubernetes.Inter
 	if err != nil {
 		return fmt.Errorf("setting up the copies of ConfigMaps and Secrets: %w", err)
 	}
-	if err := workload.IndexPods(context.Background(), mgr.GetFieldIndexer()); err != nil {
-		return fmt.Errorf("indexing source pods by workload: %w", err)
-	}
 	if err := workload.IndexSiblings(sourcePods); err != nil {
 		return fmt.Errorf("indexing source pods by namespace and workload: %w", err)
 	}

@@ -86,8 +86,7 @@ type Controller struct {
 	DenyAfter time.Duration
 	// SourcePods is the informer's store that Client reads source pods
 	// from, indexed by workload.IndexSiblings: a spread policy counts a
-	// pod's siblings there. Nil lists them through Client, which copies
-	// every one.
+	// pod's siblings there, without the copy of each that a List makes.
 	SourcePods toolscache.Indexer
 	// SelfFree is what this cluster has free, weighing a self target as a
 	// ClusterSummary weighs the others (local.View.Free); ok false, or nil,

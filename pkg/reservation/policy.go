@@ -11,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	resourcehelper "k8s.io/component-helpers/resource"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/flotilla-dev/flotilla/pkg/candidate"
 	"github.com/flotilla-dev/flotilla/pkg/placement"
@@ -302,7 +301,7 @@ func (c *Controller) siblingDomains(ctx context.Context, pod *corev1.Pod, p *pla
 	if key == "" {
 		return nil, nil
 	}
-	siblings, err := c.siblings(ctx, pod.Namespace, key)
+	siblings, err := workload.Siblings(c.SourcePods, pod.Namespace, key)
 	if err != nil {
 		return nil, fmt.Errorf("listing the siblings of %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
@@ -321,23 +320,6 @@ func (c *Controller) siblingDomains(ctx context.Context, pod *corev1.Pod, p *pla
 		}
 	}
 	return out, nil
-}
-
-// siblings are the source pods of workload key in namespace, as the cache
-// holds them: read-only.
-func (c *Controller) siblings(ctx context.Context, namespace, key string) ([]*corev1.Pod, error) {
-	if c.SourcePods != nil {
-		return workload.Siblings(c.SourcePods, namespace, key)
-	}
-	list := &corev1.PodList{}
-	if err := c.Client.List(ctx, list, client.InNamespace(namespace), client.MatchingFields{workload.PodIndex: key}, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, err
-	}
-	pods := make([]*corev1.Pod, len(list.Items))
-	for i := range list.Items {
-		pods[i] = &list.Items[i]
-	}
-	return pods, nil
 }
 
 // placedIn is the target a sibling is bound to or elected in, nil if none.

@@ -72,7 +72,7 @@ func Setup(mgr manager.Manager, kube kubernetes.Interface, policies Policies) (*
 	if err := mgr.Add(managedCache{own}); err != nil {
 		return nil, err
 	}
-	// The placement controller reads the same index of the source pods.
+	// Its reader lists the source pods of the manager's cache by it too.
 	if err := workload.IndexPods(ctx, mgr.GetFieldIndexer()); err != nil {
 		return nil, fmt.Errorf("indexing the source pods by workload: %w", err)
 	}

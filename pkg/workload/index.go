@@ -10,8 +10,8 @@ import (
 )
 
 // indexed remembers the indexers PodIndex was added to: an informer
-// refuses a second index of one name, and both the placement controller
-// and the split read it from the manager's cache.
+// refuses a second index of one name. The split reads it, from its own
+// cache and from the manager's.
 var indexed sync.Map
 
 // IndexPods adds PodIndex to the pods of idx once, however many of its
