@@ -37,6 +37,11 @@ type ClusterSummaryStatus struct {
 	// not exist yet will be created by the target's agent.
 	// +optional
 	CreateNamespaces bool `json:"createNamespaces,omitempty"`
+	// KeepSourceLabels tells the source that the invitation lets its
+	// candidates carry their source pods' labels (the invitation's
+	// spec.keepSourceLabels); otherwise they travel in an annotation.
+	// +optional
+	KeepSourceLabels bool `json:"keepSourceLabels,omitempty"`
 
 	// Quota is what the invitation lets the source's pods hold at once
 	// (cpu, memory, pods), when it sets a quota: the source shows no more

@@ -41,7 +41,7 @@ func FuzzBuild(f *testing.F) {
 		}}
 		source.Annotations[protocol.SourceSpecAnnotation] = spec
 		source.UID = k8stypes.UID(shortUID(uid))
-		c, err := Build(source, "c1", "c2", "shop", uid == "self")
+		c, err := Build(source, "c1", "c2", "shop", uid == "self", false)
 		if err != nil {
 			if c != nil {
 				t.Fatalf("Build(%q) failed (%v) and still gave a candidate", spec, err)
@@ -65,14 +65,19 @@ func FuzzBuild(f *testing.F) {
 		}
 		want := map[string]string{
 			protocol.CandidateLabel: "true", protocol.SourceClusterLabel: "c1", protocol.SourceUIDLabel: string(source.UID),
+			protocol.SourceNameLabel: protocol.SourceNameLabelValue(name),
 		}
 		for k, v := range c.Labels {
-			if strings.HasPrefix(k, protocol.Prefix) && want[k] != v {
+			if want[k] != v {
 				t.Fatalf("candidate carries label %s=%q", k, v)
 			}
 		}
 		want = map[string]string{
 			protocol.SourceNamespaceAnnotation: "shop", protocol.SourceNameAnnotation: name, protocol.TargetAnnotation: "c2",
+			protocol.SourceLabelsAnnotation: c.Annotations[protocol.SourceLabelsAnnotation],
+		}
+		if labels, err := SourceLabels(c); err != nil || labels["app"] != "web" {
+			t.Fatalf("candidate's source labels %v (%v), want app=web", labels, err)
 		}
 		for k, v := range c.Annotations {
 			if (strings.HasPrefix(k, protocol.Prefix) && want[k] != v) || k == corev1.LastAppliedConfigAnnotation {

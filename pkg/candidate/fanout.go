@@ -71,7 +71,7 @@ func FanOut(ctx context.Context, source *corev1.Pod, sourceCluster string, targe
 					return
 				}
 			}
-			c, err := Build(source, sourceCluster, t.Name, t.NamespaceFor(source.Namespace), t.Self)
+			c, err := Build(source, sourceCluster, t.Name, t.NamespaceFor(source.Namespace), t.Self, t.KeepSourceLabels())
 			if err == nil && shape != nil {
 				shape(t, c)
 			}

@@ -75,7 +75,16 @@ func (c *specCache) get(raw string) (*corev1.PodSpec, error) {
 // source pod, schedulerName flotilla, and no field that only makes sense in
 // the source cluster (node name, service-account token, the virtual-node
 // toleration, the resolved priority).
-func Build(source *corev1.Pod, sourceCluster, target, namespace string, self bool) (*corev1.Pod, error) {
+//
+// Its labels are Flotilla's alone (candidate, source-cluster, source-uid,
+// source-name); the source pod's own labels travel in the source-labels
+// annotation, so that nothing of the target (a Service, a NetworkPolicy, a
+// controller) selects a pod it knows nothing of, unless the target's
+// invitation keeps them (keepSourceLabels). A self target never keeps
+// them: its candidate sits beside the source pod, which carries them
+// already and stands for it in the cluster's Services (its status mirrors
+// the delegate's); the two would be two endpoints of one pod.
+func Build(source *corev1.Pod, sourceCluster, target, namespace string, self, keepSourceLabels bool) (*corev1.Pod, error) {
 	spec, err := OriginalSpec(source)
 	if err != nil {
 		return nil, err
@@ -93,21 +102,35 @@ func Build(source *corev1.Pod, sourceCluster, target, namespace string, self boo
 	// target nobody would ever set them. The source pod keeps them.
 	spec.ReadinessGates = nil
 
-	labels := map[string]string{}
+	labels := map[string]string{
+		protocol.CandidateLabel:     "true",
+		protocol.SourceClusterLabel: sourceCluster,
+		protocol.SourceUIDLabel:     string(source.UID),
+		protocol.SourceNameLabel:    protocol.SourceNameLabelValue(source.Name),
+	}
+	sourceLabels := map[string]string{}
 	for k, v := range source.Labels {
 		if !strings.HasPrefix(k, protocol.Prefix) {
-			labels[k] = v
+			sourceLabels[k] = v
 		}
 	}
-	labels[protocol.CandidateLabel] = "true"
-	labels[protocol.SourceClusterLabel] = sourceCluster
-	labels[protocol.SourceUIDLabel] = string(source.UID)
 
 	annotations := map[string]string{}
 	for k, v := range source.Annotations {
 		if !strings.HasPrefix(k, protocol.Prefix) && k != corev1.LastAppliedConfigAnnotation {
 			annotations[k] = v
 		}
+	}
+	if keepSourceLabels && !self {
+		for k, v := range sourceLabels {
+			labels[k] = v
+		}
+	} else if len(sourceLabels) > 0 {
+		raw, err := json.Marshal(sourceLabels)
+		if err != nil {
+			return nil, fmt.Errorf("encoding the source pod's labels: %w", err)
+		}
+		annotations[protocol.SourceLabelsAnnotation] = string(raw)
 	}
 	annotations[protocol.SourceNamespaceAnnotation] = source.Namespace
 	annotations[protocol.SourceNameAnnotation] = source.Name
@@ -186,6 +209,26 @@ func withoutVirtualNodeToleration(tolerations []corev1.Toleration) []corev1.Tole
 		}
 	}
 	return kept
+}
+
+// SourceLabels are the labels of a candidate's source pod but Flotilla's:
+// its own labels when its target keeps them, else those the source-labels
+// annotation holds.
+func SourceLabels(candidate *corev1.Pod) (map[string]string, error) {
+	if raw, ok := candidate.Annotations[protocol.SourceLabelsAnnotation]; ok {
+		labels := map[string]string{}
+		if err := json.Unmarshal([]byte(raw), &labels); err != nil {
+			return nil, fmt.Errorf("candidate %s/%s: source labels: %w", candidate.Namespace, candidate.Name, err)
+		}
+		return labels, nil
+	}
+	labels := map[string]string{}
+	for k, v := range candidate.Labels {
+		if !strings.HasPrefix(k, protocol.Prefix) {
+			labels[k] = v
+		}
+	}
+	return labels, nil
 }
 
 // CandidateNameOf is the name of a source pod's candidates in every target.

@@ -2,10 +2,13 @@ package candidate
 
 import (
 	"encoding/json"
+	"maps"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
 )
@@ -45,7 +48,7 @@ func sourcePod(t *testing.T) *corev1.Pod {
 
 func TestBuild(t *testing.T) {
 	src := sourcePod(t)
-	c, err := Build(src, "c1", "c2", src.Namespace, false)
+	c, err := Build(src, "c1", "c2", src.Namespace, false, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +70,7 @@ func TestBuild(t *testing.T) {
 	if _, ok := c.Labels[protocol.ElectLabel]; ok {
 		t.Error("candidate must not carry the opt-in label, or the target would treat it as a source pod")
 	}
-	if c.Labels["app"] != "web" || c.Labels[protocol.SourceUIDLabel] != "uid-1" || c.Labels[protocol.SourceClusterLabel] != "c1" || c.Labels[protocol.CandidateLabel] != "true" {
+	if c.Labels[protocol.SourceUIDLabel] != "uid-1" || c.Labels[protocol.SourceClusterLabel] != "c1" || c.Labels[protocol.CandidateLabel] != "true" {
 		t.Errorf("labels: %v", c.Labels)
 	}
 	if c.Annotations["team"] != "a" || c.Annotations[protocol.SourceSpecAnnotation] != "" || c.Annotations[protocol.ElectionAnnotation] != "" {
@@ -79,7 +82,7 @@ func TestBuild(t *testing.T) {
 	if len(c.OwnerReferences) != 0 {
 		t.Error("a remote candidate cannot be owned by a pod of another cluster")
 	}
-	self, err := Build(src, "c1", "c1", src.Namespace, true)
+	self, err := Build(src, "c1", "c1", src.Namespace, true, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,11 +94,11 @@ func TestBuild(t *testing.T) {
 func TestBuildRefusesBadSavedSpec(t *testing.T) {
 	src := sourcePod(t)
 	src.Annotations[protocol.SourceSpecAnnotation] = "{not json"
-	if _, err := Build(src, "c1", "c2", src.Namespace, false); err == nil {
+	if _, err := Build(src, "c1", "c2", src.Namespace, false, false); err == nil {
 		t.Error("malformed saved spec accepted")
 	}
 	delete(src.Annotations, protocol.SourceSpecAnnotation)
-	if _, err := Build(src, "c1", "c2", src.Namespace, false); err == nil {
+	if _, err := Build(src, "c1", "c2", src.Namespace, false, false); err == nil {
 		t.Error("missing saved spec accepted")
 	}
 }
@@ -110,7 +113,7 @@ func TestOriginalSpecIsTheCallers(t *testing.T) {
 	}
 	first.Containers[0].Image = "changed"
 	first.Tolerations = nil
-	if _, err := Build(a, "c1", "c2", "shop", false); err != nil {
+	if _, err := Build(a, "c1", "c2", "shop", false, false); err != nil {
 		t.Fatal(err)
 	}
 	second, err := OriginalSpec(b)
@@ -132,8 +135,73 @@ func BenchmarkBuild(b *testing.B) {
 	t := &testing.T{}
 	src := sourcePod(t)
 	for b.Loop() {
-		if _, err := Build(src, "c1", "c2", "shop", false); err != nil {
+		if _, err := Build(src, "c1", "c2", "shop", false, false); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestBuildLabels checks where the source pod's labels travel: in an
+// annotation, so that nothing of the target selects the candidate by
+// them, unless the target's invitation keeps them; a self target never
+// keeps them. Flotilla's labels of the source pod (its opt-in) never
+// travel.
+func TestBuildLabels(t *testing.T) {
+	long := strings.Repeat("web-", 20)
+	for _, tt := range []struct {
+		name       string
+		podName    string
+		self, keep bool
+		wantLabels map[string]string
+		wantAnno   map[string]string // the source-labels annotation, decoded; nil: none
+	}{
+		{
+			name: "by default in the annotation", podName: "web-1",
+			wantLabels: map[string]string{protocol.SourceNameLabel: "web-1"},
+			wantAnno:   map[string]string{"app": "web", "tier": "front"},
+		},
+		{
+			name: "kept by the invitation", podName: "web-1", keep: true,
+			wantLabels: map[string]string{protocol.SourceNameLabel: "web-1", "app": "web", "tier": "front"},
+		},
+		{
+			name: "never kept by a self target", podName: "web-1", self: true, keep: true,
+			wantLabels: map[string]string{protocol.SourceNameLabel: "web-1"},
+			wantAnno:   map[string]string{"app": "web", "tier": "front"},
+		},
+		{
+			name: "a name too long for a label value is hashed", podName: long,
+			wantLabels: map[string]string{protocol.SourceNameLabel: protocol.SourceNameLabelValue(long)},
+			wantAnno:   map[string]string{"app": "web", "tier": "front"},
+		},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			src := sourcePod(t)
+			src.Name = tt.podName
+			src.Labels["tier"] = "front"
+			c, err := Build(src, "c1", "c2", src.Namespace, tt.self, tt.keep)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := map[string]string{protocol.CandidateLabel: "true", protocol.SourceClusterLabel: "c1", protocol.SourceUIDLabel: "uid-1"}
+			maps.Copy(want, tt.wantLabels)
+			if !maps.Equal(c.Labels, want) {
+				t.Errorf("labels %v, want %v", c.Labels, want)
+			}
+			if v := c.Labels[protocol.SourceNameLabel]; len(v) > 63 || len(validation.IsValidLabelValue(v)) > 0 {
+				t.Errorf("source-name label %q is no label value", v)
+			}
+			raw, ok := c.Annotations[protocol.SourceLabelsAnnotation]
+			if (tt.wantAnno != nil) != ok {
+				t.Fatalf("source-labels annotation %q, want %v", raw, tt.wantAnno)
+			}
+			got, err := SourceLabels(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if wantSource := map[string]string{"app": "web", "tier": "front"}; !maps.Equal(got, wantSource) {
+				t.Errorf("SourceLabels = %v, want %v", got, wantSource)
+			}
+		})
 	}
 }

@@ -161,7 +161,7 @@ func servedTargets(t *testing.T, n int, candidates map[string][]*corev1.Pod) []*
 
 func candidateIn(t *testing.T, src *corev1.Pod, target string, refused bool) *corev1.Pod {
 	t.Helper()
-	c, err := Build(src, "src", target, src.Namespace, false)
+	c, err := Build(src, "src", target, src.Namespace, false, false)
 	if err != nil {
 		t.Fatal(err)
 	}

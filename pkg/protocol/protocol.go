@@ -51,6 +51,16 @@ const (
 	// SourceNamespaceAnnotation and SourceNameAnnotation name the source pod.
 	SourceNamespaceAnnotation = Prefix + "source-namespace"
 	SourceNameAnnotation      = Prefix + "source-name"
+	// SourceNameLabel is the source pod's name as a label value (see
+	// SourceNameLabelValue), so that a target's users can select the
+	// candidates of one source pod, whose own labels a candidate does not
+	// carry.
+	SourceNameLabel = Prefix + "source-name"
+	// SourceLabelsAnnotation holds the source pod's labels, JSON, on a
+	// candidate whose target did not ask to keep them as labels: a
+	// source's labels would make the target's Services, NetworkPolicies
+	// and controllers select a pod they know nothing of.
+	SourceLabelsAnnotation = Prefix + "source-labels"
 	// TargetAnnotation is the target's name as the source knows it.
 	TargetAnnotation = Prefix + "target"
 
@@ -76,6 +86,43 @@ const (
 	// whose copies alone it may change.
 	CopyLabel = Prefix + "copy"
 )
+
+// UserKeys are the labels and annotations of Prefix that a pod's author
+// writes: the opt-in, the placement policy's name and the on-demand/spot
+// split's inputs. The split's places (CapacityTypeLabel, OnDemandSlotLabel)
+// are the split's own to judge (pkg/split). Every other key of Prefix on a
+// pod is written by Flotilla alone: see WrittenByFlotilla.
+var UserKeys = []string{ElectLabel, PlacementPolicyAnnotation, MaxOnDemandAnnotation, CapacitySplitLabel, CapacityTypeLabel, OnDemandSlotLabel}
+
+// WrittenByFlotilla reports whether a pod's label or annotation key is one
+// that only Flotilla's webhook, agent or scheduler writes: a key of Prefix
+// that is not one of UserKeys. A pod created with one carries it only if
+// the webhook wrote it; a change of one by anyone but the agent is refused
+// (the chart's ValidatingAdmissionPolicy, docs/protocol.md).
+func WrittenByFlotilla(key string) bool {
+	if !strings.HasPrefix(key, Prefix) {
+		return false
+	}
+	for _, k := range UserKeys {
+		if key == k {
+			return false
+		}
+	}
+	return true
+}
+
+// SourceNameLabelValue is the value of SourceNameLabel for a source pod
+// named name: the name itself when it is a valid label value (63
+// characters at most, as a pod's name of a Deployment's, a StatefulSet's
+// or a Job's usually is), else its first 52 characters, '-' and 10 hex
+// digits of its SHA-256.
+func SourceNameLabelValue(name string) string {
+	if len(name) <= 63 {
+		return name
+	}
+	sum := sha256.Sum256([]byte(name))
+	return strings.TrimRight(name[:52], "-.") + "-" + hex.EncodeToString(sum[:])[:10]
+}
 
 // VirtualNodeTaintKey is the taint of every virtual node; source pods tolerate
 // it, ordinary pods and DaemonSets stay off.

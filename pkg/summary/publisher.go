@@ -51,6 +51,9 @@ type Invitation struct {
 	// CreateNamespaces: the target's agent creates covered namespaces that
 	// do not exist.
 	CreateNamespaces bool
+	// KeepSourceLabels: the invitation lets the source's candidates carry
+	// their source pods' labels.
+	KeepSourceLabels bool
 	// Quota is the invitation's quota, if it sets one.
 	Quota corev1.ResourceList
 	// Labels of the ClusterSummary object (an owner, for example). Labels
@@ -360,6 +363,7 @@ func (p *Publisher) desired(name string, inv Invitation, now time.Time) *v1alpha
 	status.Invitation = inv.Name
 	status.Namespaces = slices.Compact(slices.Sorted(slices.Values(inv.Namespaces)))
 	status.CreateNamespaces = inv.CreateNamespaces
+	status.KeepSourceLabels = inv.KeepSourceLabels
 	status.Quota = inv.Quota.DeepCopy()
 	status.UpdateTime = &metav1.Time{Time: now}
 	return &v1alpha1.ClusterSummary{

@@ -91,3 +91,12 @@ func NodeLabels(s *v1alpha1.ClusterSummaryStatus) map[string]string {
 	}
 	return out
 }
+
+// KeepSourceLabels reports whether the target's invitation lets candidates
+// carry their source pods' labels (its ClusterSummary says so). A self
+// target never does: its candidates sit beside their source pods, which
+// carry the labels already (see candidate.Build).
+func (t *Target) KeepSourceLabels() bool {
+	s := t.Summary()
+	return !t.Self && s != nil && s.KeepSourceLabels
+}

@@ -54,7 +54,11 @@ type Mutator struct {
 // Handle admits a pod, mutating it only when it opted in: a multi-cluster
 // pod is split, then made a source pod, so that the spec saved for the
 // targets carries its place; a pod opted in to the split alone is only
-// split, and stays a pod for the cluster's own scheduler.
+// split, and stays a pod for the cluster's own scheduler. Whatever it
+// does, it first takes off every key that Flotilla alone writes
+// (protocol.WrittenByFlotilla) but those it judges itself, the saved spec
+// and the local mark: a pod's author cannot hand the targets a spec of
+// their own, an election or a candidate's labels.
 func (m *Mutator) Handle(ctx context.Context, req admission.Request) admission.Response {
 	pod := &corev1.Pod{}
 	if err := m.Decoder.Decode(req, pod); err != nil {
@@ -65,22 +69,19 @@ func (m *Mutator) Handle(ctx context.Context, req admission.Request) admission.R
 		pod.Namespace = req.Namespace
 	}
 	before := sourceFieldsOf(pod)
-	split, made, kept, err := m.admit(ctx, pod, req.DryRun != nil && *req.DryRun)
+	split, err := m.admit(ctx, pod, req.DryRun != nil && *req.DryRun)
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
-	if kept && !split {
-		// Only the label that tells the pod stayed.
-		return admission.Patched("", jsonpatch.NewOperation("add", "/metadata/labels/"+escapePointer(protocol.LocalLabel), "true"))
-	}
-	if !split && !made {
-		return admission.Allowed("not opted in, or admitted already")
-	}
 	if !split {
-		// Only MakeSource changed the pod, and it changes three fields:
-		// their patch is written directly, without encoding the whole pod
-		// and diffing it against the request (half of the webhook's CPU).
-		return admission.Patched("", before.patch(pod)...)
+		// Only the fields of sourceFields changed: their patch is written
+		// directly, without encoding the whole pod and diffing it against
+		// the request (half of the webhook's CPU).
+		ops := before.patch(pod)
+		if len(ops) == 0 {
+			return admission.Allowed("not opted in, or admitted already")
+		}
+		return admission.Patched("", ops...)
 	}
 	raw, err := json.Marshal(pod)
 	if err != nil {
@@ -89,9 +90,10 @@ func (m *Mutator) Handle(ctx context.Context, req admission.Request) admission.R
 	return admission.PatchResponseFromRaw(req.Object.Raw, raw)
 }
 
-// sourceFields are the fields of a pod that MakeSource may change, as they
-// were before it did.
+// sourceFields are the fields of a pod that the webhook changes but for
+// the split, as they were before it did.
 type sourceFields struct {
+	labels        map[string]string
 	annotations   map[string]string
 	schedulerName string
 	tolerations   []corev1.Toleration
@@ -99,6 +101,7 @@ type sourceFields struct {
 
 func sourceFieldsOf(pod *corev1.Pod) sourceFields {
 	return sourceFields{
+		labels:        maps.Clone(pod.Labels),
 		annotations:   maps.Clone(pod.Annotations),
 		schedulerName: pod.Spec.SchedulerName,
 		tolerations:   slices.Clone(pod.Spec.Tolerations),
@@ -108,30 +111,37 @@ func sourceFieldsOf(pod *corev1.Pod) sourceFields {
 // patch is the JSON patch (RFC 6902) from the fields before to those of
 // pod. "add" of an object's member replaces it when it is there.
 func (before sourceFields) patch(pod *corev1.Pod) []jsonpatch.Operation {
-	var ops []jsonpatch.Operation
-	switch {
-	case maps.Equal(before.annotations, pod.Annotations):
-	case before.annotations == nil:
-		// Absent from the request's pod (nil is omitted, an empty map is
-		// not): added whole.
-		ops = append(ops, jsonpatch.NewOperation("add", "/metadata/annotations", pod.Annotations))
-	default:
-		for k, v := range pod.Annotations {
-			if old, ok := before.annotations[k]; !ok || old != v {
-				ops = append(ops, jsonpatch.NewOperation("add", "/metadata/annotations/"+escapePointer(k), v))
-			}
-		}
-		for k := range before.annotations {
-			if _, ok := pod.Annotations[k]; !ok {
-				ops = append(ops, jsonpatch.NewOperation("remove", "/metadata/annotations/"+escapePointer(k), nil))
-			}
-		}
-	}
+	ops := patchMap(nil, "/metadata/labels", before.labels, pod.Labels)
+	ops = patchMap(ops, "/metadata/annotations", before.annotations, pod.Annotations)
 	if before.schedulerName != pod.Spec.SchedulerName {
 		ops = append(ops, jsonpatch.NewOperation("add", "/spec/schedulerName", pod.Spec.SchedulerName))
 	}
 	if !equality.Semantic.DeepEqual(before.tolerations, pod.Spec.Tolerations) {
 		ops = append(ops, jsonpatch.NewOperation("add", "/spec/tolerations", pod.Spec.Tolerations))
+	}
+	return ops
+}
+
+// patchMap appends to ops the operations that turn the map at path from
+// before into after.
+func patchMap(ops []jsonpatch.Operation, path string, before, after map[string]string) []jsonpatch.Operation {
+	switch {
+	case maps.Equal(before, after):
+	case before == nil:
+		// Absent from the request's pod (nil is omitted, an empty map is
+		// not): added whole.
+		ops = append(ops, jsonpatch.NewOperation("add", path, after))
+	default:
+		for _, k := range slices.Sorted(maps.Keys(after)) {
+			if old, ok := before[k]; !ok || old != after[k] {
+				ops = append(ops, jsonpatch.NewOperation("add", path+"/"+escapePointer(k), after[k]))
+			}
+		}
+		for _, k := range slices.Sorted(maps.Keys(before)) {
+			if _, ok := after[k]; !ok {
+				ops = append(ops, jsonpatch.NewOperation("remove", path+"/"+escapePointer(k), nil))
+			}
+		}
 	}
 	return ops
 }
@@ -142,36 +152,63 @@ func escapePointer(k string) string {
 }
 
 // admit mutates pod as Handle does and reports whether the split changed
-// it, whether making it a source pod did, and whether it stays in this
-// cluster (labelled so) instead.
-func (m *Mutator) admit(ctx context.Context, pod *corev1.Pod, dryRun bool) (split, made, kept bool, err error) {
+// it.
+func (m *Mutator) admit(ctx context.Context, pod *corev1.Pod, dryRun bool) (split bool, err error) {
+	stripFlotillaKeys(pod)
 	multiCluster := OptedIn(pod)
-	if !multiCluster && !SplitOptedIn(pod) {
-		return false, false, false, nil
+	if !multiCluster {
+		// Neither a source pod nor kept here by the webhook's verdict: it
+		// carries neither mark.
+		delete(pod.Labels, protocol.LocalLabel)
+		delete(pod.Annotations, protocol.SourceSpecAnnotation)
+		if !SplitOptedIn(pod) {
+			return false, nil
+		}
+		return m.split(ctx, pod, dryRun), nil
 	}
 	split = m.split(ctx, pod, dryRun)
-	if !multiCluster {
-		return split, false, false, nil
-	}
 	// After the split: the place it gave the pod is where it must fit.
-	if kept = m.keep(ctx, pod, dryRun); kept {
-		return split, false, true, nil
+	if m.keep(ctx, pod, dryRun) {
+		delete(pod.Annotations, protocol.SourceSpecAnnotation)
+		return split, nil
 	}
-	if made, err = MakeSource(pod, m.NotReadyTolerationSeconds); err != nil {
-		return false, false, false, err
+	delete(pod.Labels, protocol.LocalLabel)
+	if _, err = MakeSource(pod, m.NotReadyTolerationSeconds); err != nil {
+		return false, err
 	}
-	return split, made, false, nil
+	return split, nil
+}
+
+// stripFlotillaKeys takes off the pod every label and annotation that
+// Flotilla alone writes, but the saved spec and the local mark, which the
+// webhook judges itself (MakeSource, keep): an earlier invocation of the
+// webhook for this request may have written them.
+func stripFlotillaKeys(pod *corev1.Pod) {
+	for k := range pod.Labels {
+		if protocol.WrittenByFlotilla(k) && k != protocol.LocalLabel {
+			delete(pod.Labels, k)
+		}
+	}
+	for k := range pod.Annotations {
+		if protocol.WrittenByFlotilla(k) && k != protocol.SourceSpecAnnotation {
+			delete(pod.Annotations, k)
+		}
+	}
 }
 
 // keep reports whether an opted-in pod stays in this cluster, and labels it
-// so. A pod admitted before (a reinvocation) is not judged again: a source
-// pod stays one, a kept pod stays kept. A failure to decide sends the pod
-// through the targets, as without localFirst.
+// so. A source pod admitted before (a reinvocation: its saved spec is the
+// one MakeSource saved, see savedSpecFits) stays one. Any other pod is
+// judged, the local mark it came with or not: the mark is the webhook's
+// verdict, never its author's, so a pod that an earlier invocation kept is
+// judged again, holding room once more until the view sees it (a
+// reinvocation comes only after another webhook changed the pod). A failure
+// to decide sends the pod through the targets, as without localFirst.
 func (m *Mutator) keep(ctx context.Context, pod *corev1.Pod, dryRun bool) bool {
-	if pod.Labels[protocol.LocalLabel] == "true" {
-		return true
+	if raw := pod.Annotations[protocol.SourceSpecAnnotation]; raw != "" && savedSpecFits(raw, pod.Spec, m.NotReadyTolerationSeconds) {
+		return false
 	}
-	if m.Local == nil || pod.Annotations[protocol.SourceSpecAnnotation] != "" {
+	if m.Local == nil {
 		return false
 	}
 	verdict, err := m.Local.Keep(ctx, pod, dryRun)
@@ -225,34 +262,89 @@ func OptedIn(pod *corev1.Pod) bool {
 // reinvocation the saved spec is kept as it was first saved. notReadySeconds
 // is how long the pod tolerates a virtual node that is NotReady, its target
 // not answering (nil: forever).
+//
+// The saved spec is what the targets will run, so it is the pod's own spec
+// as admitted: a spec the pod came with is kept only when making a source
+// pod of it gives the pod's spec (see savedSpecFits), as the one an earlier
+// invocation of the webhook saved does; any other is replaced.
 func MakeSource(pod *corev1.Pod, notReadySeconds *int64) (bool, error) {
 	changed := false
-	if _, saved := pod.Annotations[protocol.SourceSpecAnnotation]; !saved {
-		// The source's service-account token is no part of what runs in a
-		// target, and a third of the saved spec of a simple pod.
-		raw, err := json.Marshal(candidate.WithoutServiceAccountToken(pod.Spec))
-		if err != nil {
-			return false, fmt.Errorf("saving the original spec: %w", err)
-		}
+	raw, err := savedSpecFor(pod, notReadySeconds)
+	if err != nil {
+		return false, err
+	}
+	if old, ok := pod.Annotations[protocol.SourceSpecAnnotation]; !ok || old != raw {
 		if pod.Annotations == nil {
 			pod.Annotations = map[string]string{}
 		}
-		pod.Annotations[protocol.SourceSpecAnnotation] = string(raw)
+		pod.Annotations[protocol.SourceSpecAnnotation] = raw
 		changed = true
 	}
-	if pod.Spec.SchedulerName != protocol.SourceSchedulerName {
+	if prepareSpec(&pod.Spec, notReadySeconds) {
+		changed = true
+	}
+	return changed, nil
+}
+
+// savedSpecFor is the spec to save for a pod being made a source pod: the
+// one it carries when that fits its spec, else its spec without the
+// source's service-account token (no part of what runs in a target, and a
+// third of the saved spec of a simple pod) and, on a pod that already looks
+// like a source pod, without the tolerations MakeSource gives it.
+func savedSpecFor(pod *corev1.Pod, notReadySeconds *int64) (string, error) {
+	if raw, ok := pod.Annotations[protocol.SourceSpecAnnotation]; ok && savedSpecFits(raw, pod.Spec, notReadySeconds) {
+		return raw, nil
+	}
+	spec := candidate.WithoutServiceAccountToken(pod.Spec)
+	if spec.SchedulerName == protocol.SourceSchedulerName {
+		spec.Tolerations = withoutSourceTolerations(spec.Tolerations, notReadySeconds)
+	}
+	raw, err := json.Marshal(spec)
+	if err != nil {
+		return "", fmt.Errorf("saving the original spec: %w", err)
+	}
+	return string(raw), nil
+}
+
+// savedSpecFits reports whether raw is a spec that MakeSource would have
+// saved for a pod whose spec is now visible: preparing it as MakeSource
+// prepares a source pod gives visible, but for the service-account token,
+// which candidate.Build drops as well. Such a spec differs from the spec
+// the cluster's admission let in only where a candidate is given its own
+// values (scheduler name, the virtual node's and the NoExecute
+// tolerations), so a candidate built from it runs what was admitted.
+func savedSpecFits(raw string, visible corev1.PodSpec, notReadySeconds *int64) bool {
+	var saved corev1.PodSpec
+	if err := json.Unmarshal([]byte(raw), &saved); err != nil {
+		return false
+	}
+	prepareSpec(&saved, notReadySeconds)
+	return equality.Semantic.DeepEqual(comparableSpec(saved), comparableSpec(visible))
+}
+
+// comparableSpec is spec without the service-account token and with its
+// tolerations in one order: their order means nothing, and prepareSpec
+// appends the ones it adds after those another webhook may have added.
+func comparableSpec(spec corev1.PodSpec) corev1.PodSpec {
+	spec = candidate.WithoutServiceAccountToken(spec)
+	spec.Tolerations = slices.SortedFunc(slices.Values(spec.Tolerations), func(a, b corev1.Toleration) int {
+		return strings.Compare(a.String(), b.String())
+	})
+	return spec
+}
+
+// prepareSpec makes spec the spec of a source pod and reports whether it
+// changed it.
+func prepareSpec(spec *corev1.PodSpec, notReadySeconds *int64) bool {
+	changed := false
+	if spec.SchedulerName != protocol.SourceSchedulerName {
 		// No scheduler serves this name: the agent binds the pod to a
 		// virtual node once a target has bound its candidate.
-		pod.Spec.SchedulerName = protocol.SourceSchedulerName
+		spec.SchedulerName = protocol.SourceSchedulerName
 		changed = true
 	}
-	if !toleratesVirtualNodes(pod.Spec.Tolerations) {
-		pod.Spec.Tolerations = append(pod.Spec.Tolerations, corev1.Toleration{
-			Key:      protocol.VirtualNodeTaintKey,
-			Operator: corev1.TolerationOpEqual,
-			Value:    protocol.VirtualNodeTaintValue,
-			Effect:   corev1.TaintEffectNoSchedule,
-		})
+	if !toleratesVirtualNodes(spec.Tolerations) {
+		spec.Tolerations = append(spec.Tolerations, virtualNodeToleration)
 		changed = true
 	}
 	// A virtual node is unreachable (its Lease not renewed) when the agent
@@ -262,13 +354,39 @@ func MakeSource(pod *corev1.Pod, notReadySeconds *int64) (bool, error) {
 	// so its controller recreates it elsewhere. The taint manager applies
 	// the shortest matching toleration, so the defaults that admission adds
 	// give way; a toleration the pod's author wrote stays.
-	if setNoExecuteToleration(pod, corev1.TaintNodeUnreachable, nil) {
+	if setNoExecuteToleration(spec, corev1.TaintNodeUnreachable, nil) {
 		changed = true
 	}
-	if setNoExecuteToleration(pod, corev1.TaintNodeNotReady, notReadySeconds) {
+	if setNoExecuteToleration(spec, corev1.TaintNodeNotReady, notReadySeconds) {
 		changed = true
 	}
-	return changed, nil
+	return changed
+}
+
+// virtualNodeToleration is the toleration of the virtual nodes' taint that
+// a source pod is given.
+var virtualNodeToleration = corev1.Toleration{
+	Key:      protocol.VirtualNodeTaintKey,
+	Operator: corev1.TolerationOpEqual,
+	Value:    protocol.VirtualNodeTaintValue,
+	Effect:   corev1.TaintEffectNoSchedule,
+}
+
+// withoutSourceTolerations is ts without the tolerations prepareSpec
+// gives a source pod: the target's admission gives a candidate its own
+// defaults instead.
+func withoutSourceTolerations(ts []corev1.Toleration, notReadySeconds *int64) []corev1.Toleration {
+	var kept []corev1.Toleration
+	for _, t := range ts {
+		switch {
+		case t.MatchToleration(&virtualNodeToleration):
+		case t.Key == corev1.TaintNodeUnreachable && t.Operator == corev1.TolerationOpExists && t.Effect == corev1.TaintEffectNoExecute && t.TolerationSeconds == nil:
+		case t.Key == corev1.TaintNodeNotReady && t.Operator == corev1.TolerationOpExists && t.Effect == corev1.TaintEffectNoExecute && ptr.Equal(t.TolerationSeconds, notReadySeconds):
+		default:
+			kept = append(kept, t)
+		}
+	}
+	return kept
 }
 
 // defaultTolerationSeconds is what the DefaultTolerationSeconds admission
@@ -278,11 +396,11 @@ const defaultTolerationSeconds = 300
 // setNoExecuteToleration makes the pod tolerate the NoExecute taint key for
 // seconds (nil: forever), replacing the tolerations of key that admission
 // added by default; when the pod's author wrote one of their own, it stays.
-func setNoExecuteToleration(pod *corev1.Pod, key string, seconds *int64) (changed bool) {
+func setNoExecuteToleration(spec *corev1.PodSpec, key string, seconds *int64) (changed bool) {
 	want := corev1.Toleration{Key: key, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: seconds}
 	var kept []corev1.Toleration
 	found := false
-	for _, t := range pod.Spec.Tolerations {
+	for _, t := range spec.Tolerations {
 		if t.Key == key && t.Effect == corev1.TaintEffectNoExecute {
 			switch {
 			case t.MatchToleration(&want) && ptr.Equal(t.TolerationSeconds, seconds):
@@ -300,7 +418,7 @@ func setNoExecuteToleration(pod *corev1.Pod, key string, seconds *int64) (change
 		kept = append(kept, want)
 		changed = true
 	}
-	pod.Spec.Tolerations = kept
+	spec.Tolerations = kept
 	return changed
 }
 
