@@ -45,6 +45,10 @@ type Invitation struct {
 	// AgentNamespace is where a ClusterSource's managed ServiceAccount and
 	// kubeconfig Secret live.
 	AgentNamespace string
+	// APIAudiences are the audiences this API server gives a token whose
+	// request names none: the only ones the identity may ask for. Empty
+	// while the agent has not learnt them; no token request passes then.
+	APIAudiences []string
 }
 
 // ID is the invitation's label value and the stem of its objects' names.
@@ -205,8 +209,12 @@ func (inv Invitation) ClusterRoleBinding() *rbacv1.ClusterRoleBinding {
 
 // Policy pins what the invited identity may create, change and delete, in
 // the API server itself (CEL, no webhook): only candidates of its own
-// cluster, scheduled by Flotilla's profile, not privileged unless allowed;
-// only its own candidates, ConfigMaps and Secrets changed or deleted.
+// cluster, scheduled by Flotilla's profile on a node it does not choose,
+// at a priority the invitation allows, meeting the Pod Security Standards'
+// baseline unless privileged pods are allowed, making this cluster create
+// nothing on its behalf; only its own candidates, ConfigMaps and Secrets
+// changed or deleted, with no finalizers, owners or labels that change how
+// this cluster treats them; only tokens of its own, bounded (admission.go).
 func (inv Invitation) Policy() *admissionregistrationv1.ValidatingAdmissionPolicy {
 	cluster := strconv.Quote(inv.Spec.ClusterName) // a CEL string literal
 	ownLabel := fmt.Sprintf("has(object.metadata.labels) && %q in object.metadata.labels && object.metadata.labels[%q] == %s",
@@ -244,6 +252,14 @@ func (inv Invitation) Policy() *admissionregistrationv1.ValidatingAdmissionPolic
 			},
 		)
 	}
+	validations = append(validations, inv.schedulingValidations()...)
+	validations = append(validations, inv.priorityValidations()...)
+	if !inv.Spec.AllowPrivileged {
+		validations = append(validations, inv.baselineValidations()...)
+	}
+	validations = append(validations, inv.delegationValidations()...)
+	validations = append(validations, inv.metadataValidations()...)
+	validations = append(notToken(validations), inv.tokenValidations()...)
 	// A stream (CONNECT) has no object to check but its options: the
 	// checks above are about objects, and only the name is checked.
 	for i := range validations {
@@ -265,6 +281,15 @@ func (inv Invitation) Policy() *admissionregistrationv1.ValidatingAdmissionPolic
 						Rule: admissionregistrationv1.Rule{
 							APIGroups: []string{""}, APIVersions: []string{"v1"},
 							Resources: []string{"pods", "configmaps", "secrets"},
+						},
+					},
+				}, {
+					// The identity's requests for its own tokens.
+					RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+						Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+						Rule: admissionregistrationv1.Rule{
+							APIGroups: []string{""}, APIVersions: []string{"v1"},
+							Resources: []string{"serviceaccounts/token"},
 						},
 					},
 				}, {

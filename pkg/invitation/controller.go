@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -27,6 +28,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -80,6 +82,11 @@ type Controller struct {
 	// NoScheduler: this cluster's release runs no Flotilla scheduler, so an
 	// invitation is granted but reported not Ready (SchedulerDisabled).
 	NoScheduler bool
+
+	// audiences are this API server's default token audiences, once
+	// learnt (see apiAudiences).
+	audiencesMu sync.Mutex
+	audiences   []string
 }
 
 // SetupWithManager registers the controllers of both kinds; a namespace
@@ -206,6 +213,11 @@ func (c *Controller) reconcile(ctx context.Context, req reconcile.Request, obj c
 	// could not watch would keep the whole target from syncing.
 	covered := present(inv.Namespaces, missing)
 	status.Namespaces = covered
+	if err := c.ensureServiceAccount(ctx, inv); err != nil {
+		set(v1alpha1.SourceReady, false, v1alpha1.ReasonApplyFailed, err.Error())
+		return c.report(ctx, obj, before, status)
+	}
+	inv.APIAudiences = c.apiAudiences(ctx, inv)
 	wait, err := c.apply(ctx, inv, covered)
 	if err != nil {
 		set(v1alpha1.SourceReady, false, v1alpha1.ReasonApplyFailed, err.Error())
@@ -225,7 +237,7 @@ func (c *Controller) reconcile(ctx context.Context, req reconcile.Request, obj c
 		status.KubeconfigSecret = inv.KubeconfigSecretName()
 	}
 	c.Summaries.Set(inv.SummaryName(), summary.Invitation{
-		Name: inv.Ref(), Namespaces: covered, CreateNamespaces: inv.Spec.CreateNamespaces,
+		Name: inv.Ref(), Namespaces: covered, CreateNamespaces: inv.Spec.CreateNamespaces, KeepSourceLabels: inv.Spec.KeepSourceLabels,
 		Quota:  quotaOf(inv.Spec.Quota),
 		Labels: map[string]string{InvitationLabel: inv.ID()},
 	})
@@ -311,9 +323,9 @@ func (c *Controller) ensureNamespaces(ctx context.Context, inv Invitation) ([]st
 			missing = append(missing, name)
 			continue
 		}
-		ns = &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
+		ns = &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: podSecurityLabels(inv, map[string]string{
 			ManagedNamespaceLabel: inv.ID(), "app.kubernetes.io/managed-by": "flotilla",
-		}}}
+		})}}
 		if err := c.Client.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
 			return nil, fmt.Errorf("creating invited namespace %s: %w", name, err)
 		}
@@ -321,24 +333,97 @@ func (c *Controller) ensureNamespaces(ctx context.Context, inv Invitation) ([]st
 	return missing, nil
 }
 
+// podSecurityLabels adds to labels those that make Pod Security Admission
+// enforce, in a namespace created for an invitation, what the invitation's
+// policy enforces on the source (baseline, or privileged when the
+// invitation allows it) on every pod there, whoever creates it, and warn
+// and audit at restricted: what a pod there would need to change to meet
+// it. The version is latest: the standards of the API server that runs.
+func podSecurityLabels(inv Invitation, labels map[string]string) map[string]string {
+	enforce := "baseline"
+	if inv.Spec.AllowPrivileged {
+		enforce = "privileged"
+	}
+	const psa = "pod-security.kubernetes.io/"
+	labels[psa+"enforce"] = enforce
+	labels[psa+"enforce-version"] = "latest"
+	labels[psa+"warn"] = "restricted"
+	labels[psa+"warn-version"] = "latest"
+	labels[psa+"audit"] = "restricted"
+	labels[psa+"audit-version"] = "latest"
+	return labels
+}
+
 // policySettle is how long a new admission policy is given to take effect
 // in the API server (it compiles and loads policies in the background)
 // before the identity it restrains is granted anything.
 const policySettle = 3 * time.Second
 
-// apply makes the identity, its admission policy and then its RBAC in the
+// ensureServiceAccount makes a managed ServiceAccount. It has no rights
+// until apply grants them.
+func (c *Controller) ensureServiceAccount(ctx context.Context, inv Invitation) error {
+	if inv.Spec.Identity.ManagedServiceAccount == nil {
+		return nil
+	}
+	ns, name := inv.ServiceAccount()
+	sa := &corev1.ServiceAccount{ObjectMeta: inv.meta(ns)}
+	sa.Name = name
+	if err := c.Client.Create(ctx, sa); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating ServiceAccount %s/%s: %w", ns, name, err)
+	}
+	return nil
+}
+
+// apiAudiences are the audiences this API server gives a token whose
+// request names none: the admission policy lets the identity ask for
+// those only. The API server fills them into a TokenRequest before
+// admission sees it, and tells them in its answer, so the agent learns
+// them from a token it requests, once: they change only with the API
+// server's flags, and each kubeconfig token refreshes them (learn). The
+// first is a short token of the invited ServiceAccount, which has no
+// rights yet and is thrown away. Nil when there is no ServiceAccount to
+// ask with yet: the policy then refuses every token request.
+func (c *Controller) apiAudiences(ctx context.Context, inv Invitation) []string {
+	c.audiencesMu.Lock()
+	known := c.audiences
+	c.audiencesMu.Unlock()
+	if known != nil {
+		return known
+	}
+	ns, name := inv.ServiceAccount()
+	if name == "" {
+		return nil
+	}
+	tr, err := c.Kube.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(minTokenTTL.Seconds()))},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		klog.FromContext(ctx).V(2).Info("Could not learn the API server's token audiences yet", "serviceAccount", klog.KRef(ns, name), "err", err)
+		return nil
+	}
+	c.learn(tr.Spec.Audiences)
+	return tr.Spec.Audiences
+}
+
+// learn keeps the audiences the API server gave a token that asked for
+// none.
+func (c *Controller) learn(audiences []string) {
+	if len(audiences) == 0 {
+		return
+	}
+	c.audiencesMu.Lock()
+	c.audiences = slices.Clone(audiences)
+	c.audiencesMu.Unlock()
+}
+
+// minTokenTTL is the shortest token the API server issues.
+const minTokenTTL = 10 * time.Minute
+
+// apply makes the identity's admission policy and then its RBAC in the
 // given namespaces, and removes RBAC left in namespaces no longer covered.
 // While a new policy may not be in force yet, it grants nothing and
 // returns how long to wait.
 func (c *Controller) apply(ctx context.Context, inv Invitation, namespaces []string) (time.Duration, error) {
-	if inv.Spec.Identity.ManagedServiceAccount != nil {
-		ns, name := inv.ServiceAccount()
-		sa := &corev1.ServiceAccount{ObjectMeta: inv.meta(ns)}
-		sa.Name = name
-		if err := c.Client.Create(ctx, sa); err != nil && !apierrors.IsAlreadyExists(err) {
-			return 0, fmt.Errorf("creating ServiceAccount %s/%s: %w", ns, name, err)
-		}
-	}
 	policy := inv.Policy()
 	for _, o := range []client.Object{policy, inv.PolicyBinding()} {
 		if err := c.upsert(ctx, o); err != nil {
@@ -424,11 +509,14 @@ func (c *Controller) upsert(ctx context.Context, obj client.Object) error {
 }
 
 // ensureKubeconfig writes, beside a managed ServiceAccount, a kubeconfig for
-// it with a token of TokenTTL, renewed here once half of it has passed, so
-// that a source joining late still gets a valid one. The source renews its
-// own copy itself.
+// it with a token of TokenTTL, or of the invitation's longest token when
+// that is shorter, renewed here once half of it has passed, so that a
+// source joining late still gets a valid one. The source renews its own
+// copy itself, for the lifetime of the token it holds: one the policy
+// accepts.
 func (c *Controller) ensureKubeconfig(ctx context.Context, inv Invitation) error {
 	ns, name := inv.ServiceAccount()
+	life := min(c.TokenTTL, inv.Spec.TokenLifetime())
 	secret := &corev1.Secret{}
 	err := c.Reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: inv.KubeconfigSecretName()}, secret)
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -436,18 +524,19 @@ func (c *Controller) ensureKubeconfig(ctx context.Context, inv Invitation) error
 	}
 	if err == nil {
 		if exp, ok := secret.Annotations[ExpiresAnnotation]; ok {
-			if t, perr := time.Parse(time.RFC3339, exp); perr == nil && time.Until(t) > c.TokenTTL/2 {
+			if t, perr := time.Parse(time.RFC3339, exp); perr == nil && time.Until(t) > life/2 {
 				return nil
 			}
 		}
 	}
-	ttl := int64(c.TokenTTL.Seconds())
+	ttl := int64(life.Seconds())
 	tr, terr := c.Kube.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name, &authenticationv1.TokenRequest{
 		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &ttl},
 	}, metav1.CreateOptions{})
 	if terr != nil {
 		return fmt.Errorf("requesting a token for ServiceAccount %s/%s: %w", ns, name, terr)
 	}
+	c.learn(tr.Spec.Audiences)
 	data, kerr := Kubeconfig(c.Server, c.CAData, tr.Status.Token, inv.Namespaces)
 	if kerr != nil {
 		return kerr
