@@ -433,10 +433,10 @@ func watchCandidates(t *testing.T, clusters []*sandbox.Cluster, app string) *can
 	w := &candidateWatch{}
 	for _, c := range clusters {
 		factory := informers.NewSharedInformerFactoryWithOptions(c.Client(), 0, informers.WithNamespace(placementNS),
-			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = protocol.CandidateLabel + "=true,app=" + app }))
+			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = protocol.CandidateLabel + "=true" }))
 		record := func(obj any) {
 			p, ok := obj.(*corev1.Pod)
-			if !ok {
+			if !ok || !ofApp(p, app) {
 				return
 			}
 			v := candidateVersion{cluster: c.Name, name: p.Name, allowed: p.Annotations[protocol.AllowedAnnotation], node: p.Spec.NodeName}

@@ -494,7 +494,7 @@ func TestStaleCacheKeepsTheLivePod(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cand, err := flotillacandidate.Build(fresh, src.Name, c2.Name, placementNS, false)
+	cand, err := flotillacandidate.Build(fresh, src.Name, c2.Name, placementNS, false, false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -213,13 +213,13 @@ func delegateUID(t *testing.T, c kubernetes.Interface, app string) types.UID {
 	t.Helper()
 	var uid types.UID
 	waitFor(t, 30*time.Second, "the delegate of "+app, func() (bool, string) {
-		pods, err := c.CoreV1().Pods(placementNS).List(t.Context(), metav1.ListOptions{LabelSelector: protocol.CandidateLabel + "=true,app=" + app})
+		pods, err := c.CoreV1().Pods(placementNS).List(t.Context(), metav1.ListOptions{LabelSelector: protocol.CandidateLabel + "=true"})
 		if err != nil {
 			return false, err.Error()
 		}
 		var bound []corev1.Pod
 		for _, p := range pods.Items {
-			if p.Spec.NodeName != "" && p.DeletionTimestamp == nil {
+			if p.Spec.NodeName != "" && p.DeletionTimestamp == nil && ofApp(&p, app) {
 				bound = append(bound, p)
 			}
 		}

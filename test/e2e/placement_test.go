@@ -200,11 +200,15 @@ func TestPlacement(t *testing.T) {
 		waitFor(t, 30*time.Second, "no candidate of app=web in any target", func() (bool, string) {
 			left := 0
 			for _, c := range s.Clusters {
-				pods, err := c.Client().CoreV1().Pods(placementNS).List(ctx, metav1.ListOptions{LabelSelector: protocol.CandidateLabel + "=true,app=web"})
+				pods, err := c.Client().CoreV1().Pods(placementNS).List(ctx, metav1.ListOptions{LabelSelector: protocol.CandidateLabel + "=true"})
 				if err != nil {
 					return false, err.Error()
 				}
-				left += len(pods.Items)
+				for i := range pods.Items {
+					if ofApp(&pods.Items[i], "web") {
+						left++
+					}
+				}
 			}
 			return left == 0, fmt.Sprintf("%d candidates left", left)
 		})

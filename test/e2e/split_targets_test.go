@@ -130,12 +130,12 @@ func waitSplitAcross(t *testing.T, s *sandbox.Sandbox, app string, want, onDeman
 			for _, n := range nodes.Items {
 				capacity[c.Name+"/"+n.Name] = n.Labels[protocol.DefaultCapacityNodeLabel]
 			}
-			cands, err := c.Client().CoreV1().Pods(acrossNS).List(ctx, metav1.ListOptions{LabelSelector: protocol.CandidateLabel + "=true,app=" + app})
+			cands, err := c.Client().CoreV1().Pods(acrossNS).List(ctx, metav1.ListOptions{LabelSelector: protocol.CandidateLabel + "=true"})
 			if err != nil {
 				return false, err.Error()
 			}
 			for _, p := range cands.Items {
-				if p.DeletionTimestamp != nil || p.Spec.NodeName == "" {
+				if p.DeletionTimestamp != nil || p.Spec.NodeName == "" || !ofApp(&p, app) {
 					continue
 				}
 				bound++

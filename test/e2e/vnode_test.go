@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -22,6 +23,11 @@ import (
 
 const vnodeName = "flotilla-tgt"
 
+// kwokPodCIDR holds the pod IPs kwok gives in the sandbox (it runs with
+// --cidr=10.244.0.1/16): a target's podCIDRs must list it for the virtual
+// node to mirror them.
+const kwokPodCIDR = "10.244.0.0/16"
+
 // TestVnode runs the virtual node of target tgt in cluster src, with
 // delegates that the test creates in tgt as the agent would: the node is
 // Ready, tainted and heartbeating; source pods bound to it mirror their
@@ -29,7 +35,9 @@ const vnodeName = "flotilla-tgt"
 // take their delegate with them when deleted.
 func TestVnode(t *testing.T) {
 	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
-		{Name: "src", Nodes: []sandbox.NodeSpec{{}}},
+		// No release in src: the test makes source pods itself, which the
+		// release's policy lets only its webhook and agent do.
+		{Name: "src", Nodes: []sandbox.NodeSpec{{}}, WithoutRelease: true},
 		{Name: "tgt", Nodes: []sandbox.NodeSpec{{}}},
 	}})
 	src, tgt := s.Cluster("src").Client(), s.Cluster("tgt").Client()
@@ -41,6 +49,7 @@ func TestVnode(t *testing.T) {
 		Client:        src,
 		Delegates:     delegates,
 		LeaseDuration: 8 * time.Second,
+		PodCIDRs:      []netip.Prefix{netip.MustParsePrefix(kwokPodCIDR)},
 	}
 	parent := t // the virtual node outlives the subtests
 	stop := vnodeStart(parent, cfg)

@@ -49,8 +49,11 @@ func TestFanOutWindow(t *testing.T) {
 		seen := map[string]map[string]bool{}
 		for _, c := range targets {
 			factory := informers.NewSharedInformerFactoryWithOptions(c.Client(), 0, informers.WithNamespace(placementNS),
-				informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = protocol.CandidateLabel + "=true,app=spread" }))
+				informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = protocol.CandidateLabel + "=true" }))
 			_, _ = factory.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: func(obj any) {
+				if !ofApp(obj.(*corev1.Pod), "spread") {
+					return
+				}
 				uid := obj.(*corev1.Pod).Labels[protocol.SourceUIDLabel]
 				mu.Lock()
 				defer mu.Unlock()

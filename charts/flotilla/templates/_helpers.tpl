@@ -44,3 +44,31 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- printf "%dMiB" (div (mul $mib (int .Values.agent.gomemlimitPercent)) 100) -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+The webhook's namespaceSelector as a CEL condition over
+variables.namespaceLabels: the namespaces whose opted-in pods the pod
+webhook sees, for the policy that lets only those carry a saved spec.
+*/}}
+{{- define "flotilla.webhookNamespacesCEL" -}}
+{{- $terms := list "true" -}}
+{{- $sel := .Values.webhook.namespaceSelector | default dict -}}
+{{- range $k, $v := ($sel.matchLabels | default dict) -}}
+{{- $terms = append $terms (printf "(%s in variables.namespaceLabels && variables.namespaceLabels[%s] == %s)" (quote $k) (quote $k) (quote $v)) -}}
+{{- end -}}
+{{- range ($sel.matchExpressions | default list) -}}
+{{- $k := quote .key -}}
+{{- if eq .operator "In" -}}
+{{- $terms = append $terms (printf "(%s in variables.namespaceLabels && variables.namespaceLabels[%s] in %s)" $k $k (toJson .values)) -}}
+{{- else if eq .operator "NotIn" -}}
+{{- $terms = append $terms (printf "(!(%s in variables.namespaceLabels) || !(variables.namespaceLabels[%s] in %s))" $k $k (toJson .values)) -}}
+{{- else if eq .operator "Exists" -}}
+{{- $terms = append $terms (printf "(%s in variables.namespaceLabels)" $k) -}}
+{{- else if eq .operator "DoesNotExist" -}}
+{{- $terms = append $terms (printf "!(%s in variables.namespaceLabels)" $k) -}}
+{{- else -}}
+{{- fail (printf "webhook.namespaceSelector: operator %q: want In, NotIn, Exists or DoesNotExist" .operator) -}}
+{{- end -}}
+{{- end -}}
+{{- join " && " $terms -}}
+{{- end -}}
