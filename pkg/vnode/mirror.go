@@ -3,6 +3,7 @@ package vnode
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -42,6 +43,8 @@ import (
 type mirror struct {
 	node      string
 	target    string
+	namespace string
+	podCIDRs  []netip.Prefix
 	delegates Delegates
 	pods      corev1listers.PodLister // source pods bound to this node
 	// foreign lists the pods bound to this node that are not source pods;
@@ -61,6 +64,8 @@ func newMirror(cfg Config, pods corev1listers.PodLister, recorder record.EventRe
 	return &mirror{
 		node:      cfg.NodeName,
 		target:    cfg.Target,
+		namespace: cfg.Namespace,
+		podCIDRs:  cfg.PodCIDRs,
 		delegates: cfg.Delegates,
 		pods:      pods,
 		client:    cfg.Client,
@@ -199,14 +204,17 @@ func (m *mirror) sync(ctx context.Context, key string) error {
 	}
 	if source == nil && m.foreign != nil {
 		if pod, err := m.foreign.Pods(ns).Get(name); err == nil && pod.Spec.NodeName == m.node {
-			return m.reject(ctx, pod)
+			return m.reject(ctx, pod, m.notPlaced())
 		}
 	}
 	if source == nil || source.Spec.NodeName != m.node {
 		return nil
 	}
 	if !isSourcePod(source) {
-		return m.reject(ctx, source)
+		return m.reject(ctx, source, m.notPlaced())
+	}
+	if m.namespace != "" && source.Namespace != m.namespace {
+		return m.reject(ctx, source, fmt.Sprintf("Virtual node %s stands for target %s of namespace %s, which runs only that namespace's pods", m.node, m.target, m.namespace))
 	}
 	ready := m.status.Get().Ready
 	delegate, err := m.delegates.Get(source)
@@ -236,7 +244,7 @@ func (m *mirror) sync(ctx context.Context, key string) error {
 		// of a NotReady node. The pod is looked at again when it answers.
 		return nil
 	}
-	status := desiredStatus(source, delegate, m.target, m.now())
+	status := desiredStatus(source, delegate, m.target, m.podCIDRs, m.now())
 	if equality.Semantic.DeepEqual(status, source.Status) {
 		return nil
 	}
@@ -291,18 +299,19 @@ func (m *mirror) release(ctx context.Context, source *corev1.Pod, cause error) e
 }
 
 // reject fails a pod bound to the virtual node that is not a source pod (a
-// DaemonSet's pod tolerating every taint, a pod with spec.nodeName set), as
-// a kubelet rejects a pod it cannot admit: its controller sees a failed pod
-// and the reason, instead of a pod Pending forever.
-func (m *mirror) reject(ctx context.Context, pod *corev1.Pod) error {
+// DaemonSet's pod tolerating every taint, a pod with spec.nodeName set) or
+// not of the namespace a namespaced Target's node serves, as a kubelet
+// rejects a pod it cannot admit: its controller sees a failed pod and the
+// reason, instead of a pod Pending forever. Its delegate is never looked
+// for.
+func (m *mirror) reject(ctx context.Context, pod *corev1.Pod, msg string) error {
 	if isTerminal(pod.Status.Phase) {
 		if pod.DeletionTimestamp != nil {
 			return m.finishDeletion(ctx, pod)
 		}
 		return nil
 	}
-	msg := fmt.Sprintf("Virtual node %s stands for target %s and runs only pods that Flotilla placed there; this pod was bound to it by another scheduler or its spec.nodeName", m.node, m.target)
-	klog.FromContext(ctx).Info("Rejecting a pod that is not a source pod", "pod", klog.KObj(pod))
+	klog.FromContext(ctx).Info("Rejecting a pod the virtual node does not run", "pod", klog.KObj(pod), "reason", msg)
 	m.recorder.Eventf(pod, corev1.EventTypeWarning, ReasonRejected, "%s", msg)
 	update := *pod
 	update.Status = terminatedStatus(pod, ReasonRejected, msg, "Never started: "+msg, true, m.now())
@@ -311,6 +320,10 @@ func (m *mirror) reject(ctx context.Context, pod *corev1.Pod) error {
 		return fmt.Errorf("rejecting pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	return nil
+}
+
+func (m *mirror) notPlaced() string {
+	return fmt.Sprintf("Virtual node %s stands for target %s and runs only pods that Flotilla placed there; this pod was bound to it by another scheduler or its spec.nodeName", m.node, m.target)
 }
 
 // isSourcePod reports whether a pod bound to a virtual node was placed
@@ -329,8 +342,9 @@ func (m *mirror) deleteGone(ctx context.Context, key string, current *corev1.Pod
 	if last == nil {
 		return nil
 	}
-	if current != nil && current.UID == last.UID {
-		// Deleted and seen again (a relist): not gone after all.
+	if current != nil && current.UID == last.UID || m.namespace != "" && last.Namespace != m.namespace {
+		// Deleted and seen again (a relist): not gone after all. Or a pod
+		// this node never ran: it has no delegate here.
 		m.forgetGone(key, last)
 		return nil
 	}

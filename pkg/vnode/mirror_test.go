@@ -158,3 +158,62 @@ func TestMirrorFailsOnlyALostDelegate(t *testing.T) {
 		})
 	}
 }
+
+// TestMirrorRunsOnlyItsNamespace: the node of a namespaced Target runs the
+// pods of that namespace alone. A pod of another namespace bound to it (by
+// its spec.nodeName) is rejected, and its delegate is never looked for,
+// mirrored or deleted in the Target's cluster, which its namespace's
+// tenant may control.
+func TestMirrorRunsOnlyItsNamespace(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		namespace  string
+		wantReject bool
+	}{
+		{name: "its own namespace", namespace: "ns"},
+		{name: "another namespace", namespace: "tenant", wantReject: true},
+		{name: "a ClusterTarget's node runs every namespace"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			source := boundPod("uid", "vn")
+			source.Spec.SchedulerName = protocol.SourceSchedulerName
+			source.Spec.Containers = []corev1.Container{{Name: "app"}}
+			kube := fake.NewClientset(source)
+			indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+			if err := indexer.Add(source); err != nil {
+				t.Fatal(err)
+			}
+			delegate := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "delegate"}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+			d := &recordedDelegates{delegates: map[types.UID]*corev1.Pod{"uid": delegate}}
+			m := newMirror(Config{NodeName: "vn", Target: "t", Namespace: tc.namespace, Delegates: d, Client: kube, Status: NewStatus()},
+				corev1listers.NewPodLister(indexer), record.NewFakeRecorder(10))
+			defer m.queue.ShutDown()
+			if err := m.sync(t.Context(), "ns/web"); err != nil {
+				t.Fatal(err)
+			}
+			got, err := kube.CoreV1().Pods("ns").Get(t.Context(), "web", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rejected := got.Status.Phase == corev1.PodFailed && got.Status.Reason == ReasonRejected
+			if rejected != tc.wantReject {
+				t.Fatalf("phase %s, reason %q; want rejected %v", got.Status.Phase, got.Status.Reason, tc.wantReject)
+			}
+			if !tc.wantReject && got.Status.Phase != corev1.PodRunning {
+				t.Fatalf("phase %s, want the delegate's Running", got.Status.Phase)
+			}
+
+			// Deleted from the API: only its own namespace's delegate goes.
+			m.sourceHandler().OnDelete(got)
+			if err := indexer.Delete(got); err != nil {
+				t.Fatal(err)
+			}
+			if err := m.sync(t.Context(), "ns/web"); err != nil {
+				t.Fatal(err)
+			}
+			if deleted := len(d.deleted) > 0; deleted == tc.wantReject {
+				t.Errorf("delegates deleted %v; want deleted %v", d.deleted, !tc.wantReject)
+			}
+		})
+	}
+}

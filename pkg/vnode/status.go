@@ -55,11 +55,13 @@ var kubeletConditions = map[corev1.PodConditionType]bool{
 
 // desiredStatus is the status the source pod should have, given its
 // delegate in the target (nil when none exists). target names the target in
-// messages; now stamps the transitions the virtual node makes itself.
-func desiredStatus(source, delegate *corev1.Pod, target string, now time.Time) corev1.PodStatus {
+// messages; podCIDRs are the target's pod networks this cluster routes to
+// (see routableIPs); now stamps the transitions the virtual node makes
+// itself.
+func desiredStatus(source, delegate *corev1.Pod, target string, podCIDRs []netip.Prefix, now time.Time) corev1.PodStatus {
 	switch {
 	case delegate != nil:
-		return mirrorStatus(source, delegate)
+		return mirrorStatus(source, delegate, podCIDRs)
 	case source.DeletionTimestamp != nil:
 		msg := fmt.Sprintf("The container's end was not observed before its delegate in target %s was deleted", target)
 		return terminatedStatus(source, "", "", msg, false, now)
@@ -81,8 +83,9 @@ func desiredStatus(source, delegate *corev1.Pod, target string, now time.Time) c
 // kube-apiserver would refuse (bad IPs, statuses of containers the source pod
 // does not have, conditions without a valid type, out-of-range users,
 // unknown resource health) are dropped, so a malformed
-// delegate cannot block every later status update of its source pod.
-func mirrorStatus(source, delegate *corev1.Pod) corev1.PodStatus {
+// delegate cannot block every later status update of its source pod. Pod
+// IPs are mirrored only inside podCIDRs.
+func mirrorStatus(source, delegate *corev1.Pod, podCIDRs []netip.Prefix) corev1.PodStatus {
 	out := source.Status.DeepCopy()
 	d := &delegate.Status
 
@@ -90,7 +93,7 @@ func mirrorStatus(source, delegate *corev1.Pod) corev1.PodStatus {
 	out.Reason = d.Reason
 	out.Message = d.Message
 	out.HostIP, out.HostIPs = hostIPs(d)
-	out.PodIP, out.PodIPs = podIPs(d)
+	out.PodIP, out.PodIPs = podIPs(d, podCIDRs)
 	if d.StartTime != nil {
 		out.StartTime = d.StartTime.DeepCopy()
 	}
@@ -414,14 +417,59 @@ func conditionIndex(conditions []corev1.PodCondition, t corev1.PodConditionType)
 	return -1
 }
 
-// podIPs returns the delegate's valid pod IPs, at most one per family, and
-// the primary one.
-func podIPs(d *corev1.PodStatus) (string, []corev1.PodIP) {
+// podIPs returns the delegate's pod IPs that this cluster routes to (see
+// routableIPs), at most one per family, and the primary one.
+func podIPs(d *corev1.PodStatus, podCIDRs []netip.Prefix) (string, []corev1.PodIP) {
 	raw := make([]string, 0, len(d.PodIPs))
 	for _, ip := range d.PodIPs {
 		raw = append(raw, ip.IP)
 	}
-	return addresses(raw, d.PodIP, func(ip string) corev1.PodIP { return corev1.PodIP{IP: ip} })
+	if len(raw) == 0 {
+		raw = []string{d.PodIP}
+	}
+	return addresses(routableIPs(raw, podCIDRs), "", func(ip string) corev1.PodIP { return corev1.PodIP{IP: ip} })
+}
+
+// routableIPs keeps the addresses that lie inside one of podCIDRs, none
+// when podCIDRs is empty. A delegate's IP is the target's word: on the
+// source pod, this cluster's Services, Endpoints and NetworkPolicies would
+// take it for the pod's and send traffic there, so only an address of a
+// network the operator says this cluster reaches the target's pods on is
+// believed. Addresses that are never a pod's elsewhere (loopback,
+// link-local, unspecified, multicast) are dropped whatever the CIDRs say:
+// traffic sent there stays on the sender's own node.
+func routableIPs(raw []string, podCIDRs []netip.Prefix) []string {
+	var out []string
+	for _, s := range raw {
+		a, err := netip.ParseAddr(s)
+		if err != nil || a.Zone() != "" || a.Is4In6() || !usablePodIP(a) {
+			continue
+		}
+		if slices.ContainsFunc(podCIDRs, func(p netip.Prefix) bool { return p.Contains(a) }) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// usablePodIP reports whether an address may be a pod's in another cluster.
+func usablePodIP(a netip.Addr) bool {
+	return !a.IsUnspecified() && !a.IsLoopback() && !a.IsMulticast() && !a.IsLinkLocalUnicast() &&
+		!a.IsLinkLocalMulticast() && !a.IsInterfaceLocalMulticast()
+}
+
+// ParsePodCIDRs parses a target's pod networks (spec.podCIDRs), each in
+// CIDR notation, to the form Config.PodCIDRs takes.
+func ParsePodCIDRs(cidrs []string) ([]netip.Prefix, error) {
+	out := make([]netip.Prefix, 0, len(cidrs))
+	for _, c := range cidrs {
+		p, err := netip.ParsePrefix(c)
+		if err != nil {
+			return nil, fmt.Errorf("pod CIDR %q: %w", c, err)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
 }
 
 // hostIPs is podIPs for the delegate's node addresses.

@@ -2,6 +2,8 @@ package vnode
 
 import (
 	"encoding/json"
+	"net/netip"
+	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -31,6 +33,8 @@ func FuzzDesiredStatus(f *testing.F) {
 	for _, seed := range []string{
 		`{}`, `null`, `{"phase":"Nope","podIP":"::ffff:1.2.3.4","podIPs":[{"ip":"1.2.3.4"},{"ip":"5.6.7.8"},{"ip":"fe80::1%eth0"},{"ip":"::1"},{"ip":"::2"}]}`,
 		`{"hostIP":"01.2.3.4","hostIPs":[]}`,
+		`{"podIP":"192.0.2.1","podIPs":[{"ip":"127.0.0.1"},{"ip":"169.254.169.254"},{"ip":"0.0.0.0"},{"ip":"224.0.0.1"},{"ip":"::"},{"ip":"ff02::1"},{"ip":"fe80::1"}]}`,
+		`{"podIP":"192.0.2.1"}`,
 		`{"containerStatuses":[{"name":"app"},{"name":"app"},{"name":"ghost"}],"initContainerStatuses":[{"name":"app"}]}`,
 		`{"conditions":[{"type":""},{"type":"Ready","status":"True","observedGeneration":-5},{"type":"Ready","status":"False"},{"type":"bad type!","status":"True"}]}`,
 		`{"containerStatuses":[{"name":"app","user":{"linux":{"uid":-1,"gid":-1,"supplementalGroups":[-1]}}}]}`,
@@ -51,12 +55,13 @@ func FuzzDesiredStatus(f *testing.F) {
 			d = &delegate
 		}
 		before := *source.DeepCopy()
-		out := desiredStatus(&source, d, "tgt", now)
+		out := desiredStatus(&source, d, "tgt", fuzzPodCIDRs, now)
 		// A virtual node that finds no delegate writes the same either way.
 		if d != nil {
 			checkContainers(t, "containerStatuses", out.ContainerStatuses, source.Spec.Containers)
 			checkContainers(t, "initContainerStatuses", out.InitContainerStatuses, source.Spec.InitContainers)
 			checkAddresses(t, out)
+			checkPodIPsRoutable(t, out)
 		}
 		if !acceptedUpdate(before, before.Status) {
 			return // the source pod itself is not valid: nothing to compare with
@@ -78,6 +83,32 @@ func checkContainers(t *testing.T, field string, statuses []corev1.ContainerStat
 			t.Fatalf("%s has %q, which the source pod does not have or already has a status of", field, cs.Name)
 		}
 		names[cs.Name] = false
+	}
+}
+
+// fuzzPodCIDRs hold every address but 192.0.2.0/24, so that the fuzzer
+// reaches both the check of the networks and those of unusable addresses.
+var fuzzPodCIDRs = []netip.Prefix{
+	netip.MustParsePrefix("0.0.0.0/1"), netip.MustParsePrefix("128.0.0.0/2"), netip.MustParsePrefix("192.0.0.0/23"),
+	netip.MustParsePrefix("192.0.3.0/24"), netip.MustParsePrefix("192.0.4.0/22"), netip.MustParsePrefix("192.0.8.0/21"),
+	netip.MustParsePrefix("192.0.16.0/20"), netip.MustParsePrefix("192.0.32.0/19"), netip.MustParsePrefix("192.0.64.0/18"),
+	netip.MustParsePrefix("192.0.128.0/17"), netip.MustParsePrefix("192.1.0.0/16"), netip.MustParsePrefix("192.2.0.0/15"),
+	netip.MustParsePrefix("192.4.0.0/14"), netip.MustParsePrefix("192.8.0.0/13"), netip.MustParsePrefix("192.16.0.0/12"),
+	netip.MustParsePrefix("192.32.0.0/11"), netip.MustParsePrefix("192.64.0.0/10"), netip.MustParsePrefix("192.128.0.0/9"),
+	netip.MustParsePrefix("193.0.0.0/8"), netip.MustParsePrefix("194.0.0.0/7"), netip.MustParsePrefix("196.0.0.0/6"),
+	netip.MustParsePrefix("200.0.0.0/5"), netip.MustParsePrefix("208.0.0.0/4"), netip.MustParsePrefix("224.0.0.0/3"),
+	netip.MustParsePrefix("::/0"),
+}
+
+// checkPodIPsRoutable: a mirrored pod IP lies inside the target's pod
+// networks and is one a pod of another cluster may have.
+func checkPodIPsRoutable(t *testing.T, s corev1.PodStatus) {
+	t.Helper()
+	for _, ip := range s.PodIPs {
+		a, err := netip.ParseAddr(ip.IP)
+		if err != nil || !usablePodIP(a) || !slices.ContainsFunc(fuzzPodCIDRs, func(p netip.Prefix) bool { return p.Contains(a) }) {
+			t.Fatalf("pod IP %q mirrored: not a usable address inside the target's pod networks", ip.IP)
+		}
 	}
 }
 

@@ -1,6 +1,8 @@
 package vnode
 
 import (
+	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -8,6 +10,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
+
+// kwokPodCIDRs are the test delegates' pod networks.
+var kwokPodCIDRs = []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00::/64")}
 
 var (
 	t0  = metav1.NewTime(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
@@ -284,7 +289,7 @@ func TestDesiredStatus(t *testing.T) {
 			if tt.delegate != nil {
 				delegateBefore = tt.delegate.DeepCopy()
 			}
-			got := desiredStatus(tt.source, tt.delegate, "tgt", now)
+			got := desiredStatus(tt.source, tt.delegate, "tgt", kwokPodCIDRs, now)
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("desiredStatus (-want +got):\n%s", diff)
 			}
@@ -300,7 +305,7 @@ func TestDesiredStatus(t *testing.T) {
 			written := tt.source.DeepCopy()
 			written.Status = got
 			if !isTerminal(got.Phase) {
-				if diff := cmp.Diff(got, desiredStatus(written, tt.delegate, "tgt", now.Add(time.Hour))); diff != "" {
+				if diff := cmp.Diff(got, desiredStatus(written, tt.delegate, "tgt", kwokPodCIDRs, now.Add(time.Hour))); diff != "" {
 					t.Errorf("status not stable once written (-first +second):\n%s", diff)
 				}
 			}
@@ -323,6 +328,85 @@ func TestValidIPs(t *testing.T) {
 	for _, tt := range tests {
 		if got := validIPs(tt.in); !cmp.Equal(got, tt.want) {
 			t.Errorf("validIPs(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+func TestRoutableIPs(t *testing.T) {
+	v4 := []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}
+	dual := append(slices.Clone(v4), netip.MustParsePrefix("fd00:10:244::/56"))
+	wide := []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")}
+	tests := []struct {
+		name  string
+		ips   []string
+		cidrs []netip.Prefix
+		want  []string
+	}{
+		{"inside", []string{"10.244.3.7"}, v4, []string{"10.244.3.7"}},
+		{"outside", []string{"10.96.0.10"}, v4, nil},
+		{"one inside, one outside", []string{"192.168.1.1", "10.244.0.2"}, v4, []string{"10.244.0.2"}},
+		{"IPv6 inside", []string{"10.244.0.2", "fd00:10:244::5"}, dual, []string{"10.244.0.2", "fd00:10:244::5"}},
+		{"IPv6 outside", []string{"fd00:10:245::5"}, dual, nil},
+		{"IPv6 with no IPv6 network listed", []string{"fd00:10:244::5"}, v4, nil},
+		{"IPv4 in IPv6 is not IPv4", []string{"::ffff:10.244.0.2"}, wide, nil},
+		{"malformed", []string{"", "10.244.0", "10.244.0.002", "10.244.0.2/32", "fd00:10:244::5%eth0", "nope"}, dual, nil},
+		{"loopback, even listed", []string{"127.0.0.1", "::1"}, wide, nil},
+		{"link-local, even listed", []string{"169.254.169.254", "fe80::1"}, wide, nil},
+		{"unspecified, even listed", []string{"0.0.0.0", "::"}, wide, nil},
+		{"multicast, even listed", []string{"224.0.0.1", "ff02::1", "ff01::1"}, wide, nil},
+		{"an ordinary address is kept under a wide network", []string{"192.0.2.10"}, wide, []string{"192.0.2.10"}},
+		{"none listed", []string{"10.244.0.2", "fd00:10:244::5"}, nil, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := routableIPs(tt.ips, tt.cidrs); !cmp.Equal(got, tt.want) {
+				t.Errorf("routableIPs(%q, %v) = %q, want %q", tt.ips, tt.cidrs, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestPodIPsOnlyInsidePodCIDRs: the source pod shows the delegate's pod IP
+// only when the target's pod networks hold it; its host IP either way.
+func TestPodIPsOnlyInsidePodCIDRs(t *testing.T) {
+	delegate := runningDelegate()
+	for _, tt := range []struct {
+		name   string
+		cidrs  []string
+		wantIP string
+	}{
+		{"inside", []string{"10.244.0.0/16"}, "10.244.1.9"},
+		{"outside", []string{"10.245.0.0/16"}, ""},
+		{"none listed", nil, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cidrs, err := ParsePodCIDRs(tt.cidrs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := desiredStatus(sourcePod(), delegate, "tgt", cidrs, now)
+			if got.PodIP != tt.wantIP || (tt.wantIP == "") != (got.PodIPs == nil) {
+				t.Errorf("podIP %q, podIPs %v; want %q", got.PodIP, got.PodIPs, tt.wantIP)
+			}
+			if got.HostIP != delegate.Status.HostIP || got.Phase != corev1.PodRunning {
+				t.Errorf("hostIP %q, phase %q: the rest of the status is mirrored either way", got.HostIP, got.Phase)
+			}
+		})
+	}
+}
+
+func TestParsePodCIDRs(t *testing.T) {
+	got, err := ParsePodCIDRs([]string{"10.244.0.0/16", "fd00::/64", "10.1.2.3/8"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00::/64"), netip.MustParsePrefix("10.0.0.0/8")}
+	if !cmp.Equal(got, want, cmp.Comparer(func(a, b netip.Prefix) bool { return a == b })) {
+		t.Errorf("ParsePodCIDRs = %v, want %v", got, want)
+	}
+	for _, bad := range []string{"10.244.0.0", "10.244.0.0/33", "", "fd00::/129"} {
+		if _, err := ParsePodCIDRs([]string{bad}); err == nil {
+			t.Errorf("ParsePodCIDRs(%q): no error", bad)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/netip"
 	"time"
 
 	vklog "github.com/virtual-kubelet/virtual-kubelet/log"
@@ -55,6 +56,14 @@ type Config struct {
 	NodeName string
 	// Target is the target's name, for labels, messages and events.
 	Target string
+	// Namespace is the only namespace whose pods the node runs (a
+	// namespaced Target's); a pod of another namespace bound to it is
+	// rejected. Empty: every namespace.
+	Namespace string
+	// PodCIDRs are the target's pod networks this cluster routes to: a
+	// delegate's pod IP is mirrored onto its source pod only inside one of
+	// them (ParsePodCIDRs). Empty: no pod IP is mirrored.
+	PodCIDRs []netip.Prefix
 	// Labels are extra node labels (region, zone, ...). They cannot replace
 	// the labels every virtual node has (TypeLabel, RoleLabel, TargetLabel,
 	// kubernetes.io/hostname).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -21,6 +22,11 @@ import (
 )
 
 const vnodeName = "flotilla-tgt"
+
+// kwokPodCIDR holds the pod IPs kwok gives in the sandbox (it runs with
+// --cidr=10.244.0.1/16): a target's podCIDRs must list it for the virtual
+// node to mirror them.
+const kwokPodCIDR = "10.244.0.0/16"
 
 // TestVnode runs the virtual node of target tgt in cluster src, with
 // delegates that the test creates in tgt as the agent would: the node is
@@ -43,6 +49,7 @@ func TestVnode(t *testing.T) {
 		Client:        src,
 		Delegates:     delegates,
 		LeaseDuration: 8 * time.Second,
+		PodCIDRs:      []netip.Prefix{netip.MustParsePrefix(kwokPodCIDR)},
 	}
 	parent := t // the virtual node outlives the subtests
 	stop := vnodeStart(parent, cfg)
