@@ -201,6 +201,7 @@ type view struct {
 	secret    types.NamespacedName
 	secretKey string
 	mapping   map[string]string
+	podCIDRs  []string
 	status    *v1alpha1.TargetStatus
 	// secretObj is the kubeconfig Secret as resolve read it.
 	secretObj *corev1.Secret
@@ -211,7 +212,7 @@ type view struct {
 func targetView(t *v1alpha1.Target) view {
 	v := view{
 		obj: t, name: t.Namespace + "/" + t.Name, namespace: t.Namespace,
-		self: t.Spec.Self, labels: t.Spec.StringMap(), status: &t.Status,
+		self: t.Spec.Self, labels: t.Spec.StringMap(), podCIDRs: t.Spec.PodCIDRs, status: &t.Status,
 	}
 	if ref := t.Spec.KubeconfigSecretRef; ref != nil {
 		v.secret, v.secretKey = types.NamespacedName{Namespace: t.Namespace, Name: ref.Name}, ref.Key
@@ -223,7 +224,7 @@ func targetView(t *v1alpha1.Target) view {
 }
 
 func (c *Controller) clusterTargetView(t *v1alpha1.ClusterTarget) view {
-	v := view{obj: t, name: t.Name, self: t.Spec.Self, labels: t.Spec.StringMap(), status: &t.Status}
+	v := view{obj: t, name: t.Name, self: t.Spec.Self, labels: t.Spec.StringMap(), podCIDRs: t.Spec.PodCIDRs, status: &t.Status}
 	if ref := t.Spec.KubeconfigSecretRef; ref != nil {
 		ns := ref.Namespace
 		if ns == "" {
@@ -272,9 +273,35 @@ func (c *Controller) reconcileObject(ctx context.Context, req reconcile.Request,
 	return c.connect(ctx, v)
 }
 
+// refusedSpec says why the agent will not act on a target's spec: a
+// namespaced self Target that would send its pods to another namespace
+// (with the agent's own identity, which may create pods in every
+// namespace: a tenant of one namespace would borrow it to create pods and
+// copies of its Secrets in kube-system or a neighbour's namespace), or pod
+// networks that do not parse. The CRD's validation cannot see a Target's
+// namespace, so this is checked here. nil: the spec may be acted on.
+func refusedSpec(v view) error {
+	if v.self && v.namespace != "" {
+		if to := v.mapping[v.namespace]; to != "" && to != v.namespace {
+			return fmt.Errorf("a namespaced self Target sends its namespace's pods into this cluster with the agent's own identity, so only into its own namespace: spec.targetNamespace %q must be empty or %q; use a ClusterTarget, which only a cluster admin makes, to map namespaces", to, v.namespace)
+		}
+	}
+	if _, err := vnode.ParsePodCIDRs(v.podCIDRs); err != nil {
+		return fmt.Errorf("spec.podCIDRs: %w", err)
+	}
+	return nil
+}
+
 // connect makes the running target match the spec, probes it and reports.
 func (c *Controller) connect(ctx context.Context, v view) (reconcile.Result, error) {
 	before := v.status.DeepCopy()
+	if err := refusedSpec(v); err != nil {
+		// Nothing is started for it; what runs of an earlier spec keeps
+		// running, as with a broken Secret. The spec's next change brings
+		// the target back here.
+		setCondition(v, v1alpha1.TargetReady, metav1.ConditionFalse, v1alpha1.ReasonInvalidSpec, err.Error())
+		return c.report(ctx, v, before, 0)
+	}
 	cfg, hash, reason, err := c.resolve(ctx, &v)
 	r := c.get(v.name)
 	if err != nil {
@@ -288,9 +315,10 @@ func (c *Controller) connect(ctx context.Context, v view) (reconcile.Result, err
 		if r != nil {
 			c.stop(v.name)
 		}
+		podCIDRs, _ := vnode.ParsePodCIDRs(v.podCIDRs) // refusedSpec checked them
 		t, err := New(Config{
 			Name: v.name, Namespace: v.namespace, Self: v.self, Labels: v.labels,
-			NamespaceMapping: v.mapping, REST: cfg, SourceCluster: c.SourceCluster,
+			NamespaceMapping: v.mapping, PodCIDRs: podCIDRs, REST: cfg, SourceCluster: c.SourceCluster,
 			SummaryName: v.summary,
 		})
 		if err != nil {
@@ -340,6 +368,11 @@ func (c *Controller) resolve(ctx context.Context, v *view) (cfg *rest.Config, ha
 	}
 	for _, k := range slices.Sorted(maps.Keys(v.mapping)) {
 		fmt.Fprintf(h, "m\x00%s\x00%s\x00", k, v.mapping[k])
+	}
+	// A change of the pod networks starts the virtual node again, which
+	// looks at every pod of it: IPs appear or go at once.
+	for _, cidr := range slices.Sorted(slices.Values(v.podCIDRs)) {
+		fmt.Fprintf(h, "c\x00%s\x00", cidr)
 	}
 	if v.self {
 		return c.Self, hex.EncodeToString(h.Sum(nil)), "", nil
@@ -432,6 +465,8 @@ func (c *Controller) runVirtualNode(ctx context.Context, t *Target, status *vnod
 		err := vnode.Run(ctx, vnode.Config{
 			NodeName:  t.NodeName,
 			Target:    nameOnly(t.Name),
+			Namespace: t.Namespace,
+			PodCIDRs:  t.PodCIDRs,
 			Labels:    labels,
 			Client:    c.Kube,
 			Delegates: Delegates{Target: t, SourceCluster: c.SourceCluster},

@@ -54,10 +54,11 @@ func (ci *candidateInformers) start(ctx context.Context, perNamespace bool) {
 // setNamespaces makes the informers match the invited namespaces (all of
 // them when all is set).
 func (ci *candidateInformers) setNamespaces(namespaces []string, all bool) {
-	want := namespaces
-	if all {
-		want = []string{metav1.NamespaceAll}
+	home := ""
+	if ci.t.Namespace != "" {
+		home = ci.t.NamespaceFor(ci.t.Namespace)
 	}
+	want := watched(home, namespaces, all)
 	ci.mu.Lock()
 	if ci.ctx == nil {
 		ci.mu.Unlock()
@@ -86,6 +87,24 @@ func (ci *candidateInformers) setNamespaces(namespaces []string, all bool) {
 		inf.cancel()
 		<-inf.done
 	}
+}
+
+// watched are the namespaces whose candidates a target's informers list,
+// given the namespaces invited (all of them when all is set). home is
+// where a namespaced Target sends its namespace's pods ("" for a
+// ClusterTarget): it watches that namespace alone, whatever else the
+// invitation (or, for a self Target, the agent's own identity) could list,
+// so that it never sees the candidates of another namespace's pods.
+func watched(home string, invited []string, all bool) []string {
+	switch {
+	case home != "" && (all || slices.Contains(invited, home)):
+		return []string{home}
+	case home != "":
+		return nil
+	case all:
+		return []string{metav1.NamespaceAll}
+	}
+	return invited
 }
 
 // newInformer starts an informer over one namespace; ci.mu is held.

@@ -131,6 +131,9 @@ func (d Delegates) HasSynced() bool { return d.Target.HasSynced() }
 
 // Get returns the delegate of a source pod, or nil when there is none.
 func (d Delegates) Get(source *corev1.Pod) (*corev1.Pod, error) {
+	if !d.Target.Serves(source.Namespace) {
+		return nil, d.notServed(source)
+	}
 	if !d.Target.HasSynced() {
 		return nil, fmt.Errorf("target %s: candidates not listed yet: %v", d.Target.Name, d.Target.Err())
 	}
@@ -151,13 +154,24 @@ func (d Delegates) Get(source *corev1.Pod) (*corev1.Pod, error) {
 // Lost reports whether the target's API server has no delegate of a
 // source pod.
 func (d Delegates) Lost(ctx context.Context, source *corev1.Pod) (bool, error) {
+	if !d.Target.Serves(source.Namespace) {
+		return false, d.notServed(source)
+	}
 	live, err := d.Target.Live(ctx, d.namespace(source), d.name(source))
 	return live == nil && err == nil, err
 }
 
-// Delete deletes the delegate of a source pod.
+// Delete deletes the delegate of a source pod; a pod of a namespace the
+// target does not serve has none there.
 func (d Delegates) Delete(ctx context.Context, source *corev1.Pod) error {
+	if !d.Target.Serves(source.Namespace) {
+		return nil
+	}
 	return d.Target.Delete(ctx, d.namespace(source), d.name(source), "")
+}
+
+func (d Delegates) notServed(source *corev1.Pod) error {
+	return fmt.Errorf("target %s serves only the pods of namespace %s, not %s/%s", d.Target.Name, d.Target.Namespace, source.Namespace, source.Name)
 }
 
 // OnChange calls f with every changed delegate.

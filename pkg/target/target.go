@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -54,6 +56,9 @@ type Target struct {
 	Self bool
 	// Labels are the labels of the target's virtual node.
 	Labels map[string]string
+	// PodCIDRs are the target's pod networks this cluster routes to: its
+	// virtual node mirrors a delegate's pod IP only inside one of them.
+	PodCIDRs []netip.Prefix
 
 	// namespaces maps a source namespace to its namespace in the target
 	// where the mapping names one.
@@ -101,6 +106,8 @@ type Config struct {
 	Labels    map[string]string
 	// NamespaceMapping maps source namespaces to target namespaces.
 	NamespaceMapping map[string]string
+	// PodCIDRs become the Target's field.
+	PodCIDRs []netip.Prefix
 	// REST is the connection to the target. Calls are bounded by their own
 	// contexts; REST.Timeout, if set, would also cut the candidate watch.
 	REST *rest.Config
@@ -143,7 +150,7 @@ func New(c Config) (*Target, error) {
 		protocol.CandidateLabel:     "true",
 		protocol.SourceClusterLabel: c.SourceCluster,
 	}).String()
-	t.Name, t.Namespace, t.Self, t.Labels = c.Name, c.Namespace, c.Self, c.Labels
+	t.Name, t.Namespace, t.Self, t.Labels, t.PodCIDRs = c.Name, c.Namespace, c.Self, c.Labels, slices.Clone(c.PodCIDRs)
 	t.NodeName = protocol.VirtualNodeName(c.Namespace, nameOnly(c.Name))
 	t.namespaces = c.NamespaceMapping
 	t.client, t.selector, t.summaryName, t.writes = client, selector, c.SummaryName, newRecent()
@@ -210,6 +217,21 @@ func (t *Target) Serves(sourceNamespace string) bool {
 	return t.Namespace == "" || t.Namespace == sourceNamespace
 }
 
+// owns reports whether a candidate in the target's cache is one of this
+// target's: for a namespaced Target, a candidate of a pod of its own
+// namespace, in the namespace it sends that namespace's pods to. Other
+// candidates of this source may be in the same cluster (a ClusterTarget
+// of it, or the source itself for a self Target): a namespaced Target
+// never sees, elects, mirrors or deletes them, so a tenant's Target cannot
+// act on another namespace's pods.
+func (t *Target) owns(candidate *corev1.Pod) bool {
+	if t.Namespace == "" {
+		return true
+	}
+	return candidate.Annotations[protocol.SourceNamespaceAnnotation] == t.Namespace &&
+		candidate.Namespace == t.NamespaceFor(t.Namespace)
+}
+
 // Client is the target's clientset, for callers that probe it.
 func (t *Target) Client() kubernetes.Interface { return t.client }
 
@@ -258,8 +280,15 @@ func (t *Target) Namespaces() []string { return t.informers.namespaces() }
 // of the target.
 func (t *Target) Covers(ns string) bool { return t.informers.covers(ns) }
 
-// OnCandidate registers a handler for every change of a candidate.
-func (t *Target) OnCandidate(f func(candidate *corev1.Pod)) { t.informers.addHandler(f) }
+// OnCandidate registers a handler for every change of one of the target's
+// candidates.
+func (t *Target) OnCandidate(f func(candidate *corev1.Pod)) {
+	t.informers.addHandler(func(candidate *corev1.Pod) {
+		if t.owns(candidate) {
+			f(candidate)
+		}
+	})
+}
 
 // Err is the target's last error, nil when it is healthy.
 func (t *Target) Err() error {
@@ -351,7 +380,10 @@ func (t *Target) Candidate(namespace, name string) (*corev1.Pod, bool) {
 		return nil, false
 	}
 	pod, ok := obj.(*corev1.Pod)
-	return pod, ok
+	if !ok || !t.owns(pod) {
+		return nil, false
+	}
+	return pod, true
 }
 
 // Holds reports whether the target holds a candidate of the source pod
@@ -366,6 +398,9 @@ func (t *Target) Holds(namespace, name string, sourceUID types.UID) bool {
 
 // CandidatesOf lists the cached candidates of a source pod (any UID).
 func (t *Target) CandidatesOf(namespace, name string) []*corev1.Pod {
+	if !t.Serves(namespace) {
+		return nil
+	}
 	idx := t.informers.indexer(t.NamespaceFor(namespace))
 	if idx == nil {
 		return nil
@@ -376,19 +411,19 @@ func (t *Target) CandidatesOf(namespace, name string) []*corev1.Pod {
 	}
 	out := make([]*corev1.Pod, 0, len(objs))
 	for _, o := range objs {
-		if pod, ok := o.(*corev1.Pod); ok {
+		if pod, ok := o.(*corev1.Pod); ok && t.owns(pod) {
 			out = append(out, pod)
 		}
 	}
 	return out
 }
 
-// Candidates lists every cached candidate.
+// Candidates lists every cached candidate of the target.
 func (t *Target) Candidates() []*corev1.Pod {
 	var out []*corev1.Pod
 	for _, idx := range t.informers.indexers() {
 		for _, o := range idx.List() {
-			if pod, ok := o.(*corev1.Pod); ok {
+			if pod, ok := o.(*corev1.Pod); ok && t.owns(pod) {
 				out = append(out, pod)
 			}
 		}
@@ -565,8 +600,11 @@ func (t *Target) annotate(ctx context.Context, namespace, name string, annotatio
 // port-forward.
 func (t *Target) RESTConfig() *rest.Config { return rest.CopyConfig(t.rest) }
 
-// CandidateCount is how many candidates the target's cache holds.
+// CandidateCount is how many of the target's candidates its cache holds.
 func (t *Target) CandidateCount() int {
+	if t.Namespace != "" {
+		return len(t.Candidates())
+	}
 	n := 0
 	for _, idx := range t.informers.indexers() {
 		n += len(idx.ListKeys())
