@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"time"
+
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -31,9 +33,59 @@ type SourceCommon struct {
 	// +optional
 	AllowPrivileged bool `json:"allowPrivileged,omitempty"`
 
+	// AllowPriorityClasses are the PriorityClasses the source's candidates
+	// may name. A candidate with any other priorityClassName is refused;
+	// classes whose name starts with "system-" are never allowed.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.all(c, !c.startsWith('system-'))",message="spec.allowPriorityClasses may not name a system- class: those preempt the cluster's own critical pods"
+	AllowPriorityClasses []string `json:"allowPriorityClasses,omitempty"`
+
+	// AllowEphemeralVolumes lets the source's candidates use generic
+	// ephemeral volumes, for which this cluster creates a
+	// PersistentVolumeClaim on the source's behalf. Off, they are refused.
+	// +optional
+	AllowEphemeralVolumes bool `json:"allowEphemeralVolumes,omitempty"`
+
+	// AllowResourceClaims lets the source's candidates claim devices
+	// (spec.resourceClaims, Dynamic Resource Allocation), for which this
+	// cluster may create ResourceClaims on the source's behalf. Off, they
+	// are refused.
+	// +optional
+	AllowResourceClaims bool `json:"allowResourceClaims,omitempty"`
+
+	// KeepSourceLabels lets the source's candidates carry the labels of
+	// their source pods, so that this cluster's Services, NetworkPolicies
+	// and controllers select them as they select the source pods at home.
+	// Off (the default), a candidate carries only Flotilla's labels and
+	// the source pod's labels travel in an annotation, so that nothing of
+	// this cluster selects a source's pods by accident.
+	// +optional
+	KeepSourceLabels bool `json:"keepSourceLabels,omitempty"`
+
+	// MaxTokenLifetime bounds the lifetime of the tokens the invited
+	// ServiceAccount may request for itself; default 12h, at least 10m
+	// (the API server's shortest token).
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('10m') && duration(self) <= duration('8760h')",message="spec.maxTokenLifetime must be between 10m and 8760h"
+	MaxTokenLifetime *metav1.Duration `json:"maxTokenLifetime,omitempty"`
+
 	// Quota bounds what the source's pods may hold in this cluster at once.
 	// +optional
 	Quota *SourceQuota `json:"quota,omitempty"`
+}
+
+// DefaultMaxTokenLifetime is MaxTokenLifetime when an invitation sets none.
+const DefaultMaxTokenLifetime = 12 * time.Hour
+
+// TokenLifetime is the longest token the invited identity may request.
+func (c *SourceCommon) TokenLifetime() time.Duration {
+	if c.MaxTokenLifetime == nil || c.MaxTokenLifetime.Duration <= 0 {
+		return DefaultMaxTokenLifetime
+	}
+	return c.MaxTokenLifetime.Duration
 }
 
 // SourceIdentity names the invited identity: a ServiceAccount the target's

@@ -30,6 +30,19 @@ type TargetCommon struct {
 	// +kubebuilder:validation:MaxProperties=64
 	// +kubebuilder:validation:XValidation:rule="self.all(k, k.size() <= 317 && k.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$'))",message="every key of spec.labels must be a label key (an optional DNS prefix and '/', then a name of at most 63 characters)"
 	Labels map[string]LabelValue `json:"labels,omitempty"`
+
+	// PodCIDRs are the target's pod networks that this cluster routes to
+	// (a flat or peered network). A delegate's pod IP is mirrored onto its
+	// source pod, where Services and Endpoints of this cluster would send
+	// traffic to it, only when it lies inside one of them; otherwise the
+	// source pod shows no pod IP. Empty (the default): no pod IP is
+	// mirrored.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=43
+	// +kubebuilder:validation:XValidation:rule="self.all(c, isCIDR(c) && cidr(c) == cidr(c).masked())",message="every item of spec.podCIDRs must be a network in CIDR notation, such as 10.244.0.0/16"
+	PodCIDRs []string `json:"podCIDRs,omitempty"`
 }
 
 // LabelValue is the value of a label.
