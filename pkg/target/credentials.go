@@ -12,7 +12,8 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/flotilla-dev/flotilla/pkg/kubeconfig"
 )
 
 // tokenClaims is what the source reads of its own ServiceAccount token: who
@@ -90,18 +91,5 @@ func (t *Target) renewToken(ctx context.Context, c tokenClaims) (string, time.Ti
 // withToken returns the kubeconfig in secret[key] with the current
 // context's user token replaced.
 func withToken(secret *corev1.Secret, key, token string) ([]byte, error) {
-	kc, err := clientcmd.Load(secret.Data[key])
-	if err != nil {
-		return nil, err
-	}
-	ctx, ok := kc.Contexts[kc.CurrentContext]
-	if !ok {
-		return nil, fmt.Errorf("no current context %q", kc.CurrentContext)
-	}
-	user, ok := kc.AuthInfos[ctx.AuthInfo]
-	if !ok {
-		return nil, fmt.Errorf("no user %q", ctx.AuthInfo)
-	}
-	user.Token = token
-	return clientcmd.Write(*kc)
+	return kubeconfig.WithToken(secret.Data[key], token)
 }
