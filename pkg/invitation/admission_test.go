@@ -367,6 +367,8 @@ func TestPolicyRefusesMetadataChanges(t *testing.T) {
 		{"remove a label this cluster set", func(p *corev1.Pod) { p.Labels["quarantine"] = "true" }, func(p *corev1.Pod) { delete(p.Labels, "quarantine") }, "metadata.labels"},
 		{"change the source UID", nil, func(p *corev1.Pod) { p.Labels[protocol.SourceUIDLabel] = "uid-2" }, protocol.SourceUIDLabel},
 		{"drop the source UID", nil, func(p *corev1.Pod) { delete(p.Labels, protocol.SourceUIDLabel) }, protocol.SourceUIDLabel},
+		{"take over another source's candidate", func(p *corev1.Pod) { p.Labels[protocol.SourceClusterLabel] = "c2" },
+			func(p *corev1.Pod) { p.Labels[protocol.SourceClusterLabel] = "c1" }, "another source"},
 		{"add a finalizer", nil, func(p *corev1.Pod) { p.Finalizers = append(p.Finalizers, "example.com/hold") }, "metadata.finalizers"},
 		{"remove this cluster's finalizer", func(p *corev1.Pod) { p.Finalizers = []string{"example.com/audit"} }, func(p *corev1.Pod) { p.Finalizers = nil }, "metadata.finalizers"},
 		{"add an owner", nil, func(p *corev1.Pod) {
