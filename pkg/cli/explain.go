@@ -26,9 +26,9 @@ import (
 
 	"github.com/flotilla-dev/flotilla/api/v1alpha1"
 	"github.com/flotilla-dev/flotilla/pkg/candidate"
+	"github.com/flotilla-dev/flotilla/pkg/kubeconfig"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
 	"github.com/flotilla-dev/flotilla/pkg/reservation"
-	"github.com/flotilla-dev/flotilla/pkg/target"
 )
 
 // targetTimeout bounds what explain asks of one target, so one that does
@@ -367,7 +367,7 @@ func targetClient(ctx context.Context, c *clients, t targetInfo) (kubernetes.Int
 	if !ok {
 		return nil, fmt.Errorf("its kubeconfig Secret %s has no key %q", t.secret, key)
 	}
-	cfg, err := target.RESTConfigFromKubeconfig(data)
+	cfg, err := kubeconfig.RESTConfig(data)
 	if err != nil {
 		return nil, fmt.Errorf("Secret %s: %w", t.secret, err)
 	}

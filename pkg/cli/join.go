@@ -19,7 +19,7 @@ import (
 
 	"github.com/flotilla-dev/flotilla/api/v1alpha1"
 	"github.com/flotilla-dev/flotilla/pkg/invitation"
-	"github.com/flotilla-dev/flotilla/pkg/target"
+	"github.com/flotilla-dev/flotilla/pkg/kubeconfig"
 )
 
 // SecretPrefix names the Secret join writes: flotilla-target-<target>.
@@ -157,7 +157,7 @@ func readInvitation(data []byte) (invitationFile, error) {
 	default:
 		return f, fmt.Errorf("kind %q: want the Secret manifest that 'kubectl flotilla invite' writes, or a kubeconfig", head.Kind)
 	}
-	if _, err := target.RESTConfigFromKubeconfig(f.kubeconfig); err != nil {
+	if _, err := kubeconfig.RESTConfig(f.kubeconfig); err != nil {
 		return f, fmt.Errorf("the source's agent would not use its kubeconfig: %w", err)
 	}
 	return f, nil

@@ -9,7 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/flotilla-dev/flotilla/pkg/invitation"
-	"github.com/flotilla-dev/flotilla/pkg/target"
+	"github.com/flotilla-dev/flotilla/pkg/kubeconfig"
 )
 
 func testKubeconfig(t *testing.T) []byte {
@@ -88,7 +88,7 @@ current-context: c
 				t.Errorf("%s: want an error", name)
 				continue
 			}
-			if name == "an exec plugin" && !errors.Is(err, target.ErrKubeconfigRefused) {
+			if name == "an exec plugin" && !errors.Is(err, kubeconfig.ErrRefused) {
 				t.Errorf("%s: want ErrKubeconfigRefused, got %v", name, err)
 			}
 		}
