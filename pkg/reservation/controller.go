@@ -924,7 +924,7 @@ func (c *Controller) writeElection(ctx context.Context, pod *corev1.Pod, e proto
 // deletes the other candidates. The Scheduled event tells which target was
 // elected and which of its nodes runs the pod.
 func (c *Controller) bind(ctx context.Context, pod *corev1.Pod, targetName, targetNode string, generation int64, candidates []string, targets []*target.Target) (reconcile.Result, error) {
-	node := protocol.VirtualNodeName("", targetName)
+	node := target.NodeNameOf(targetName)
 	if _, done := c.bound.Load(pod.UID); done {
 		return c.cleanUp(ctx, pod, delegate(pod.UID, targetName), targets)
 	}

@@ -198,3 +198,25 @@ func cachedKeys(tg *Target) string {
 	sort.Strings(keys)
 	return strings.Join(keys, ",")
 }
+
+func TestNodeNameOf(t *testing.T) {
+	for name, want := range map[string]string{
+		"t1":          "flotilla-t1",
+		"tenant/home": "flotilla-tenant-home",
+	} {
+		if got := NodeNameOf(name); got != want {
+			t.Errorf("NodeNameOf(%q) = %q, want %q", name, got, want)
+		}
+		ns, _, namespaced := strings.Cut(name, "/")
+		if !namespaced {
+			ns = ""
+		}
+		tg, err := New(Config{Name: name, Namespace: ns, REST: &rest.Config{Host: "https://127.0.0.1:1"}, SourceCluster: "src"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tg.NodeName != NodeNameOf(name) {
+			t.Errorf("target %s runs node %s, but its elections bind to %s", name, tg.NodeName, NodeNameOf(name))
+		}
+	}
+}

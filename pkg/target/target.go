@@ -152,6 +152,9 @@ func New(c Config) (*Target, error) {
 	}).String()
 	t.Name, t.Namespace, t.Self, t.Labels, t.PodCIDRs = c.Name, c.Namespace, c.Self, c.Labels, slices.Clone(c.PodCIDRs)
 	t.NodeName = protocol.VirtualNodeName(c.Namespace, nameOnly(c.Name))
+	if c.Namespace != "" && !strings.HasPrefix(c.Name, c.Namespace+"/") {
+		return nil, fmt.Errorf("target %s: a namespaced target's name is <namespace>/<name>, and %s is not of namespace %s", c.Name, c.Name, c.Namespace)
+	}
 	t.namespaces = c.NamespaceMapping
 	t.client, t.selector, t.summaryName, t.writes = client, selector, c.SummaryName, newRecent()
 	t.rest = cfg
@@ -193,6 +196,16 @@ var scheme = func() *runtime.Scheme {
 	_ = v1alpha1.AddToScheme(s)
 	return s
 }()
+
+// NodeNameOf is the virtual node of the target the source calls name
+// ("<namespace>/<name>" of a Target, or a ClusterTarget's name).
+func NodeNameOf(name string) string {
+	namespace, _, _ := strings.Cut(name, "/")
+	if namespace == name {
+		namespace = ""
+	}
+	return protocol.VirtualNodeName(namespace, nameOnly(name))
+}
 
 // nameOnly is the object name in a target's Name ("<namespace>/<name>" or
 // "<name>").
