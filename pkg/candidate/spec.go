@@ -101,6 +101,10 @@ func Build(source *corev1.Pod, sourceCluster, target, namespace string, self, ke
 	// Readiness gates are set by controllers of the source cluster; in the
 	// target nobody would ever set them. The source pod keeps them.
 	spec.ReadinessGates = nil
+	if NeedsCopies(self, source.Namespace, namespace) {
+		// The target holds the source's objects under their copies' names.
+		referenceCopies(spec, sourceCluster)
+	}
 
 	labels := map[string]string{
 		protocol.CandidateLabel:     "true",

@@ -36,7 +36,10 @@ const ownedTTL = 30 * time.Minute
 // +kubebuilder:rbac:groups="",resources=configmaps;secrets,verbs=create;patch
 
 // Copier writes copies of the source cluster's ConfigMaps and Secrets into
-// targets. It never reads a target's ConfigMaps or Secrets (an invited
+// targets, each under its copy's name (protocol.CopyName: the prefix the
+// target's admission policy lets this source's candidates reference, and
+// the object's name), which the candidates name instead of the object's
+// (candidate.Build). It never reads a target's ConfigMaps or Secrets (an invited
 // identity may not): it creates a copy, or patches one that exists with a
 // JSON patch whose first operation tests that the copy is labelled as this
 // source's, so an object someone else made is never overwritten (the
@@ -84,7 +87,9 @@ type RefusedError struct {
 	Target    string
 	Kind      Kind
 	Namespace string
-	Name      string
+	// Name is the copy's name in the target; Original the object's in
+	// the source.
+	Name, Original string
 	// InTheWay: the object exists in the target and is not this source's
 	// copy.
 	InTheWay bool
@@ -93,10 +98,10 @@ type RefusedError struct {
 
 func (e *RefusedError) Error() string {
 	if e.InTheWay {
-		return fmt.Sprintf("target %s already holds a %s %s/%s that is not this cluster's copy; it is left alone, and no candidate goes there until it is removed: %v",
-			e.Target, e.Kind, e.Namespace, e.Name, e.Err)
+		return fmt.Sprintf("target %s already holds a %s %s/%s that is not this cluster's copy of %s; it is left alone, and no candidate goes there until it is removed: %v",
+			e.Target, e.Kind, e.Namespace, e.Name, e.Original, e.Err)
 	}
-	return fmt.Sprintf("target %s refused the copy of %s %s/%s: %v", e.Target, e.Kind, e.Namespace, e.Name, e.Err)
+	return fmt.Sprintf("target %s refused %s %s/%s, the copy of %s: %v", e.Target, e.Kind, e.Namespace, e.Name, e.Original, e.Err)
 }
 
 func (e *RefusedError) Unwrap() error { return e.Err }
@@ -140,9 +145,13 @@ func (c *Copier) fetch(ctx context.Context, kind Kind, namespace, name string) (
 	return o, nil
 }
 
+// copyName is the name of the copy of the source's object name in every
+// target.
+func (c *Copier) copyName(name string) string { return protocol.CopyName(c.SourceCluster, name) }
+
 func (c *Copier) meta(o *original, namespace string, owners []*corev1.Pod) metav1.ObjectMeta {
 	m := metav1.ObjectMeta{
-		Name: o.Name, Namespace: namespace,
+		Name: c.copyName(o.Name), Namespace: namespace,
 		Labels: map[string]string{protocol.CopyLabel: "true", protocol.SourceClusterLabel: c.SourceCluster},
 	}
 	for _, p := range owners {
@@ -181,12 +190,13 @@ func (c *Copier) create(ctx context.Context, t *target.Target, namespace string,
 	}
 	if err == nil {
 		c.remember(t, namespace, o.Kind, o.Name, owners)
-		klog.V(2).InfoS("Copied object into target", "target", t.Name, "kind", o.Kind, "object", klog.KRef(namespace, o.Name))
+		klog.V(2).InfoS("Copied object into target", "target", t.Name, "kind", o.Kind, "object", o.Name, "copy", klog.KRef(namespace, c.copyName(o.Name)))
 	}
 	return err
 }
 
-// patch applies a patch to the copy of kind/name in namespace of t.
+// patch applies a patch to the object kind/name (a copy's name) in
+// namespace of t.
 func patch(ctx context.Context, t *target.Target, kind Kind, namespace, name string, pt types.PatchType, data []byte) error {
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
@@ -226,10 +236,11 @@ func (c *Copier) patchData(ctx context.Context, t *target.Target, namespace stri
 	if err != nil {
 		return err
 	}
-	return classify(t, namespace, o.Kind, o.Name, patch(ctx, t, o.Kind, namespace, o.Name, types.JSONPatchType, body))
+	return c.classify(t, namespace, o.Kind, o.Name, patch(ctx, t, o.Kind, namespace, c.copyName(o.Name), types.JSONPatchType, body))
 }
 
-// patchOwners adds owners to the copy's ownerReferences (merged by UID).
+// patchOwners adds owners to the ownerReferences of the copy of the
+// source's object name (merged by UID).
 // A self target has no admission policy that keeps the agent off what
 // others made: there a test of the label comes first.
 func (c *Copier) patchOwners(ctx context.Context, t *target.Target, namespace string, kind Kind, name string, owners []*corev1.Pod) error {
@@ -241,7 +252,7 @@ func (c *Copier) patchOwners(ctx context.Context, t *target.Target, namespace st
 		if err != nil {
 			return err
 		}
-		if err := classify(t, namespace, kind, name, patch(ctx, t, kind, namespace, name, types.JSONPatchType, body)); err != nil {
+		if err := c.classify(t, namespace, kind, name, patch(ctx, t, kind, namespace, c.copyName(name), types.JSONPatchType, body)); err != nil {
 			return err
 		}
 	}
@@ -253,26 +264,27 @@ func (c *Copier) patchOwners(ctx context.Context, t *target.Target, namespace st
 	if err != nil {
 		return err
 	}
-	if err := classify(t, namespace, kind, name, patch(ctx, t, kind, namespace, name, types.StrategicMergePatchType, body)); err != nil {
+	if err := c.classify(t, namespace, kind, name, patch(ctx, t, kind, namespace, c.copyName(name), types.StrategicMergePatchType, body)); err != nil {
 		return err
 	}
 	c.remember(t, namespace, kind, name, owners)
 	return nil
 }
 
-// classify turns a refusal of a write to an existing copy into a
-// RefusedError: a failed test of the label and the admission policy's
-// denial are both an Invalid (422), RBAC a Forbidden.
-func classify(t *target.Target, namespace string, kind Kind, name string, err error) error {
+// classify turns a refusal of a write to the existing copy of the
+// source's object name into a RefusedError: a failed test of the label and
+// the admission policy's denial are both an Invalid (422), RBAC a
+// Forbidden.
+func (c *Copier) classify(t *target.Target, namespace string, kind Kind, name string, err error) error {
 	switch {
 	case err == nil, apierrors.IsNotFound(err):
 		return err
 	case apierrors.IsInvalid(err):
-		return &RefusedError{Target: t.Name, Kind: kind, Namespace: namespace, Name: name, InTheWay: true, Err: err}
+		return &RefusedError{Target: t.Name, Kind: kind, Namespace: namespace, Name: c.copyName(name), Original: name, InTheWay: true, Err: err}
 	case apierrors.IsForbidden(err):
-		return &RefusedError{Target: t.Name, Kind: kind, Namespace: namespace, Name: name, Err: err}
+		return &RefusedError{Target: t.Name, Kind: kind, Namespace: namespace, Name: c.copyName(name), Original: name, Err: err}
 	}
-	return fmt.Errorf("target %s: writing the copy of %s %s/%s: %w", t.Name, kind, namespace, name, err)
+	return fmt.Errorf("target %s: writing the copy %s of %s %s/%s: %w", t.Name, c.copyName(name), kind, namespace, name, err)
 }
 
 func ownedKey(t *target.Target, namespace string, kind Kind, name string, owner types.UID) string {
@@ -296,9 +308,9 @@ func (c *Copier) remember(t *target.Target, namespace string, kind Kind, name st
 
 // sameNamespace reports whether the pod's candidates in t live beside the
 // objects themselves: a self target that does not map the namespace needs
-// no copies.
+// no copies, and its candidates name the objects themselves.
 func sameNamespace(t *target.Target, sourceNamespace string) bool {
-	return t.Self && t.NamespaceFor(sourceNamespace) == sourceNamespace
+	return !candidate.NeedsCopies(t.Self, sourceNamespace, t.NamespaceFor(sourceNamespace))
 }
 
 // Needs is what one source pod needs copied into the targets that get its
@@ -390,7 +402,7 @@ func (n *Needs) Prepare(ctx context.Context, t *target.Target) error {
 		if apierrors.IsAlreadyExists(err) {
 			err = n.c.patchData(ctx, t, ns, o)
 		} else {
-			err = createError(t, ns, o, err)
+			err = n.c.createError(t, ns, o, err)
 		}
 		if err != nil {
 			return err
@@ -426,7 +438,7 @@ func (n *Needs) Adopt(ctx context.Context, t *target.Target, cand *corev1.Pod) e
 		if apierrors.IsAlreadyExists(err) {
 			err = n.c.patchOwners(ctx, t, ns, r.Kind, r.Name, owners)
 		} else {
-			err = createError(t, ns, o, err)
+			err = n.c.createError(t, ns, o, err)
 		}
 		errs = append(errs, err)
 	}
@@ -447,12 +459,12 @@ func (n *Needs) fetchOne(ctx context.Context, r Ref) (*original, error) {
 }
 
 // createError explains a create of a copy that failed.
-func createError(t *target.Target, namespace string, o *original, err error) error {
+func (c *Copier) createError(t *target.Target, namespace string, o *original, err error) error {
 	switch {
 	case err == nil:
 		return nil
 	case apierrors.IsForbidden(err), apierrors.IsInvalid(err):
-		return &RefusedError{Target: t.Name, Kind: o.Kind, Namespace: namespace, Name: o.Name, Err: err}
+		return &RefusedError{Target: t.Name, Kind: o.Kind, Namespace: namespace, Name: c.copyName(o.Name), Original: o.Name, Err: err}
 	}
-	return fmt.Errorf("target %s: copying %s %s/%s: %w", t.Name, o.Kind, namespace, o.Name, err)
+	return fmt.Errorf("target %s: copying %s %s/%s to %s: %w", t.Name, o.Kind, namespace, o.Name, c.copyName(o.Name), err)
 }

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/cache"
 	"k8s.io/client-go/rest"
 
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
 	"github.com/flotilla-dev/flotilla/pkg/target"
 )
 
@@ -36,15 +37,17 @@ func TestClassify(t *testing.T) {
 		{name: "not allowed to write", err: apierrors.NewForbidden(cm, "cfg", errors.New("RBAC")), refused: true},
 		{name: "unreachable: retried", err: fmt.Errorf("dial tcp: connection refused")},
 	}
+	c := &Copier{SourceCluster: "src"}
+	copyName := protocol.CopyName("src", "cfg")
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got := classify(tg, "shop", ConfigMap, "cfg", tc.err)
+			got := c.classify(tg, "shop", ConfigMap, "cfg", tc.err)
 			var refused *RefusedError
 			if errors.As(got, &refused) != tc.refused {
 				t.Fatalf("classify(%v) = %v, refused want %v", tc.err, got, tc.refused)
 			}
-			if tc.refused && (refused.InTheWay != tc.inTheWay || !strings.Contains(got.Error(), "target t1") || !strings.Contains(got.Error(), "ConfigMap shop/cfg")) {
-				t.Errorf("classify(%v) = %q: want target, object and in the way %v", tc.err, got, tc.inTheWay)
+			if tc.refused && (refused.InTheWay != tc.inTheWay || !strings.Contains(got.Error(), "target t1") || !strings.Contains(got.Error(), "ConfigMap shop/"+copyName) || !strings.Contains(got.Error(), " cfg") || refused.Name != copyName) {
+				t.Errorf("classify(%v) = %q: want target, copy, object and in the way %v", tc.err, got, tc.inTheWay)
 			}
 			if tc.err == nil && got != nil || apierrors.IsNotFound(tc.err) && !apierrors.IsNotFound(got) {
 				t.Errorf("classify(%v) = %v: want it passed through", tc.err, got)
@@ -86,4 +89,18 @@ func TestMissingErrorNamesEachObject(t *testing.T) {
 
 func candidatePod(uid string) *corev1.Pod {
 	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-" + uid, UID: types.UID(uid)}}
+}
+
+// TestCopiesAreNamedForTheirSource: a copy carries the name only this
+// source's copies carry (the one its candidates reference), and the
+// labels that make it this source's.
+func TestCopiesAreNamedForTheirSource(t *testing.T) {
+	c := &Copier{SourceCluster: "src"}
+	m := c.meta(&original{Kind: Secret, Name: "db"}, "shop", []*corev1.Pod{candidatePod("a")})
+	if m.Name != protocol.CopyName("src", "db") || !strings.HasPrefix(m.Name, protocol.CopyNamePrefix("src")) || m.Namespace != "shop" {
+		t.Errorf("the copy of Secret db is %s/%s", m.Namespace, m.Name)
+	}
+	if m.Labels[protocol.CopyLabel] != "true" || m.Labels[protocol.SourceClusterLabel] != "src" || len(m.OwnerReferences) != 1 {
+		t.Errorf("the copy's metadata: %+v", m)
+	}
 }

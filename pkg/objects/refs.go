@@ -11,14 +11,16 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/flotilla-dev/flotilla/pkg/candidate"
 )
 
 // Kind of an object a pod references.
-type Kind string
+type Kind = candidate.ObjectKind
 
 const (
-	ConfigMap Kind = "ConfigMap"
-	Secret    Kind = "Secret"
+	ConfigMap = candidate.ConfigMapObject
+	Secret    = candidate.SecretObject
 )
 
 // Ref is one object a pod spec references, in the pod's namespace.
@@ -42,76 +44,26 @@ func (r Ref) key() string { return Key(r.Kind, r.Name) }
 func Key(kind Kind, name string) string { return string(kind) + "/" + name }
 
 // Of lists the ConfigMaps and Secrets spec references, each once, sorted by
-// kind and name: volumes (projected sources included), env and envFrom of
-// init, regular and ephemeral containers, and image pull secrets.
+// kind and name: those candidate.VisitObjectReferences visits (volumes,
+// projected sources included; env and envFrom of init, regular and
+// ephemeral containers; image pull secrets), which Build renames to the
+// copies' names.
 func Of(spec *corev1.PodSpec) []Ref {
 	seen := map[Ref]int{}
 	var out []Ref
-	add := func(kind Kind, name string, optional *bool) {
-		if name == "" {
+	candidate.VisitObjectReferences(spec, func(r candidate.ObjectReference) {
+		if *r.Name == "" {
 			return
 		}
-		opt := optional != nil && *optional
-		key := Ref{Kind: kind, Name: name}
+		key := Ref{Kind: r.Kind, Name: *r.Name}
 		if i, ok := seen[key]; ok {
 			// One reference that needs the object is enough to need it.
-			out[i].Optional = out[i].Optional && opt
+			out[i].Optional = out[i].Optional && r.Optional
 			return
 		}
 		seen[key] = len(out)
-		out = append(out, Ref{Kind: kind, Name: name, Optional: opt})
-	}
-	for _, v := range spec.Volumes {
-		switch {
-		case v.ConfigMap != nil:
-			add(ConfigMap, v.ConfigMap.Name, v.ConfigMap.Optional)
-		case v.Secret != nil:
-			add(Secret, v.Secret.SecretName, v.Secret.Optional)
-		case v.Projected != nil:
-			for _, s := range v.Projected.Sources {
-				if s.ConfigMap != nil {
-					add(ConfigMap, s.ConfigMap.Name, s.ConfigMap.Optional)
-				}
-				if s.Secret != nil {
-					add(Secret, s.Secret.Name, s.Secret.Optional)
-				}
-			}
-		}
-	}
-	containers := func(env []corev1.EnvVar, envFrom []corev1.EnvFromSource) {
-		for _, e := range env {
-			if e.ValueFrom == nil {
-				continue
-			}
-			if r := e.ValueFrom.ConfigMapKeyRef; r != nil {
-				add(ConfigMap, r.Name, r.Optional)
-			}
-			if r := e.ValueFrom.SecretKeyRef; r != nil {
-				add(Secret, r.Name, r.Optional)
-			}
-		}
-		for _, e := range envFrom {
-			if r := e.ConfigMapRef; r != nil {
-				add(ConfigMap, r.Name, r.Optional)
-			}
-			if r := e.SecretRef; r != nil {
-				add(Secret, r.Name, r.Optional)
-			}
-		}
-	}
-	for _, c := range spec.InitContainers {
-		containers(c.Env, c.EnvFrom)
-	}
-	for _, c := range spec.Containers {
-		containers(c.Env, c.EnvFrom)
-	}
-	for _, c := range spec.EphemeralContainers {
-		containers(c.Env, c.EnvFrom)
-	}
-	optional := true
-	for _, s := range spec.ImagePullSecrets {
-		add(Secret, s.Name, &optional)
-	}
+		out = append(out, Ref{Kind: r.Kind, Name: *r.Name, Optional: r.Optional})
+	})
 	slices.SortFunc(out, func(a, b Ref) int {
 		return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Name, b.Name))
 	})

@@ -165,13 +165,13 @@ func (c *Copier) sync(ctx context.Context, t *target.Target, namespace string, o
 	if apierrors.IsNotFound(err) {
 		err = c.create(ctx, t, namespace, o, owners)
 		if !apierrors.IsAlreadyExists(err) {
-			return createError(t, namespace, o, err)
+			return c.createError(t, namespace, o, err)
 		}
 		err = c.patchData(ctx, t, namespace, o)
 	}
 	if err != nil {
 		return err
 	}
-	klog.FromContext(ctx).V(2).Info("Synced copy", "target", t.Name, "kind", o.Kind, "copy", klog.KRef(namespace, o.Name))
+	klog.FromContext(ctx).V(2).Info("Synced copy", "target", t.Name, "kind", o.Kind, "object", o.Name, "copy", klog.KRef(namespace, c.copyName(o.Name)))
 	return c.patchOwners(ctx, t, namespace, o.Kind, o.Name, owners)
 }
