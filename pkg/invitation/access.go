@@ -258,6 +258,7 @@ func (inv Invitation) Policy() *admissionregistrationv1.ValidatingAdmissionPolic
 		validations = append(validations, inv.baselineValidations()...)
 	}
 	validations = append(validations, inv.delegationValidations()...)
+	validations = append(validations, inv.referenceValidations()...)
 	validations = append(validations, inv.metadataValidations()...)
 	validations = append(notToken(validations), inv.tokenValidations()...)
 	// A stream (CONNECT) has no object to check but its options: the

@@ -396,7 +396,7 @@ func TestPolicyCopies(t *testing.T) {
 	e := compile(t, policyInvitation())
 	owner := metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: "web-0123456789", UID: "cand-uid"}
 	meta := func() metav1.ObjectMeta {
-		return metav1.ObjectMeta{Name: "config", Namespace: "shop", Labels: map[string]string{protocol.CopyLabel: "true", protocol.SourceClusterLabel: "c1"}}
+		return metav1.ObjectMeta{Name: protocol.CopyName("c1", "config"), Namespace: "shop", Labels: map[string]string{protocol.CopyLabel: "true", protocol.SourceClusterLabel: "c1"}}
 	}
 	cm := &corev1.ConfigMap{ObjectMeta: meta(), Data: map[string]string{"a": "b"}}
 	if got := e.refusals(t, admission.Create, "configmaps", "", cm, nil); len(got) > 0 {
