@@ -2,6 +2,7 @@ package invitation
 
 import (
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -50,6 +51,12 @@ var baselineSELinuxTypes = []string{"", "container_t", "container_init_t", "cont
 // with a credential: a Secret of either, written by the source, would hand
 // a long-lived token to whoever mounts it.
 var tokenSecretTypes = []string{"kubernetes.io/service-account-token", "bootstrap.kubernetes.io/token"}
+
+// flotillaLabelKey matches the label keys of Flotilla's domain: its
+// prefix, and its subdomains' (the source's own labels, carried under
+// protocol.SourceLabelPrefix). Nothing of the target selects those by
+// accident.
+var flotillaLabelKey = "^([a-z0-9]([-a-z0-9]*[a-z0-9])?\\.)*" + regexp.QuoteMeta(protocol.Prefix)
 
 // protocolLabels tie an object to its source; they never change once set.
 var protocolLabels = []string{protocol.CandidateLabel, protocol.SourceClusterLabel, protocol.SourceUIDLabel, protocol.SourceNameLabel, protocol.CopyLabel}
@@ -272,13 +279,14 @@ func (inv Invitation) metadataValidations() []admissionregistrationv1.Validation
 	if !inv.Spec.KeepSourceLabels {
 		// A label someone else set before stays: the source may not
 		// add, change or remove one.
-		expr := fmt.Sprintf("%s ? %s.all(k, k.startsWith(%q)) : (%s.all(k, k.startsWith(%q) || (k in %s && %s[k] == %s[k])) && %s.all(k, k.startsWith(%q) || k in %s))",
-			celIsCreate, labels, protocol.Prefix,
-			labels, protocol.Prefix, oldLabels, oldLabels, labels,
-			oldLabels, protocol.Prefix, labels)
+		ours := "k.matches(" + strconv.Quote(flotillaLabelKey) + ")"
+		expr := fmt.Sprintf("%s ? %s.all(k, %s) : (%s.all(k, %s || (k in %s && %s[k] == %s[k])) && %s.all(k, %s || k in %s))",
+			celIsCreate, labels, ours,
+			labels, ours, oldLabels, oldLabels, labels,
+			oldLabels, ours, labels)
 		out = append(out, guarded(celIsDelete, []rule{{
 			expr: expr,
-			msg:  fmt.Sprintf("metadata.labels: source %s may only set labels under %s (the invitation does not set spec.keepSourceLabels)", src, protocol.Prefix),
+			msg:  fmt.Sprintf("metadata.labels: source %s may only set labels under %s or its subdomains (the invitation does not set spec.keepSourceLabels)", src, protocol.Prefix),
 		}})...)
 	}
 	var same []string

@@ -155,6 +155,12 @@ func TestPolicyAdmitsNormalCandidates(t *testing.T) {
 	if got := e.refusals(t, admission.Create, "pods", "", c, nil); len(got) > 0 {
 		t.Fatalf("a normal candidate is refused: %q", got)
 	}
+	// The source's labels, carried under a subdomain of Flotilla's.
+	carried := c.DeepCopy()
+	carried.Labels["label."+protocol.Prefix+"app"] = "web"
+	if got := e.refusals(t, admission.Create, "pods", "", carried, nil); len(got) > 0 {
+		t.Fatalf("a candidate carrying its source's labels under Flotilla's domain is refused: %q", got)
+	}
 	if !baselineAllows(t, c) {
 		t.Fatal("the normal candidate does not meet baseline: fix the sample")
 	}
@@ -311,6 +317,8 @@ func TestPolicyRefusesPods(t *testing.T) {
 			p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-abc", UID: "rs-uid", Controller: ptr.To(true)}}
 		}, "metadata.ownerReferences", false},
 		{"a label a Service selects", func(p *corev1.Pod) { p.Labels["app"] = "payments" }, "metadata.labels", false},
+		{"a label of a look-alike domain", func(p *corev1.Pod) { p.Labels["multicluster.flotilla.dev.example.com/app"] = "payments" }, "metadata.labels", false},
+		{"a label of a domain ending like Flotilla's", func(p *corev1.Pod) { p.Labels["xmulticluster.flotilla.dev/app"] = "payments" }, "metadata.labels", false},
 		{"another scheduler", func(p *corev1.Pod) { p.Spec.SchedulerName = "default-scheduler" }, "schedulerName", false},
 		{"another source's label", func(p *corev1.Pod) { p.Labels[protocol.SourceClusterLabel] = "c2" }, "labelled", false},
 	} {
