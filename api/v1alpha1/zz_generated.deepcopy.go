@@ -659,6 +659,16 @@ func (in *Source) DeepCopyObject() runtime.Object {
 func (in *SourceCommon) DeepCopyInto(out *SourceCommon) {
 	*out = *in
 	in.Identity.DeepCopyInto(&out.Identity)
+	if in.AllowPriorityClasses != nil {
+		in, out := &in.AllowPriorityClasses, &out.AllowPriorityClasses
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
+	if in.MaxTokenLifetime != nil {
+		in, out := &in.MaxTokenLifetime, &out.MaxTokenLifetime
+		*out = new(v1.Duration)
+		**out = **in
+	}
 	if in.Quota != nil {
 		in, out := &in.Quota, &out.Quota
 		*out = new(SourceQuota)
@@ -857,6 +867,11 @@ func (in *TargetCommon) DeepCopyInto(out *TargetCommon) {
 		for key, val := range *in {
 			(*out)[key] = val
 		}
+	}
+	if in.PodCIDRs != nil {
+		in, out := &in.PodCIDRs, &out.PodCIDRs
+		*out = make([]string, len(*in))
+		copy(*out, *in)
 	}
 }
 
