@@ -130,17 +130,13 @@ func (inv Invitation) meta(namespace string) metav1.ObjectMeta {
 // Role is what the source may do in one invited namespace: its candidates,
 // and the ConfigMaps and Secrets they reference. It may not read Secrets or
 // ConfigMaps, only write the ones labelled as its own (the policy checks
-// the label). It may read the logs of pods and open exec, attach and
-// port-forward streams to them: the source's users reach their delegates
-// so (kubectl logs, exec, attach, port-forward on the source pod); the
-// policy lets streams reach candidates' names only.
+// the label). It grants no logs and no streams: those of the source's own
+// delegates, by name, are StreamsRole's (streams.go).
 func (inv Invitation) Role(namespace string) *rbacv1.Role {
 	return &rbacv1.Role{
 		ObjectMeta: inv.meta(namespace),
 		Rules: []rbacv1.PolicyRule{
 			{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch", "create", "patch", "delete"}},
-			{APIGroups: []string{""}, Resources: []string{"pods/log"}, Verbs: []string{"get"}},
-			{APIGroups: []string{""}, Resources: streamSubresources, Verbs: []string{"create"}},
 			{APIGroups: []string{""}, Resources: []string{"configmaps", "secrets"}, Verbs: []string{"create", "update", "patch", "delete"}},
 		},
 	}
@@ -152,10 +148,11 @@ var streamSubresources = []string{"pods/exec", "pods/attach", "pods/portforward"
 // candidateNamePattern matches the names protocol.CandidateName makes: a
 // name, "-" and 10 hex digits. An admission policy cannot see the labels of
 // the pod a stream is opened to (CONNECT carries only its options), so the
-// name is what a stream is checked by: it keeps the source's streams off
-// the pods of Deployments, ReplicaSets, StatefulSets, DaemonSets and Jobs,
-// whose names end otherwise, but not off a bare pod someone named that way
-// (docs/invitations.md).
+// name is all the policy checks: it keeps the source's streams off the
+// pods of Deployments, ReplicaSets, StatefulSets, DaemonSets and Jobs,
+// whose names end otherwise, but not off a bare pod someone named that way.
+// What grants a stream is the streams Role, which names the source's
+// delegates (streams.go); this is defence in depth (docs/invitations.md).
 const candidateNamePattern = "^.+-[0-9a-f]{10}$"
 
 // RoleBinding binds Role to the invited identity.
@@ -259,7 +256,6 @@ func (inv Invitation) Policy() *admissionregistrationv1.ValidatingAdmissionPolic
 	}
 	validations = append(validations, inv.delegationValidations()...)
 	validations = append(validations, inv.metadataValidations()...)
-	validations = append(validations, inv.referenceValidations()...)
 	validations = append(notToken(validations), inv.tokenValidations()...)
 	// A stream (CONNECT) has no object to check but its options: the
 	// checks above are about objects, and only the name is checked.

@@ -86,13 +86,15 @@ func TestPolicy(t *testing.T) {
 	}
 }
 
-// TestStreams checks what the source may do with the streams of pods: read
-// logs and open exec, attach and port-forward, and the policy lets streams
-// reach only names the candidates have.
+// TestStreams checks what the source may do with the streams of its
+// delegates: read logs and open exec, attach and port-forward (the streams
+// Role, streams.go), and the policy lets streams reach only names the
+// candidates have.
 func TestStreams(t *testing.T) {
 	inv := sample("ClusterSource")
 	granted := map[string][]string{}
-	for _, rule := range inv.Role("shop").Rules {
+	delegate := StreamPod{Name: "web-0123456789", Candidate: true, SourceCluster: "c1", SchedulerName: protocol.SchedulerName, NodeName: "node-1"}
+	for _, rule := range inv.StreamsRole("shop", StreamRules("c1", []StreamPod{delegate})).Rules {
 		for _, r := range rule.Resources {
 			granted[r] = append(granted[r], rule.Verbs...)
 		}

@@ -87,6 +87,10 @@ type Controller struct {
 	// learnt (see apiAudiences).
 	audiencesMu sync.Mutex
 	audiences   []string
+
+	// streams keeps each invitation's streams Roles (streams.go); nil
+	// outside the manager (RevokeAll).
+	streams *streamGrants
 }
 
 // SetupWithManager registers the controllers of both kinds; a namespace
@@ -104,6 +108,10 @@ func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 		return out
 	})
 	if err := mgr.Add(sweeper{c}); err != nil {
+		return err
+	}
+	c.streams = newStreamGrants(c.Kube, c.Client, c.Reader)
+	if err := mgr.Add(c.streams); err != nil {
 		return err
 	}
 	if err := ctrl.NewControllerManagedBy(mgr).Named("clustersource").For(&v1alpha1.ClusterSource{}).
@@ -443,13 +451,16 @@ func (c *Controller) apply(ctx context.Context, inv Invitation, namespaces []str
 		objs = append(objs, inv.TokenRole(), inv.TokenRoleBinding())
 	}
 	for _, ns := range namespaces {
-		objs = append(objs, inv.Role(ns), inv.RoleBinding(ns))
+		objs = append(objs, inv.Role(ns), inv.RoleBinding(ns), inv.StreamsRoleBinding(ns))
 	}
 	var errs []error
 	for _, o := range objs {
 		if err := c.upsert(ctx, o); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if c.streams != nil {
+		c.streams.set(inv, namespaces)
 	}
 	// RBAC in namespaces the invitation no longer covers.
 	sel := client.MatchingLabels{InvitationLabel: inv.ID()}
@@ -460,7 +471,8 @@ func (c *Controller) apply(ctx context.Context, inv Invitation, namespaces []str
 	}
 	saNS, _ := inv.ServiceAccount()
 	for _, rb := range roles.Items {
-		if !slices.Contains(namespaces, rb.Namespace) && rb.Namespace != saNS {
+		token := rb.Namespace == saNS && rb.Name == inv.TokenRoleBinding().Name
+		if !slices.Contains(namespaces, rb.Namespace) && !token {
 			errs = append(errs, c.deleteRBAC(ctx, rb.Namespace, rb.Name))
 		}
 	}
@@ -595,6 +607,10 @@ func ServerOf(cfg *rest.Config) (string, []byte, error) {
 func (c *Controller) revoke(ctx context.Context, inv Invitation) error {
 	log := klog.FromContext(ctx)
 	var errs []error
+	if c.streams != nil {
+		// No streams Role is written again once deleted below.
+		c.streams.forget(inv.ID())
+	}
 	if c.Summaries != nil {
 		c.Summaries.Remove(inv.SummaryName())
 	} else if err := c.Client.Delete(ctx, &v1alpha1.ClusterSummary{ObjectMeta: metav1.ObjectMeta{Name: inv.SummaryName()}}); err != nil && !apierrors.IsNotFound(err) {
