@@ -256,6 +256,7 @@ func (inv Invitation) Policy() *admissionregistrationv1.ValidatingAdmissionPolic
 	}
 	validations = append(validations, inv.delegationValidations()...)
 	validations = append(validations, inv.metadataValidations()...)
+	validations = append(validations, inv.referenceValidations()...)
 	validations = append(notToken(validations), inv.tokenValidations()...)
 	// A stream (CONNECT) has no object to check but its options: the
 	// checks above are about objects, and only the name is checked.
