@@ -10,8 +10,10 @@ import (
 	"flag"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -35,6 +37,7 @@ import (
 	"github.com/flotilla-dev/flotilla/pkg/local"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
 	"github.com/flotilla-dev/flotilla/pkg/slim"
+	"github.com/flotilla-dev/flotilla/pkg/vnode"
 )
 
 type options struct {
@@ -49,6 +52,7 @@ type options struct {
 	invitationTokenTTL time.Duration
 	summaryInterval    time.Duration
 	tokenRenewAfter    float64
+	tenantPodCIDRs     string
 	workers            int
 	vnodeWorkers       int
 	maxCands           int
@@ -97,6 +101,7 @@ func (o *options) bind(fs *flag.FlagSet) {
 	fs.DurationVar(&o.invitationTokenTTL, "invitation-token-ttl", 24*time.Hour, "Lifetime of the token in the kubeconfig written for an invitation's managed ServiceAccount (at least 10m, the API server's minimum); the source renews it itself before it expires.")
 	fs.DurationVar(&o.summaryInterval, "summary-interval", 5*time.Second, "How often at most each ClusterSummary is written, however fast nodes and pods change.")
 	fs.Float64Var(&o.tokenRenewAfter, "token-renew-after", 0.5, "Share of a target token's lifetime after which the source renews it (TokenRequest on its own ServiceAccount), between 0 and 1.")
+	fs.StringVar(&o.tenantPodCIDRs, "tenant-pod-cidrs", "", "Comma-separated networks inside which a namespaced Target's spec.podCIDRs must lie (a tenant's target could otherwise make this cluster's Services send traffic to any address). Empty: a namespaced Target may name none, and its pods show no pod IP.")
 	fs.IntVar(&o.workers, "workers", 64, "Source pods placed concurrently. Most of a placement is waiting on API calls, so this is worth more than the cores.")
 	fs.IntVar(&o.vnodeWorkers, "vnode-workers", 16, "Per virtual node: source pods whose status is mirrored concurrently.")
 	fs.Int64Var(&o.notReadyToleration, "not-ready-toleration-seconds", 60, "How long a source pod stays on a virtual node that is NotReady (its target's API does not answer) before it is evicted and its controller recreates it elsewhere; the webhook writes it as the pod's node.kubernetes.io/not-ready toleration unless the pod has one of its own. -1: never evicted.")
@@ -137,6 +142,9 @@ func (o *options) validate() error {
 	}
 	if o.invitationTokenTTL < 10*time.Minute {
 		return fmt.Errorf("--invitation-token-ttl %s: the API server issues tokens of 10m or more", o.invitationTokenTTL)
+	}
+	if _, err := o.tenantNetworks(); err != nil {
+		return err
 	}
 	if o.tokenRenewAfter <= 0 || o.tokenRenewAfter >= 1 {
 		return fmt.Errorf("--token-renew-after %g: want a share of the lifetime between 0 and 1", o.tokenRenewAfter)
@@ -315,4 +323,16 @@ func runCleanup(opts options) error {
 		Deployments: splitList(opts.cleanupDeployments),
 		Leases:      splitList(opts.cleanupLeases),
 	})
+}
+
+// tenantNetworks parses --tenant-pod-cidrs.
+func (o *options) tenantNetworks() ([]netip.Prefix, error) {
+	if strings.TrimSpace(o.tenantPodCIDRs) == "" {
+		return nil, nil
+	}
+	nets, err := vnode.ParsePodCIDRs(strings.Split(o.tenantPodCIDRs, ","))
+	if err != nil {
+		return nil, fmt.Errorf("--tenant-pod-cidrs: %w", err)
+	}
+	return nets, nil
 }

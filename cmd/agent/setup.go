@@ -94,6 +94,10 @@ func setupPlacement(mgr manager.Manager, cfg *rest.Config, kube kubernetes.Inter
 	state.Register("targets", targets.DebugState(debugstate.DefaultLimit))
 	state.Register("elections", reservation.ElectionsProvider(mgr.GetCache(), targets, opts.clusterName, debugstate.DefaultLimit))
 	kubeletAddress, kubeletPort := opts.kubelet.published()
+	tenantNets, err := opts.tenantNetworks()
+	if err != nil {
+		return err
+	}
 	if err := (&target.Controller{
 		Client:          mgr.GetClient(),
 		Reader:          mgr.GetAPIReader(),
@@ -108,6 +112,7 @@ func setupPlacement(mgr manager.Manager, cfg *rest.Config, kube kubernetes.Inter
 		NoScheduler:     !opts.schedulerEnabled,
 		NotReadyAfter:   opts.notReadyAfter,
 		TokenRenewAfter: opts.tokenRenewAfter,
+		TenantPodCIDRs:  tenantNets,
 		KubeletAddress:  kubeletAddress,
 		KubeletPort:     kubeletPort,
 	}).SetupWithManager(mgr); err != nil {

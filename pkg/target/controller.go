@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -103,6 +105,10 @@ type Controller struct {
 	// TokenRenewAfter is the share of a token's lifetime after which it is
 	// renewed; default 0.5.
 	TokenRenewAfter float64
+	// TenantPodCIDRs are the networks inside which a namespaced Target's
+	// spec.podCIDRs must lie; none: a namespaced Target may name none, so
+	// its pods never show a pod IP here.
+	TenantPodCIDRs []netip.Prefix
 
 	mu      sync.Mutex
 	running map[string]*running
@@ -278,24 +284,55 @@ func (c *Controller) reconcileObject(ctx context.Context, req reconcile.Request,
 // (with the agent's own identity, which may create pods in every
 // namespace: a tenant of one namespace would borrow it to create pods and
 // copies of its Secrets in kube-system or a neighbour's namespace), or pod
-// networks that do not parse. The CRD's validation cannot see a Target's
-// namespace, so this is checked here. nil: the spec may be acted on.
-func refusedSpec(v view) error {
+// networks that do not parse, or, on a namespaced Target (a tenant's),
+// networks outside tenantPodCIDRs, the ones the cluster admin lets tenants
+// name. The CRD's validation cannot see a Target's namespace, so this is
+// checked here. nil: the spec may be acted on.
+func refusedSpec(v view, tenantPodCIDRs []netip.Prefix) error {
 	if v.self && v.namespace != "" {
 		if to := v.mapping[v.namespace]; to != "" && to != v.namespace {
 			return fmt.Errorf("a namespaced self Target sends its namespace's pods into this cluster with the agent's own identity, so only into its own namespace: spec.targetNamespace %q must be empty or %q; use a ClusterTarget, which only a cluster admin makes, to map namespaces", to, v.namespace)
 		}
 	}
-	if _, err := vnode.ParsePodCIDRs(v.podCIDRs); err != nil {
+	cidrs, err := vnode.ParsePodCIDRs(v.podCIDRs)
+	if err != nil {
 		return fmt.Errorf("spec.podCIDRs: %w", err)
 	}
+	if v.namespace != "" {
+		for i, p := range cidrs {
+			if !within(p, tenantPodCIDRs) {
+				return fmt.Errorf("spec.podCIDRs[%d] %s: a namespaced Target's pod networks must lie inside the networks the cluster admin lets tenants name (the agent's --tenant-pod-cidrs, %s): this cluster's Services would send traffic to any address a tenant's target reported", i, v.podCIDRs[i], describeCIDRs(tenantPodCIDRs))
+			}
+		}
+	}
 	return nil
+}
+
+// within reports whether network p lies inside one of nets.
+func within(p netip.Prefix, nets []netip.Prefix) bool {
+	for _, n := range nets {
+		if n.Bits() <= p.Bits() && n.Contains(p.Addr()) {
+			return true
+		}
+	}
+	return false
+}
+
+func describeCIDRs(nets []netip.Prefix) string {
+	if len(nets) == 0 {
+		return "none"
+	}
+	out := make([]string, len(nets))
+	for i, n := range nets {
+		out[i] = n.String()
+	}
+	return strings.Join(out, ", ")
 }
 
 // connect makes the running target match the spec, probes it and reports.
 func (c *Controller) connect(ctx context.Context, v view) (reconcile.Result, error) {
 	before := v.status.DeepCopy()
-	if err := refusedSpec(v); err != nil {
+	if err := refusedSpec(v, c.TenantPodCIDRs); err != nil {
 		// Nothing is started for it; what runs of an earlier spec keeps
 		// running, as with a broken Secret. The spec's next change brings
 		// the target back here.

@@ -2,6 +2,7 @@ package target
 
 import (
 	"context"
+	"net/netip"
 	"slices"
 	"sort"
 	"strings"
@@ -47,6 +48,7 @@ func TestRefusedSpec(t *testing.T) {
 		},
 	})
 	withCIDRs := func(v view, cidrs ...string) view { v.podCIDRs = cidrs; return v }
+	tenantNets := []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00::/56")}
 	for _, tt := range []struct {
 		name    string
 		v       view
@@ -58,11 +60,14 @@ func TestRefusedSpec(t *testing.T) {
 		{name: "namespaced self Target into a neighbour's namespace", v: selfTarget("other-tenant"), refused: `spec.targetNamespace "other-tenant"`},
 		{name: "namespaced Target of another cluster maps its namespace", v: remoteTarget},
 		{name: "self ClusterTarget maps namespaces", v: clusterSelf},
-		{name: "pod networks", v: withCIDRs(selfTarget(""), "10.244.0.0/16", "fd00::/64")},
+		{name: "pod networks", v: withCIDRs(clusterSelf, "10.244.0.0/16", "fd00::/64")},
+		{name: "a tenant's pod networks inside the admin's", v: withCIDRs(remoteTarget, "10.244.1.0/24", "fd00::/64")},
+		{name: "a tenant's pod network wider than the admin's", v: withCIDRs(remoteTarget, "10.0.0.0/8"), refused: "spec.podCIDRs[0] 10.0.0.0/8"},
+		{name: "a tenant's pod network elsewhere", v: withCIDRs(selfTarget(""), "10.244.0.0/16", "192.168.0.0/16"), refused: "spec.podCIDRs[1] 192.168.0.0/16"},
 		{name: "a pod network that does not parse", v: withCIDRs(remoteTarget, "10.244.0.0"), refused: "spec.podCIDRs"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			err := refusedSpec(tt.v)
+			err := refusedSpec(tt.v, tenantNets)
 			switch {
 			case tt.refused == "" && err != nil:
 				t.Fatalf("refused: %v", err)

@@ -60,7 +60,10 @@ func TestTenantBorrowsNothing(t *testing.T) {
 	}
 	// The cluster admin's self ClusterTarget places every namespace's pods
 	// at home; it lists no podCIDRs.
-	agent, err := sandbox.StartAgent(ctx, src, []*sandbox.Cluster{src})
+	// Tenants may name pod networks inside kwok's only.
+	agent, err := sandbox.StartAgentWith(ctx, src, []*sandbox.Cluster{src}, sandbox.ReleaseOptions{
+		Set: []string{"agent.tenantPodCIDRs={" + kwokPodCIDR + "}"},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,8 +84,24 @@ func TestTenantBorrowsNothing(t *testing.T) {
 		createTenantSecret(t, tenantKube, "remote-kubeconfig", data)
 		tg := &v1alpha1.Target{ObjectMeta: metav1.ObjectMeta{Namespace: tenantNS, Name: "remote"}}
 		tg.Spec.KubeconfigSecretRef = &v1alpha1.LocalSecretKeyRef{Name: "remote-kubeconfig"}
-		tg.Spec.PodCIDRs = []string{kwokPodCIDR}
+		// A network wider than the admin lets tenants name: any address
+		// the remote cluster reported would be this cluster's to route.
+		tg.Spec.PodCIDRs = []string{"10.0.0.0/8"}
 		if err := tenantCR.Create(ctx, tg); err != nil {
+			t.Fatal(err)
+		}
+		if err := src.WaitTarget(ctx, client.ObjectKeyFromObject(tg), 60*time.Second, func(st *v1alpha1.TargetStatus) bool {
+			c := meta.FindStatusCondition(st.Conditions, v1alpha1.TargetReady)
+			return c != nil && c.Status == metav1.ConditionFalse && c.Reason == v1alpha1.ReasonInvalidSpec &&
+				strings.Contains(c.Message, "spec.podCIDRs[0] 10.0.0.0/8") && st.VirtualNode == ""
+		}); err != nil {
+			t.Fatalf("a tenant's Target naming pod networks beyond the admin's: %v", err)
+		}
+		if err := tenantCR.Get(ctx, client.ObjectKeyFromObject(tg), tg); err != nil {
+			t.Fatal(err)
+		}
+		tg.Spec.PodCIDRs = []string{kwokPodCIDR}
+		if err := tenantCR.Update(ctx, tg); err != nil {
 			t.Fatal(err)
 		}
 		if err := src.WaitTarget(ctx, client.ObjectKeyFromObject(tg), 60*time.Second, func(st *v1alpha1.TargetStatus) bool {
@@ -247,8 +266,12 @@ func TestTenantBorrowsNothing(t *testing.T) {
 			if n := candidatesOf(t, c, "", steal.UID); len(n) != 0 {
 				t.Fatalf("%s holds a candidate %s/%s of a pod naming a Secret its namespace does not have", name, n[0].Namespace, n[0].Name)
 			}
-			if _, err := c.CoreV1().Secrets(tenantNS).Get(ctx, secret.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-				t.Fatalf("%s has a Secret %s/%s: %v", name, tenantNS, secret.Name, err)
+			// Neither the Secret nor a copy of it (named as the source
+			// names its copies).
+			for _, secretName := range []string{secret.Name, protocol.CopyName("src", secret.Name)} {
+				if _, err := c.CoreV1().Secrets(tenantNS).Get(ctx, secretName, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+					t.Fatalf("%s has a Secret %s/%s: %v", name, tenantNS, secretName, err)
+				}
 			}
 		}
 	})
