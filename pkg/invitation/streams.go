@@ -45,10 +45,11 @@ import (
 // namespace (the invited ones change without a restart).
 // +kubebuilder:rbac:groups="",resources=pods,verbs=list;watch
 
-// streamsCoalesce is how long a change of a namespace's delegates waits
-// for more before its Role is written: a burst of delegates starting or
-// stopping together costs one write, not one each, and a lone one is
-// granted within this.
+// streamsCoalesce: a change of a namespace's delegates is written at once
+// when its Role was not queued for this long, and otherwise waits this long
+// for more, so that a lone delegate is granted as soon as it binds and a
+// burst of delegates starting or stopping together costs a write per
+// interval, not one each.
 const streamsCoalesce = 100 * time.Millisecond
 
 // streamsWorkers write Roles concurrently; one invitation's are written one
@@ -193,6 +194,8 @@ type streamGrants struct {
 
 	mu     sync.Mutex
 	grants map[string]*streamGrant // by invitation ID
+	// queued is when a Role was last queued for a change of delegates.
+	queued map[streamsKey]time.Time
 }
 
 // streamGrant is one invitation's.
@@ -226,6 +229,7 @@ func newStreamGrants(kube kubernetes.Interface, c client.Client, reader client.R
 			workqueue.TypedRateLimitingQueueConfig[streamsKey]{Name: "flotilla_invitation_streams"}),
 		work:   make(chan struct{}),
 		grants: map[string]*streamGrant{},
+		queued: map[streamsKey]time.Time{},
 	}
 	s.pods = newBoundCandidateInformer(kube)
 	_, _ = s.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -285,8 +289,8 @@ func newBoundCandidateInformer(kube kubernetes.Interface) cache.SharedIndexInfor
 // NeedLeaderElection: the leader applies invitations.
 func (s *streamGrants) NeedLeaderElection() bool { return true }
 
-// podChanged queues, a little later, the Roles of the invitations of the
-// pod's source that cover its namespace.
+// podChanged queues the Roles of the invitations of the pod's source that
+// cover its namespace: at once, or with the others of a burst.
 func (s *streamGrants) podChanged(obj any) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
@@ -297,10 +301,18 @@ func (s *streamGrants) podChanged(obj any) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	now := time.Now()
 	for id, g := range s.grants {
-		if g.inv.Spec.ClusterName == p.SourceCluster && slices.Contains(g.namespaces, p.Namespace) {
-			s.queue.AddAfter(streamsKey{id: id, namespace: p.Namespace}, streamsCoalesce)
+		if g.inv.Spec.ClusterName != p.SourceCluster || !slices.Contains(g.namespaces, p.Namespace) {
+			continue
 		}
+		key := streamsKey{id: id, namespace: p.Namespace}
+		if last, ok := s.queued[key]; ok && now.Sub(last) < streamsCoalesce {
+			s.queue.AddAfter(key, streamsCoalesce)
+			continue
+		}
+		s.queued[key] = now
+		s.queue.Add(key)
 	}
 }
 
@@ -338,6 +350,11 @@ func (s *streamGrants) forget(id string) {
 	delete(s.grants, id)
 	if g != nil {
 		g.forgotten = true
+	}
+	for key := range s.queued {
+		if key.id == id {
+			delete(s.queued, key)
+		}
 	}
 	s.mu.Unlock()
 	if g != nil {

@@ -58,13 +58,14 @@ func TestKubelet(t *testing.T) {
 	if err := src.WaitTargetReady(ctx, tgt.Name, 60*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	pod := optedInPod("web", "100m")
-	if _, err := srcClient.CoreV1().Pods(kubeletNS).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+	pod, err := srcClient.CoreV1().Pods(kubeletNS).Create(ctx, optedInPod("web", "100m"), metav1.CreateOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
 	waitPod(t, srcClient, kubeletNS, pod.Name, "running on flotilla-tgt", func(p *corev1.Pod) bool {
 		return p.Spec.NodeName == "flotilla-tgt" && p.Status.Phase == corev1.PodRunning
 	})
+	waitStreamsGranted(t, tgt.Client(), src.Name, pod)
 	node, err := srcClient.CoreV1().Nodes().Get(ctx, "flotilla-tgt", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)

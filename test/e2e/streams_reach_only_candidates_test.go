@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -81,18 +83,14 @@ func TestStreamsReachOnlyCandidates(t *testing.T) {
 		t.Fatal(err)
 	}
 	delegate := protocol.CandidateName("src", streamsNS, web.Name, string(web.UID))
-	waitFor(t, 60*time.Second, "the delegate bound", func() (bool, string) {
-		p, err := tgtAdmin.CoreV1().Pods(streamsNS).Get(ctx, delegate, metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		return p.Spec.NodeName != "", "not bound"
-	})
-	bound := time.Now()
-	waitFor(t, 10*time.Second, "the delegate's logs granted", func() (bool, string) {
-		err := invited.logs(ctx, delegate)
-		return err == nil, fmt.Sprint(err)
-	})
+	bound := watchBound(t, tgtAdmin, streamsNS, delegate)
+	var last error
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		last = invited.logs(ctx, delegate)
+		return last == nil, nil
+	}); err != nil {
+		t.Fatalf("the delegate's logs not granted: %v: %v", last, err)
+	}
 	t.Logf("the delegate's logs were granted %s after the test saw it bound", time.Since(bound).Round(time.Millisecond))
 	waitPod(t, srcClient, streamsNS, web.Name, "running on flotilla-tgt", func(p *corev1.Pod) bool {
 		return p.Spec.NodeName == "flotilla-tgt" && p.Status.Phase == corev1.PodRunning
@@ -233,6 +231,49 @@ func TestStreamsReachOnlyCandidates(t *testing.T) {
 			t.Errorf("%d delegates took %d writes to grant and %d to withdraw; want 1 to %d each", n, started, stopped, n)
 		}
 	})
+}
+
+// waitStreamsGranted waits until target grants the source cluster (invited
+// by sandbox.Invite) the logs and streams of the delegate of sourcePod:
+// the invitation's streams Role names it. The target's agent grants them
+// when it sees the delegate bound, a write after the binding, so that a
+// test that reads logs as soon as the pod runs waits for it first.
+func waitStreamsGranted(t *testing.T, target kubernetes.Interface, source string, sourcePod *corev1.Pod) {
+	t.Helper()
+	role := invitation.Invitation{Kind: "ClusterSource", Name: source}.StreamsName()
+	delegate := protocol.CandidateName(source, sourcePod.Namespace, sourcePod.Name, string(sourcePod.UID))
+	waitFor(t, 30*time.Second, "the target granting the streams of "+delegate, func() (bool, string) {
+		r, err := target.RbacV1().Roles(sourcePod.Namespace).Get(t.Context(), role, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, rule := range r.Rules {
+			if !slices.Contains(rule.ResourceNames, delegate) {
+				return false, fmt.Sprintf("Role %s grants %+v", role, r.Rules)
+			}
+		}
+		return len(r.Rules) > 0, "no rule"
+	})
+}
+
+// watchBound waits for pod namespace/name to be bound and returns when the
+// watch told it.
+func watchBound(t *testing.T, c kubernetes.Interface, namespace, name string) time.Time {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	w, err := c.CoreV1().Pods(namespace).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	for ev := range w.ResultChan() {
+		if p, ok := ev.Object.(*corev1.Pod); ok && p.Spec.NodeName != "" {
+			return time.Now()
+		}
+	}
+	t.Fatalf("%s/%s not bound: %v", namespace, name, ctx.Err())
+	return time.Time{}
 }
 
 // invitedCaller calls the target's API server as the invited identity.
