@@ -344,9 +344,11 @@ func (c *Controller) ensureNamespaces(ctx context.Context, inv Invitation) ([]st
 // podSecurityLabels adds to labels those that make Pod Security Admission
 // enforce, in a namespace created for an invitation, what the invitation's
 // policy enforces on the source (baseline, or privileged when the
-// invitation allows it) on every pod there, whoever creates it, and warn
-// and audit at restricted: what a pod there would need to change to meet
-// it. The version is latest: the standards of the API server that runs.
+// invitation allows it) on every pod there, whoever creates it, and audit
+// at restricted: what a pod there would need to change to meet it, in the
+// audit log. Not warn: the warning would come back to the source's agent
+// with every candidate it creates. The version is latest: the standards
+// of the API server that runs.
 func podSecurityLabels(inv Invitation, labels map[string]string) map[string]string {
 	enforce := "baseline"
 	if inv.Spec.AllowPrivileged {
@@ -355,8 +357,6 @@ func podSecurityLabels(inv Invitation, labels map[string]string) map[string]stri
 	const psa = "pod-security.kubernetes.io/"
 	labels[psa+"enforce"] = enforce
 	labels[psa+"enforce-version"] = "latest"
-	labels[psa+"warn"] = "restricted"
-	labels[psa+"warn-version"] = "latest"
 	labels[psa+"audit"] = "restricted"
 	labels[psa+"audit-version"] = "latest"
 	return labels

@@ -95,11 +95,16 @@ func TestAdmissionRefusesWhatTheInvitedIdentityMayNotAsk(t *testing.T) {
 		}
 		for k, v := range map[string]string{
 			"pod-security.kubernetes.io/enforce": "baseline", "pod-security.kubernetes.io/enforce-version": "latest",
-			"pod-security.kubernetes.io/warn": "restricted", "pod-security.kubernetes.io/audit": "restricted",
+			"pod-security.kubernetes.io/audit": "restricted", "pod-security.kubernetes.io/audit-version": "latest",
 		} {
 			if ns.Labels[k] != v {
 				t.Errorf("namespace fresh: label %s=%q, want %q", k, ns.Labels[k], v)
 			}
+		}
+		// A warning would come back to the source's agent with every
+		// candidate it creates.
+		if v, ok := ns.Labels["pod-security.kubernetes.io/warn"]; ok {
+			t.Errorf("namespace fresh: label pod-security.kubernetes.io/warn=%q, want none", v)
 		}
 	})
 
