@@ -11,6 +11,7 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/flotilla-dev/flotilla/pkg/kubeconfig"
@@ -79,14 +80,27 @@ func (t *Target) renewToken(ctx context.Context, c tokenClaims) (string, time.Ti
 	ttl := c.Expiry - c.IssuedAt
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
-	tr, err := t.client.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name, &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &ttl},
-	}, metav1.CreateOptions{})
+	request := func(ttl int64) (*authenticationv1.TokenRequest, error) {
+		return t.client.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name, &authenticationv1.TokenRequest{
+			Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &ttl},
+		}, metav1.CreateOptions{})
+	}
+	tr, err := request(ttl)
+	if (apierrors.IsForbidden(err) || apierrors.IsInvalid(err)) && ttl > shortestToken {
+		// The invitation's maxTokenLifetime may have been lowered below
+		// the lifetime of the token held: the shortest token any bound
+		// allows keeps the source connected until its Secret is renewed.
+		tr, err = request(shortestToken)
+	}
 	if err != nil {
 		return "", time.Time{}, fmt.Errorf("requesting a token for ServiceAccount %s/%s: %w", ns, name, err)
 	}
 	return tr.Status.Token, tr.Status.ExpirationTimestamp.Time, nil
 }
+
+// shortestToken is the shortest token lifetime the API server issues, in
+// seconds, and the shortest maxTokenLifetime an invitation may set.
+const shortestToken = 600
 
 // withToken returns the kubeconfig in secret[key] with the current
 // context's user token replaced.

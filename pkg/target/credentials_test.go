@@ -2,8 +2,19 @@ package target
 
 import (
 	"encoding/base64"
+	"errors"
+	"slices"
 	"testing"
 	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
+	k8stesting "k8s.io/client-go/testing"
 )
 
 func jwt(payload string) string {
@@ -53,5 +64,37 @@ func TestRenewDue(t *testing.T) {
 	}
 	if renewDue(tokenClaims{}, at(5000), 0.5) {
 		t.Error("a token without times is never due: it is not one we can renew")
+	}
+}
+
+// TestRenewTokenWithinALoweredBound: a target that lowered its
+// invitation's maxTokenLifetime below the lifetime of the token the source
+// holds refuses a renewal of that lifetime; the source asks for the
+// shortest token instead of losing the target.
+func TestRenewTokenWithinALoweredBound(t *testing.T) {
+	tg, err := New(Config{Name: "t", REST: &rest.Config{Host: "https://127.0.0.1:1"}, SourceCluster: "src"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kube := fake.NewClientset()
+	var asked []int64
+	kube.PrependReactor("create", "serviceaccounts", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		tr := a.(k8stesting.CreateActionImpl).GetObject().(*authenticationv1.TokenRequest)
+		asked = append(asked, *tr.Spec.ExpirationSeconds)
+		if *tr.Spec.ExpirationSeconds > 1800 {
+			return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "serviceaccounts/token"}, "flotilla-source-src",
+				errors.New("spec.expirationSeconds: above the invitation's maxTokenLifetime"))
+		}
+		tr = tr.DeepCopy()
+		tr.Status = authenticationv1.TokenRequestStatus{Token: "short", ExpirationTimestamp: metav1.NewTime(time.Unix(2000, 0))}
+		return true, tr, nil
+	})
+	tg.client = kube
+	token, _, err := tg.renewToken(t.Context(), tokenClaims{Subject: "system:serviceaccount:flotilla-system:flotilla-source-src", IssuedAt: 1000, Expiry: 1000 + 12*3600})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "short" || !slices.Equal(asked, []int64{12 * 3600, shortestToken}) {
+		t.Fatalf("token %q after asking for %v, want the shortest token after the held lifetime", token, asked)
 	}
 }
