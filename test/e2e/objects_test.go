@@ -25,9 +25,10 @@ import (
 // TestObjects places pods that use ConfigMaps and Secrets on a target
 // reached through an invitation, so that the target's RBAC (writes, no
 // reads) and admission policy are the real ones: the objects are copied
-// before the candidate, kept in step, removed with their last user, never
-// written over someone else's, and a missing one keeps the pod Pending
-// until it exists.
+// before the candidate under the names only this source's copies carry,
+// which the delegate names, kept in step, removed with their last user,
+// never written over someone else's, and a missing one keeps the pod
+// Pending until it exists.
 func TestObjects(t *testing.T) {
 	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
 		{Name: "src", WithoutScheduler: true},
@@ -83,6 +84,28 @@ func TestObjects(t *testing.T) {
 		waitCopy(t, tgtClient, "Secret", "app-env", func(data map[string]string, m metav1.ObjectMeta) (bool, string) {
 			return data["TOKEN"] == "t0k3n" && ownedBy(m, delegates["web"]), copyState(data, m)
 		})
+		// The delegate names the copies, never the objects' own names,
+		// which in the target may be anyone's.
+		delegate := candidateOf(t, tgtClient, delegates["web"])
+		vols := map[string]string{}
+		for _, v := range delegate.Spec.Volumes {
+			switch {
+			case v.ConfigMap != nil:
+				vols[v.Name] = v.ConfigMap.Name
+			case v.Secret != nil:
+				vols[v.Name] = v.Secret.SecretName
+			}
+		}
+		var envFrom []string
+		for _, e := range delegate.Spec.Containers[0].EnvFrom {
+			if e.SecretRef != nil {
+				envFrom = append(envFrom, e.SecretRef.Name)
+			}
+		}
+		if vols["config"] != protocol.CopyName("src", "app-config") || vols["secret"] != protocol.CopyName("src", "app-secret") ||
+			len(envFrom) != 1 || envFrom[0] != protocol.CopyName("src", "app-env") {
+			t.Errorf("the delegate names volumes %v and envFrom %v, want the copies of app-config, app-secret and app-env", vols, envFrom)
+		}
 	})
 
 	t.Run("a change of the ConfigMap reaches its copy", func(t *testing.T) {
@@ -113,7 +136,7 @@ func TestObjects(t *testing.T) {
 		waitFor(t, 90*time.Second, "the copies of web's Secrets gone", func() (bool, string) {
 			var left []string
 			for _, name := range []string{"app-secret", "app-env"} {
-				if _, err := tgtClient.CoreV1().Secrets(placementNS).Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				if _, err := tgtClient.CoreV1().Secrets(placementNS).Get(ctx, protocol.CopyName("src", name), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 					left = append(left, fmt.Sprintf("%s: %v", name, err))
 				}
 			}
@@ -126,7 +149,9 @@ func TestObjects(t *testing.T) {
 	})
 
 	t.Run("an object of the target that someone else made is not overwritten, and the pod is told", func(t *testing.T) {
-		theirs := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "taken", Namespace: placementNS}, Data: map[string]string{"owner": "target"}}
+		// The target's admin made an object under the copy's name.
+		taken := protocol.CopyName("src", "taken")
+		theirs := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: taken, Namespace: placementNS}, Data: map[string]string{"owner": "target"}}
 		if _, err := tgtClient.CoreV1().ConfigMaps(placementNS).Create(ctx, theirs, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -134,11 +159,11 @@ func TestObjects(t *testing.T) {
 		if _, err := srcClient.CoreV1().Pods(placementNS).Create(ctx, podWithObjects("blocked", "taken", "", ""), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		waitObjectEvent(t, srcClient, reservation.ReasonObjectConflict, "blocked", "target tgt", "ConfigMap "+placementNS+"/taken")
+		waitObjectEvent(t, srcClient, reservation.ReasonObjectConflict, "blocked", "target tgt", "ConfigMap "+placementNS+"/"+taken, "copy of taken")
 		if n := countCandidates(t, tgtClient, "app=blocked"); n != 0 {
 			t.Errorf("the target got %d candidates of a pod whose ConfigMap is in the way", n)
 		}
-		got, err := tgtClient.CoreV1().ConfigMaps(placementNS).Get(ctx, "taken", metav1.GetOptions{})
+		got, err := tgtClient.CoreV1().ConfigMaps(placementNS).Get(ctx, taken, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -232,12 +257,13 @@ func delegateUID(t *testing.T, c kubernetes.Interface, app string) types.UID {
 	return uid
 }
 
-// waitCopy waits until the copy of kind/name in the target is this
-// source's copy and ok says its data (Secret data as strings) and metadata
-// are as expected.
-func waitCopy(t *testing.T, c kubernetes.Interface, kind, name string, ok func(map[string]string, metav1.ObjectMeta) (bool, string)) {
+// waitCopy waits until the copy of src's kind/name in the target (named
+// protocol.CopyName) is this source's copy and ok says its data (Secret
+// data as strings) and metadata are as expected.
+func waitCopy(t *testing.T, c kubernetes.Interface, kind, original string, ok func(map[string]string, metav1.ObjectMeta) (bool, string)) {
 	t.Helper()
-	waitFor(t, 60*time.Second, "the copy of "+kind+" "+name, func() (bool, string) {
+	name := protocol.CopyName("src", original)
+	waitFor(t, 60*time.Second, "the copy of "+kind+" "+original, func() (bool, string) {
 		var data map[string]string
 		var m metav1.ObjectMeta
 		switch kind {
@@ -262,6 +288,22 @@ func waitCopy(t *testing.T, c kubernetes.Interface, kind, name string, ok func(m
 		}
 		return ok(data, m)
 	})
+}
+
+// candidateOf is the candidate of the given UID in the target.
+func candidateOf(t *testing.T, c kubernetes.Interface, uid types.UID) *corev1.Pod {
+	t.Helper()
+	pods, err := c.CoreV1().Pods(placementNS).List(t.Context(), metav1.ListOptions{LabelSelector: protocol.CandidateLabel + "=true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range pods.Items {
+		if pods.Items[i].UID == uid {
+			return &pods.Items[i]
+		}
+	}
+	t.Fatalf("no candidate %s in the target", uid)
+	return nil
 }
 
 func ownedBy(m metav1.ObjectMeta, uids ...types.UID) bool {
