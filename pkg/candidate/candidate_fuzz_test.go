@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8stypes "k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
 )
@@ -28,6 +29,11 @@ func FuzzBuild(f *testing.F) {
 		`{"overhead":{"cpu":".000000000000000000000000000001"}}`,
 		`{"containers":[{"name":"a"}],"containers":[{"name":"b"}]}`,
 		strings.Repeat(`{"affinity":`, 3000),
+		`{"affinity":{"podAntiAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":[{"labelSelector":{"matchLabels":{"app":"web","a/b":"1","a_b":"2"},` +
+			`"matchExpressions":[{"key":"tier","operator":"Exists"}]},"matchLabelKeys":["pod-template-hash","x/y","x_y"],"mismatchLabelKeys":["team"],"topologyKey":"h"}],` +
+			`"preferredDuringSchedulingIgnoredDuringExecution":[{"weight":1,"podAffinityTerm":{"labelSelector":{},"topologyKey":"z"}}]},` +
+			`"podAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":[{"topologyKey":"h"}]}},` +
+			`"topologySpreadConstraints":[{"maxSkew":1,"topologyKey":"z","labelSelector":{"matchLabels":{"multicluster.flotilla.dev/elect":"true","app":"web"}},"matchLabelKeys":["v"]},{"maxSkew":1}]}`,
 	} {
 		f.Add(seed, "web-1", "uid-1", protocol.AllowedAnnotation, "uid-1/1/n")
 	}
@@ -67,9 +73,23 @@ func FuzzBuild(f *testing.F) {
 			protocol.CandidateLabel: "true", protocol.SourceClusterLabel: "c1", protocol.SourceUIDLabel: string(source.UID),
 			protocol.SourceNameLabel: protocol.SourceNameLabelValue(name),
 		}
+		carried, _ := protocol.CarriedLabelKey(key)
 		for k, v := range c.Labels {
-			if want[k] != v {
+			switch {
+			case strings.HasPrefix(k, protocol.SourceLabelPrefix):
+				if len(validation.IsQualifiedName(k)) > 0 || (k != carried || v != value) && (k != protocol.SourceLabelPrefix+"app" || v != "web") {
+					t.Fatalf("candidate carries label %s=%q of source labels %v: %v", k, v, source.Labels, validation.IsQualifiedName(k))
+				}
+			case want[k] != v:
 				t.Fatalf("candidate carries label %s=%q", k, v)
+			}
+		}
+		if c.Labels[protocol.SourceLabelPrefix+"app"] == "" {
+			t.Fatalf("candidate does not carry its source's label app: %v", c.Labels)
+		}
+		for _, k := range selectedKeys(&c.Spec) {
+			if !strings.HasPrefix(k, protocol.Prefix) && !strings.HasPrefix(k, protocol.SourceLabelPrefix) {
+				t.Fatalf("candidate of spec %q selects pods by the source's label key %q", spec, k)
 			}
 		}
 		want = map[string]string{

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 
@@ -76,14 +77,20 @@ func (c *specCache) get(raw string) (*corev1.PodSpec, error) {
 // the source cluster (node name, service-account token, the virtual-node
 // toleration, the resolved priority).
 //
-// Its labels are Flotilla's alone (candidate, source-cluster, source-uid,
-// source-name); the source pod's own labels travel in the source-labels
-// annotation, so that nothing of the target (a Service, a NetworkPolicy, a
-// controller) selects a pod it knows nothing of, unless the target's
-// invitation keeps them (keepSourceLabels). A self target never keeps
-// them: its candidate sits beside the source pod, which carries them
-// already and stands for it in the cluster's Services (its status mirrors
-// the delegate's); the two would be two endpoints of one pod.
+// Its labels are Flotilla's (candidate, source-cluster, source-uid,
+// source-name) and the source pod's own under protocol.SourceLabelPrefix
+// (app=web is label.multicluster.flotilla.dev/app=web, see
+// protocol.CarriedLabelKey), so that nothing of the target (a Service, a
+// NetworkPolicy, a controller) selects a pod it knows nothing of; the
+// source-labels annotation holds them as they are (SourceLabels). The pod
+// (anti-)affinity terms and topology spread constraints of the candidate's
+// spec, which select the source's siblings, are rewritten to select the
+// renamed labels, so that they find the sibling candidates. A target whose
+// invitation keeps the source's labels (keepSourceLabels) gets them and
+// the spec as they are. A self target never keeps them: its candidate
+// sits beside the source pod, which carries them already and stands for
+// it in the cluster's Services (its status mirrors the delegate's); the
+// two would be two endpoints of one pod.
 func Build(source *corev1.Pod, sourceCluster, target, namespace string, self, keepSourceLabels bool) (*corev1.Pod, error) {
 	spec, err := OriginalSpec(source)
 	if err != nil {
@@ -126,15 +133,17 @@ func Build(source *corev1.Pod, sourceCluster, target, namespace string, self, ke
 		}
 	}
 	if keepSourceLabels && !self {
-		for k, v := range sourceLabels {
-			labels[k] = v
+		maps.Copy(labels, sourceLabels)
+	} else {
+		if len(sourceLabels) > 0 {
+			raw, err := json.Marshal(sourceLabels)
+			if err != nil {
+				return nil, fmt.Errorf("encoding the source pod's labels: %w", err)
+			}
+			annotations[protocol.SourceLabelsAnnotation] = string(raw)
 		}
-	} else if len(sourceLabels) > 0 {
-		raw, err := json.Marshal(sourceLabels)
-		if err != nil {
-			return nil, fmt.Errorf("encoding the source pod's labels: %w", err)
-		}
-		annotations[protocol.SourceLabelsAnnotation] = string(raw)
+		maps.Copy(labels, carriedLabels(sourceLabels))
+		selectCarriedLabels(spec)
 	}
 	annotations[protocol.SourceNamespaceAnnotation] = source.Namespace
 	annotations[protocol.SourceNameAnnotation] = source.Name

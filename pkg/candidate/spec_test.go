@@ -141,7 +141,8 @@ func BenchmarkBuild(b *testing.B) {
 	}
 }
 
-// TestBuildLabels checks where the source pod's labels travel: in an
+// TestBuildLabels checks where the source pod's labels travel: renamed
+// under label.multicluster.flotilla.dev/ and as they are in an
 // annotation, so that nothing of the target selects the candidate by
 // them, unless the target's invitation keeps them; a self target never
 // keeps them. Flotilla's labels of the source pod (its opt-in) never
@@ -156,8 +157,8 @@ func TestBuildLabels(t *testing.T) {
 		wantAnno   map[string]string // the source-labels annotation, decoded; nil: none
 	}{
 		{
-			name: "by default in the annotation", podName: "web-1",
-			wantLabels: map[string]string{protocol.SourceNameLabel: "web-1"},
+			name: "by default renamed, and as they are in the annotation", podName: "web-1",
+			wantLabels: map[string]string{protocol.SourceNameLabel: "web-1", "label.multicluster.flotilla.dev/app": "web", "label.multicluster.flotilla.dev/tier": "front"},
 			wantAnno:   map[string]string{"app": "web", "tier": "front"},
 		},
 		{
@@ -166,12 +167,12 @@ func TestBuildLabels(t *testing.T) {
 		},
 		{
 			name: "never kept by a self target", podName: "web-1", self: true, keep: true,
-			wantLabels: map[string]string{protocol.SourceNameLabel: "web-1"},
+			wantLabels: map[string]string{protocol.SourceNameLabel: "web-1", "label.multicluster.flotilla.dev/app": "web", "label.multicluster.flotilla.dev/tier": "front"},
 			wantAnno:   map[string]string{"app": "web", "tier": "front"},
 		},
 		{
 			name: "a name too long for a label value is hashed", podName: long,
-			wantLabels: map[string]string{protocol.SourceNameLabel: protocol.SourceNameLabelValue(long)},
+			wantLabels: map[string]string{protocol.SourceNameLabel: protocol.SourceNameLabelValue(long), "label.multicluster.flotilla.dev/app": "web", "label.multicluster.flotilla.dev/tier": "front"},
 			wantAnno:   map[string]string{"app": "web", "tier": "front"},
 		},
 	} {

@@ -53,13 +53,14 @@ const (
 	SourceNameAnnotation      = Prefix + "source-name"
 	// SourceNameLabel is the source pod's name as a label value (see
 	// SourceNameLabelValue), so that a target's users can select the
-	// candidates of one source pod, whose own labels a candidate does not
-	// carry.
+	// candidates of one source pod, whose own labels a candidate carries
+	// renamed only (CarriedLabelKey).
 	SourceNameLabel = Prefix + "source-name"
-	// SourceLabelsAnnotation holds the source pod's labels, JSON, on a
-	// candidate whose target did not ask to keep them as labels: a
-	// source's labels would make the target's Services, NetworkPolicies
-	// and controllers select a pod they know nothing of.
+	// SourceLabelsAnnotation holds the source pod's labels as they are,
+	// JSON, on a candidate whose target did not ask to keep them as
+	// labels: a source's labels would make the target's Services,
+	// NetworkPolicies and controllers select a pod they know nothing of,
+	// so the candidate's labels carry them renamed (CarriedLabelKey).
 	SourceLabelsAnnotation = Prefix + "source-labels"
 	// TargetAnnotation is the target's name as the source knows it.
 	TargetAnnotation = Prefix + "target"

@@ -336,7 +336,7 @@ func TestInvitation(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitFor(t, 30*time.Second, "the waiting candidate in tgt", func() (bool, string) {
-			n := countCandidates(t, tgtAdmin, "app=toobig")
+			n := countCandidates(t, tgtAdmin, "toobig")
 			return n == 1, fmt.Sprintf("%d candidates", n)
 		})
 		if err := tgtCR.Delete(ctx, &v1alpha1.ClusterSource{ObjectMeta: metav1.ObjectMeta{Name: "src"}}); err != nil {
@@ -349,7 +349,7 @@ func TestInvitation(t *testing.T) {
 		})
 		t.Logf("access revoked after %s", time.Since(start).Round(time.Millisecond))
 		waitFor(t, 30*time.Second, "the waiting candidate deleted", func() (bool, string) {
-			n := countCandidates(t, tgtAdmin, "app=toobig")
+			n := countCandidates(t, tgtAdmin, "toobig")
 			return n == 0, fmt.Sprintf("%d candidates", n)
 		})
 		if err := src.WaitTarget(ctx, client.ObjectKey{Name: "tgt"}, 15*time.Second, func(st *v1alpha1.TargetStatus) bool {

@@ -160,7 +160,7 @@ func TestObjects(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitObjectEvent(t, srcClient, reservation.ReasonObjectConflict, "blocked", "target tgt", "ConfigMap "+placementNS+"/"+taken, "copy of taken")
-		if n := countCandidates(t, tgtClient, "app=blocked"); n != 0 {
+		if n := countCandidates(t, tgtClient, "blocked"); n != 0 {
 			t.Errorf("the target got %d candidates of a pod whose ConfigMap is in the way", n)
 		}
 		got, err := tgtClient.CoreV1().ConfigMaps(placementNS).Get(ctx, taken, metav1.GetOptions{})
@@ -185,7 +185,7 @@ func TestObjects(t *testing.T) {
 			return false
 		})
 		waitObjectEvent(t, srcClient, reservation.ReasonObjectMissing, "waiting", "Secret "+placementNS+"/late")
-		if n := countCandidates(t, tgtClient, "app=waiting"); n != 0 {
+		if n := countCandidates(t, tgtClient, "waiting"); n != 0 {
 			t.Fatalf("the target got %d candidates of a pod whose Secret is missing", n)
 		}
 		createSecret(t, srcClient, "late", map[string][]byte{"key": []byte("finally")})

@@ -189,10 +189,13 @@ func TestSourceUsersCannotSteer(t *testing.T) {
 		}
 	})
 
-	t.Run("a delegate carries its source's labels in an annotation only", func(t *testing.T) {
+	t.Run("a delegate carries its source's labels renamed and in an annotation", func(t *testing.T) {
 		d := waitDelegate(t, tgtPods, "forged-local")
 		if _, ok := d.Labels["app"]; ok {
 			t.Errorf("the delegate carries the source's label app: %v", d.Labels)
+		}
+		if carried, _ := protocol.CarriedLabelKey("app"); d.Labels[carried] != "forged-local" {
+			t.Errorf("the delegate does not carry %s=forged-local: %v", carried, d.Labels)
 		}
 		labels, err := flotillacandidate.SourceLabels(d)
 		if err != nil || labels["app"] != "forged-local" {

@@ -148,14 +148,14 @@ func TestLiveTargets(t *testing.T) {
 		}
 		t1Client := t1.Client()
 		waitFor(t, 30*time.Second, "the waiting candidate in t1", func() (bool, string) {
-			n := countCandidates(t, t1Client, "app=toobig")
+			n := countCandidates(t, t1Client, "toobig")
 			return n == 1, fmt.Sprintf("%d candidates", n)
 		})
 		if err := cl.Delete(ctx, &v1alpha1.ClusterTarget{ObjectMeta: metav1.ObjectMeta{Name: "t1"}}); err != nil {
 			t.Fatal(err)
 		}
 		waitFor(t, 30*time.Second, "the waiting candidate deleted", func() (bool, string) {
-			n := countCandidates(t, t1Client, "app=toobig")
+			n := countCandidates(t, t1Client, "toobig")
 			return n == 0, fmt.Sprintf("%d candidates", n)
 		})
 		// Two pods run in t1: the target drains, the node stays.
@@ -223,12 +223,14 @@ func createClusterTarget(t *testing.T, cl client.Client, name, secret string) {
 }
 
 // countCandidates counts the candidates (not being deleted) in a cluster's
-// test namespace; selector narrows them.
-func countCandidates(t *testing.T, c kubernetes.Interface, selector string) int {
+// test namespace; app, unless empty, narrows them to those of pods labelled
+// app=app (a label the candidates carry renamed, protocol.CarriedLabelKey).
+func countCandidates(t *testing.T, c kubernetes.Interface, app string) int {
 	t.Helper()
 	sel := protocol.CandidateLabel + "=true"
-	if selector != "" {
-		sel += "," + selector
+	if app != "" {
+		key, _ := protocol.CarriedLabelKey("app")
+		sel += "," + key + "=" + app
 	}
 	pods, err := c.CoreV1().Pods(placementNS).List(t.Context(), metav1.ListOptions{LabelSelector: sel})
 	if err != nil {
