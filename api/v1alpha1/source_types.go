@@ -59,9 +59,10 @@ type SourceCommon struct {
 	// KeepSourceLabels lets the source's candidates carry the labels of
 	// their source pods, so that this cluster's Services, NetworkPolicies
 	// and controllers select them as they select the source pods at home.
-	// Off (the default), a candidate carries only Flotilla's labels and
-	// the source pod's labels travel in an annotation, so that nothing of
-	// this cluster selects a source's pods by accident.
+	// Off (the default), a candidate carries Flotilla's labels and its
+	// source pod's labels renamed under label.multicluster.flotilla.dev/
+	// (its own pod affinity and spread rewritten to match), so that
+	// nothing of this cluster selects a source's pods by accident.
 	// +optional
 	KeepSourceLabels bool `json:"keepSourceLabels,omitempty"`
 
