@@ -177,13 +177,7 @@ func (c *Copier) create(ctx context.Context, t *target.Target, namespace string,
 			ObjectMeta: c.meta(o, namespace, owners), Data: o.Data, BinaryData: o.BinaryData,
 		}, metav1.CreateOptions{})
 	case Secret:
-		typ := o.Type
-		if typ == corev1.SecretTypeServiceAccountToken {
-			// The target's token controller would delete a token Secret
-			// of a ServiceAccount it does not have; the data is what the
-			// pod reads.
-			typ = corev1.SecretTypeOpaque
-		}
+		typ := copyType(o.Type)
 		_, err = t.Client().CoreV1().Secrets(namespace).Create(ctx, &corev1.Secret{
 			ObjectMeta: c.meta(o, namespace, owners), Type: typ, Data: o.SecretData,
 		}, metav1.CreateOptions{})
@@ -467,4 +461,15 @@ func (c *Copier) createError(t *target.Target, namespace string, o *original, er
 		return &RefusedError{Target: t.Name, Kind: o.Kind, Namespace: namespace, Name: c.copyName(o.Name), Original: o.Name, Err: err}
 	}
 	return fmt.Errorf("target %s: copying %s %s/%s to %s: %w", t.Name, o.Kind, namespace, o.Name, c.copyName(o.Name), err)
+}
+
+// copyType is the type of a Secret's copy. A token Secret is a controller's
+// of the target: its token controller would delete one of a ServiceAccount
+// it does not have, and the invitation's policy refuses both token types.
+// The data is what the pod reads, so such a copy is Opaque.
+func copyType(typ corev1.SecretType) corev1.SecretType {
+	if typ == corev1.SecretTypeServiceAccountToken || typ == corev1.SecretTypeBootstrapToken {
+		return corev1.SecretTypeOpaque
+	}
+	return typ
 }

@@ -104,3 +104,20 @@ func TestCopiesAreNamedForTheirSource(t *testing.T) {
 		t.Errorf("the copy's metadata: %+v", m)
 	}
 }
+
+// TestCopyType: a copy never has a type the target's controllers act on,
+// or that the invitation's policy refuses.
+func TestCopyType(t *testing.T) {
+	for in, want := range map[corev1.SecretType]corev1.SecretType{
+		corev1.SecretTypeServiceAccountToken: corev1.SecretTypeOpaque,
+		corev1.SecretTypeBootstrapToken:      corev1.SecretTypeOpaque,
+		corev1.SecretTypeOpaque:              corev1.SecretTypeOpaque,
+		corev1.SecretTypeTLS:                 corev1.SecretTypeTLS,
+		corev1.SecretTypeDockerConfigJson:    corev1.SecretTypeDockerConfigJson,
+		"":                                   "",
+	} {
+		if got := copyType(in); got != want {
+			t.Errorf("copyType(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
