@@ -94,7 +94,10 @@ func (d *delegates) resolve(namespace, name string) (delegate, error) {
 		return delegate{}, errUnavailable{fmt.Sprintf("target %s: its pods are not listed yet: %v", t.Name, t.Err())}
 	}
 	candidate, ok := t.Candidate(del.namespace, del.name)
-	if !ok {
+	if !ok || candidate.Labels[protocol.SourceUIDLabel] != string(pod.UID) {
+		// A pod of that name that stands for another source pod (the
+		// target's own, or one left by an earlier pod of the same name)
+		// is not this pod's delegate.
 		return delegate{}, notFound("pod %s/%s has no delegate %s/%s in target %s", namespace, name, del.namespace, del.name, t.Name)
 	}
 	if candidate.Spec.NodeName == "" {
