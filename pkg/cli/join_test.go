@@ -89,7 +89,7 @@ current-context: c
 				continue
 			}
 			if name == "an exec plugin" && !errors.Is(err, kubeconfig.ErrRefused) {
-				t.Errorf("%s: want ErrKubeconfigRefused, got %v", name, err)
+				t.Errorf("%s: want kubeconfig.ErrRefused, got %v", name, err)
 			}
 		}
 	})

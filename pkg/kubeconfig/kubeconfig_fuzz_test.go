@@ -20,6 +20,8 @@ import (
 // property is asserted on the rest.Config client-go resolved, and by use:
 // a request made with every accepted configuration never runs the command
 // that the seeds' exec plugins would run (it would create a marker file).
+// A token renewed into an accepted kubeconfig keeps it accepted, to the
+// same server, with the new token.
 func FuzzRESTConfig(f *testing.F) {
 	marker := filepath.Join(f.TempDir(), "exec-ran")
 	exec := `    exec: {apiVersion: client.authentication.k8s.io/v1, interactiveMode: Never, command: /bin/sh, args: [-c, "touch ` + marker + `"]}` + "\n"
@@ -45,7 +47,7 @@ func FuzzRESTConfig(f *testing.F) {
 		"a: &a [x, x, x, x]\nb: &b [*a, *a, *a, *a]\nc: &c [*b, *b, *b, *b]\nd: [*c, *c, *c, *c]\n",
 		"", "{}", "null", "[]", strings.Repeat("- ", 5000),
 	} {
-		f.Add(seed)
+		f.Add(seed, "renewed-token")
 	}
 	// Accepted configurations are used against this server, on loopback
 	// whatever server they name: the exec plugin, if client-go had one,
@@ -53,7 +55,7 @@ func FuzzRESTConfig(f *testing.F) {
 	server := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) }))
 	f.Cleanup(server.Close)
 
-	f.Fuzz(func(t *testing.T, data string) {
+	f.Fuzz(func(t *testing.T, data, token string) {
 		cfg, err := RESTConfig([]byte(data))
 		if err != nil {
 			return
@@ -101,6 +103,18 @@ func FuzzRESTConfig(f *testing.F) {
 		}
 		if _, err := os.Stat(marker); err == nil {
 			t.Fatalf("using the accepted kubeconfig ran its exec plugin: %q", data)
+		}
+
+		renewed, err := WithToken([]byte(data), token)
+		if err != nil {
+			t.Fatalf("renewing the token of an accepted kubeconfig: %v", err)
+		}
+		again, err := RESTConfig(renewed)
+		switch {
+		case err != nil && token != "":
+			t.Fatalf("the kubeconfig with a renewed token is refused: %v", err)
+		case err == nil && (again.Host != cfg.Host || string(again.CAData) != string(cfg.CAData) || again.BearerToken != token):
+			t.Fatalf("renewed: host %q CA %q token %q, want %q %q %q", again.Host, again.CAData, again.BearerToken, cfg.Host, cfg.CAData, token)
 		}
 	})
 }

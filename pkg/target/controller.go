@@ -30,6 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/flotilla-dev/flotilla/api/v1alpha1"
+	"github.com/flotilla-dev/flotilla/pkg/kubeconfig"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
 	"github.com/flotilla-dev/flotilla/pkg/summary"
 	"github.com/flotilla-dev/flotilla/pkg/vnode"
@@ -432,10 +433,10 @@ func (c *Controller) resolve(ctx context.Context, v *view) (cfg *rest.Config, ha
 	if !ok {
 		return nil, "", v1alpha1.ReasonKubeconfigInvalid, fmt.Errorf("Secret %s has no key %q", v.secret, key)
 	}
-	cfg, err = RESTConfigFromKubeconfig(data)
+	cfg, err = kubeconfig.RESTConfig(data)
 	if err != nil {
 		reason = v1alpha1.ReasonKubeconfigInvalid
-		if errors.Is(err, ErrKubeconfigRefused) {
+		if errors.Is(err, kubeconfig.ErrRefused) {
 			reason = v1alpha1.ReasonKubeconfigRefused
 		}
 		return nil, "", reason, fmt.Errorf("Secret %s: %w", v.secret, err)

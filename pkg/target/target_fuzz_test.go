@@ -10,73 +10,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/flotilla-dev/flotilla/api/v1alpha1"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
 	"github.com/flotilla-dev/flotilla/pkg/summary"
 )
-
-// FuzzRESTConfigFromKubeconfig: a kubeconfig Secret is a peer's data.
-// Whatever it holds, the agent gets an error or a client that connects to
-// one server with one credential it carries: no command, no file of the
-// agent's disk, no trust in any server, no proxy, no impersonation.
-func FuzzRESTConfigFromKubeconfig(f *testing.F) {
-	for _, seed := range []string{
-		string(kubeconfigWith("", "    token: abc")),
-		string(kubeconfigWith("", "    client-certificate-data: Zm9v\n    client-key-data: Zm9v")),
-		string(kubeconfigWith("", "    token: abc\n    exec: {apiVersion: client.authentication.k8s.io/v1, command: /bin/sh}")),
-		string(kubeconfigWith("", "    token: abc\n    tokenFile: /etc/passwd")),
-		string(kubeconfigWith("", "    token: abc\n    as: system:admin")),
-		strings.Replace(string(kubeconfigWith("", "    token: abc")), "current-context: t", "current-context: \"\"", 1),
-		strings.Replace(string(kubeconfigWith("", "    token: abc")), "server: https://127.0.0.1:6443", "server: https://127.0.0.1:6443\n    proxy-url: http://evil", 1),
-		`{"apiVersion":"v1","kind":"Config","current-context":"t","contexts":[{"name":"t","context":{"cluster":"t","user":"t"}},{"name":"t","context":{"cluster":"u","user":"u"}}],` +
-			`"clusters":[{"name":"t","cluster":{"server":"https://a"}},{"name":"u","cluster":{"server":"https://b","insecure-skip-tls-verify":true}}],` +
-			`"users":[{"name":"t","user":{"token":"x"}},{"name":"u","user":{"exec":{"command":"sh"}}}]}`,
-		"a: &a [x, x, x, x]\nb: &b [*a, *a, *a, *a]\nc: &c [*b, *b, *b, *b]\nd: [*c, *c, *c, *c]\n",
-		"", "{}", "null", "[]", strings.Repeat("- ", 5000),
-	} {
-		f.Add(seed, "renewed-token")
-	}
-	f.Fuzz(func(t *testing.T, data, token string) {
-		cfg, err := RESTConfigFromKubeconfig([]byte(data))
-		if err != nil {
-			return
-		}
-		tls := cfg.TLSClientConfig
-		switch {
-		case cfg.Host == "":
-			t.Fatalf("accepted a kubeconfig with no server: %q", data)
-		case cfg.ExecProvider != nil || cfg.AuthProvider != nil || cfg.AuthConfigPersister != nil:
-			t.Fatalf("accepted a kubeconfig that runs a plugin: %q", data)
-		case cfg.BearerTokenFile != "" || tls.CAFile != "" || tls.CertFile != "" || tls.KeyFile != "":
-			t.Fatalf("accepted a kubeconfig that reads the agent's files: %q", data)
-		case tls.Insecure:
-			t.Fatalf("accepted a kubeconfig that trusts any server: %q", data)
-		case cfg.Proxy != nil:
-			t.Fatalf("accepted a kubeconfig with a proxy: %q", data)
-		case cfg.Impersonate.UserName != "" || cfg.Impersonate.UID != "" || len(cfg.Impersonate.Groups) > 0 || len(cfg.Impersonate.Extra) > 0:
-			t.Fatalf("accepted a kubeconfig that impersonates: %q", data)
-		case cfg.Username != "" || cfg.Password != "":
-			t.Fatalf("accepted a kubeconfig with basic authentication: %q", data)
-		case cfg.BearerToken == "" && len(tls.CertData) == 0:
-			t.Fatalf("accepted a kubeconfig with no credential: %q", data)
-		}
-		// Renewing the token keeps the kubeconfig as it was but the token.
-		secret := &corev1.Secret{Data: map[string][]byte{"kubeconfig": []byte(data)}}
-		renewed, err := withToken(secret, "kubeconfig", token)
-		if err != nil {
-			return
-		}
-		kc, err := clientcmd.Load(renewed)
-		if err != nil {
-			t.Fatalf("the kubeconfig with a renewed token does not load: %v", err)
-		}
-		if user := kc.AuthInfos[kc.Contexts[kc.CurrentContext].AuthInfo]; user.Token != token {
-			t.Fatalf("the renewed kubeconfig has token %q, want %q", user.Token, token)
-		}
-	})
-}
 
 // FuzzTokenClaims: the source reads the claims of the token a target
 // issued it. Whatever they say, a renewal is never due before the token
