@@ -3,6 +3,7 @@ package invitation
 import (
 	"fmt"
 	"strconv"
+	"strings"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 
@@ -66,6 +67,18 @@ func (inv Invitation) referenceValidations() []admissionregistrationv1.Validatio
 		rule{
 			expr: everyContainer("c.?envFrom.orValue([]).all(e, " + own("e.?secretRef.?name") + ")"),
 			msg:  msg("spec.containers[].envFrom[].secretRef.name" + containers),
+		},
+		rule{
+			// Volume plugins read a Secret of the pod's namespace for
+			// their own use (credentials of the storage); the source
+			// copies none for them, and such a Secret would be this
+			// cluster's.
+			expr: "object.spec.?volumes.orValue([]).all(v, (" + strings.Join([]string{
+				own("v.?csi.?nodePublishSecretRef.?name"), own("v.?cephfs.?secretRef.?name"), own("v.?rbd.?secretRef.?name"),
+				own("v.?iscsi.?secretRef.?name"), own("v.?flexVolume.?secretRef.?name"), own("v.?azureFile.?secretName"),
+				own("v.?scaleIO.?secretRef.?name"), own("v.?storageos.?secretRef.?name"),
+			}, ") && (") + "))",
+			msg: msg("spec.volumes[]: the Secret a volume plugin reads (csi.nodePublishSecretRef, cephfs, rbd, iscsi, flexVolume, azureFile, scaleIO, storageos)"),
 		},
 		rule{
 			// The ServiceAccount admission plugin gives a pod without

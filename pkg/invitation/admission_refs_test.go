@@ -154,6 +154,18 @@ func TestPolicyRefusesReferencesToOthersObjects(t *testing.T) {
 		{"envFrom a Secret of an ephemeral container", func(p *corev1.Pod) { p.Spec.EphemeralContainers[0].EnvFrom[1].SecretRef.Name = "db-password" }, "envFrom[].secretRef.name"},
 		{"envFrom a ConfigMap", func(p *corev1.Pod) { p.Spec.Containers[0].EnvFrom[0].ConfigMapRef.Name = "settings" }, "envFrom[].configMapRef.name"},
 		{"an image pull secret", func(p *corev1.Pod) { p.Spec.ImagePullSecrets[0].Name = "registry-admin" }, "spec.imagePullSecrets[].name"},
+		{"a CSI volume's node publish Secret", func(p *corev1.Pod) {
+			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "csi", VolumeSource: corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{
+				Driver: "secrets-store.csi.k8s.io", NodePublishSecretRef: &corev1.LocalObjectReference{Name: "cloud-credentials"}}}})
+		}, "spec.volumes[]: the Secret a volume plugin reads"},
+		{"an azureFile volume's Secret", func(p *corev1.Pod) {
+			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "az", VolumeSource: corev1.VolumeSource{AzureFile: &corev1.AzureFileVolumeSource{
+				SecretName: "storage-key", ShareName: "s"}}})
+		}, "spec.volumes[]: the Secret a volume plugin reads"},
+		{"a flexVolume's Secret", func(p *corev1.Pod) {
+			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "flex", VolumeSource: corev1.VolumeSource{FlexVolume: &corev1.FlexVolumeSource{
+				Driver: "x/y", SecretRef: &corev1.LocalObjectReference{Name: "storage-key"}}}})
+		}, "spec.volumes[]: the Secret a volume plugin reads"},
 		{"a legacy token Secret, added", func(p *corev1.Pod) {
 			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "token", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "deployer-token-x7k2q"}}})
 		}, "spec.volumes[].secret.secretName"},
