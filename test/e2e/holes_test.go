@@ -374,9 +374,14 @@ func refuseAllowances(t *testing.T, c *sandbox.Cluster) {
 	if _, err := arc.ValidatingAdmissionPolicyBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	// A pod nobody schedules, to try allowances on.
+	// A pod nobody schedules, to try allowances on: a candidate of a
+	// cluster no agent here serves, since only a candidate may carry an
+	// allowance written by another than this cluster's agent (the chart's
+	// pods policy).
 	probe := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "allowance-probe"},
+		ObjectMeta: metav1.ObjectMeta{Name: "allowance-probe", Labels: map[string]string{
+			protocol.CandidateLabel: "true", protocol.SourceClusterLabel: "probe-cluster",
+		}},
 		Spec:       corev1.PodSpec{SchedulerName: "nobody", Containers: []corev1.Container{{Name: "c", Image: "probe"}}},
 	}
 	if _, err := c.Client().CoreV1().Pods(placementNS).Create(ctx, probe, metav1.CreateOptions{}); err != nil {
@@ -399,6 +404,11 @@ func acceptAllowances(t *testing.T, c *sandbox.Cluster) {
 		err := tryAllowance(t, c)
 		return err == nil, fmt.Sprintf("dry-run allowance: %v", err)
 	})
+	// The probe looks like a candidate: it goes, so that the test's
+	// checks of the candidates left see only the protocol's.
+	if err := c.Client().CoreV1().Pods(placementNS).Delete(t.Context(), "allowance-probe", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // tryAllowance writes an allowance on refuseAllowances' probe pod, dry-run.
