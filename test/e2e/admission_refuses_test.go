@@ -11,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -20,11 +19,9 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/flotilla-dev/flotilla/api/v1alpha1"
 	flotillacandidate "github.com/flotilla-dev/flotilla/pkg/candidate"
-	"github.com/flotilla-dev/flotilla/pkg/invitation"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
 	"github.com/flotilla-dev/flotilla/test/sandbox"
 )
@@ -59,7 +56,6 @@ func TestAdmissionRefusesWhatTheInvitedIdentityMayNotAsk(t *testing.T) {
 	if _, err := sandbox.StartAgent(ctx, tgt, nil, "--invitation-token-ttl=10m"); err != nil {
 		t.Fatal(err)
 	}
-	tgtCR := tgt.CRClient()
 	cs := &v1alpha1.ClusterSource{ObjectMeta: metav1.ObjectMeta{Name: "src"}}
 	cs.Spec.ClusterName = "src"
 	cs.Spec.Identity.ManagedServiceAccount = &v1alpha1.ManagedServiceAccount{}
@@ -67,24 +63,8 @@ func TestAdmissionRefusesWhatTheInvitedIdentityMayNotAsk(t *testing.T) {
 	cs.Spec.CreateNamespaces = true
 	cs.Spec.AllowPriorityClasses = []string{"batch"}
 	cs.Spec.MaxTokenLifetime = &metav1.Duration{Duration: time.Hour}
-	if err := tgtCR.Create(ctx, cs); err != nil {
-		t.Fatal(err)
-	}
-	var status v1alpha1.SourceStatus
-	waitFor(t, 30*time.Second, "the ClusterSource Ready", func() (bool, string) {
-		got := &v1alpha1.ClusterSource{}
-		if err := tgtCR.Get(ctx, client.ObjectKey{Name: "src"}, got); err != nil {
-			return false, err.Error()
-		}
-		status = got.Status
-		return meta.IsStatusConditionTrue(got.Status.Conditions, v1alpha1.SourceReady), fmt.Sprintf("%+v", got.Status.Conditions)
-	})
-	secret, err := admin.CoreV1().Secrets(sandbox.AgentNamespace).Get(ctx, status.KubeconfigSecret, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig := secret.Data[invitation.KubeconfigKey]
-	invited := clientFromKubeconfig(t, kubeconfig)
+	source := inviteReady(t, tgt, cs)
+	status, kubeconfig, invited := source.status, source.kubeconfig, source.client
 	pods := invited.CoreV1().Pods(placementNS)
 	saNS, saName, _ := strings.Cut(status.ServiceAccount, "/")
 
@@ -319,7 +299,7 @@ func TestAdmissionRefusesWhatTheInvitedIdentityMayNotAsk(t *testing.T) {
 		if _, err := withMinted.CoreV1().Pods(placementNS).List(ctx, metav1.ListOptions{}); err != nil {
 			t.Fatalf("the minted token does not work before the revocation: %v", err)
 		}
-		if err := tgtCR.Delete(ctx, &v1alpha1.ClusterSource{ObjectMeta: metav1.ObjectMeta{Name: "src"}}); err != nil {
+		if err := tgt.CRClient().Delete(ctx, &v1alpha1.ClusterSource{ObjectMeta: metav1.ObjectMeta{Name: "src"}}); err != nil {
 			t.Fatal(err)
 		}
 		for name, c := range map[string]kubernetes.Interface{"the kubeconfig's token": invited, "the minted token": withMinted} {

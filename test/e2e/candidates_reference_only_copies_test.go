@@ -1,19 +1,14 @@
 package e2e
 
 import (
-	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/flotilla-dev/flotilla/api/v1alpha1"
-	"github.com/flotilla-dev/flotilla/pkg/invitation"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
 	"github.com/flotilla-dev/flotilla/test/sandbox"
 )
@@ -50,28 +45,11 @@ func TestCandidatesReferenceOnlyCopies(t *testing.T) {
 	if _, err := sandbox.StartAgent(ctx, tgt, nil); err != nil {
 		t.Fatal(err)
 	}
-	tgtCR := tgt.CRClient()
 	cs := &v1alpha1.ClusterSource{ObjectMeta: metav1.ObjectMeta{Name: "src"}}
 	cs.Spec.ClusterName = "src"
 	cs.Spec.Identity.ManagedServiceAccount = &v1alpha1.ManagedServiceAccount{}
 	cs.Spec.Namespaces = []string{placementNS}
-	if err := tgtCR.Create(ctx, cs); err != nil {
-		t.Fatal(err)
-	}
-	var status v1alpha1.SourceStatus
-	waitFor(t, 30*time.Second, "the ClusterSource Ready", func() (bool, string) {
-		got := &v1alpha1.ClusterSource{}
-		if err := tgtCR.Get(ctx, client.ObjectKey{Name: "src"}, got); err != nil {
-			return false, err.Error()
-		}
-		status = got.Status
-		return meta.IsStatusConditionTrue(got.Status.Conditions, v1alpha1.SourceReady), fmt.Sprintf("%+v", got.Status.Conditions)
-	})
-	kc, err := admin.CoreV1().Secrets(sandbox.AgentNamespace).Get(ctx, status.KubeconfigSecret, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	invited := clientFromKubeconfig(t, kc.Data[invitation.KubeconfigKey])
+	invited := inviteReady(t, tgt, cs).client
 	prefix := protocol.CopyNamePrefix("src")
 	copyLabels := map[string]string{protocol.CopyLabel: "true", protocol.SourceClusterLabel: "src"}
 	ref := func(name string) corev1.LocalObjectReference { return corev1.LocalObjectReference{Name: name} }
