@@ -504,7 +504,8 @@ func meshMeasure(ctx context.Context, cfg config, all, mesh []*sandbox.Cluster, 
 	run := runName(optIn)
 	labels := map[string]string{"bench": "true", meshRunLabel: run}
 	// Not the candidates of this cluster's own pods (self target) or of
-	// the others' pods, which carry the pods' labels.
+	// the others' pods (a target that keeps source labels gives them the
+	// pods' labels).
 	selector := fmt.Sprintf("bench=true,%s=%s,!%s", meshRunLabel, run, protocol.CandidateLabel)
 	stop := make(chan struct{})
 	defer close(stop)
@@ -683,24 +684,31 @@ func meshMeasure(ctx context.Context, cfg config, all, mesh []*sandbox.Cluster, 
 // removeMeshPods deletes the pods of a mesh run in every cluster and waits
 // until none is left, so that the next run starts on empty nodes.
 func removeMeshPods(ctx context.Context, cfg config, mesh []*sandbox.Cluster, run string) error {
-	sel := metav1.ListOptions{LabelSelector: meshRunLabel + "=" + run}
+	// The run's pods, and their candidates in the other clusters, which
+	// carry the run's label renamed (protocol.CarriedLabelKey).
+	carried, _ := protocol.CarriedLabelKey(meshRunLabel)
+	sels := []metav1.ListOptions{{LabelSelector: meshRunLabel + "=" + run}, {LabelSelector: carried + "=" + run}}
 	for _, c := range mesh {
-		err := c.Client().CoreV1().Pods(namespace).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, sel)
-		if err != nil {
-			return fmt.Errorf("cluster %s: deleting the pods of run %s: %w", c.Name, run, err)
+		for _, sel := range sels {
+			err := c.Client().CoreV1().Pods(namespace).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, sel)
+			if err != nil {
+				return fmt.Errorf("cluster %s: deleting the pods of run %s: %w", c.Name, run, err)
+			}
 		}
 	}
 	var last string
 	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, cfg.Timeout, true, func(context.Context) (bool, error) {
 		for _, c := range mesh {
-			pods, err := c.Client().CoreV1().Pods(namespace).List(ctx, sel)
-			if err != nil {
-				last = err.Error()
-				return false, nil
-			}
-			if n := len(pods.Items); n > 0 {
-				last = fmt.Sprintf("%d pods left in %s", n, c.Name)
-				return false, nil
+			for _, sel := range sels {
+				pods, err := c.Client().CoreV1().Pods(namespace).List(ctx, sel)
+				if err != nil {
+					last = err.Error()
+					return false, nil
+				}
+				if n := len(pods.Items); n > 0 {
+					last = fmt.Sprintf("%d pods left in %s", n, c.Name)
+					return false, nil
+				}
 			}
 		}
 		return true, nil
