@@ -236,15 +236,15 @@ func (inv Invitation) Policy() *admissionregistrationv1.ValidatingAdmissionPolic
 	if !inv.Spec.AllowPrivileged {
 		validations = append(validations,
 			admissionregistrationv1.Validation{
-				Expression: notPod + " || request.operation == 'DELETE' || !((has(object.spec.hostNetwork) && object.spec.hostNetwork) || (has(object.spec.hostPID) && object.spec.hostPID) || (has(object.spec.hostIPC) && object.spec.hostIPC))",
+				Expression: notPod + " || request.operation != 'CREATE' || !((has(object.spec.hostNetwork) && object.spec.hostNetwork) || (has(object.spec.hostPID) && object.spec.hostPID) || (has(object.spec.hostIPC) && object.spec.hostIPC))",
 				Message:    fmt.Sprintf("the invitation of source %s does not allow the host's network, PID or IPC namespaces", inv.Spec.ClusterName),
 			},
 			admissionregistrationv1.Validation{
-				Expression: notPod + " || request.operation == 'DELETE' || !has(object.spec.volumes) || object.spec.volumes.all(v, !has(v.hostPath))",
+				Expression: notPod + " || request.operation != 'CREATE' || !has(object.spec.volumes) || object.spec.volumes.all(v, !has(v.hostPath))",
 				Message:    fmt.Sprintf("the invitation of source %s does not allow hostPath volumes", inv.Spec.ClusterName),
 			},
 			admissionregistrationv1.Validation{
-				Expression: notPod + " || request.operation == 'DELETE' || [object.spec.containers, has(object.spec.initContainers) ? object.spec.initContainers : [], has(object.spec.ephemeralContainers) ? object.spec.ephemeralContainers : []].all(cs, cs.all(c, !has(c.securityContext) || !has(c.securityContext.privileged) || !c.securityContext.privileged))",
+				Expression: notPod + " || request.operation != 'CREATE' || [object.spec.containers, has(object.spec.initContainers) ? object.spec.initContainers : [], has(object.spec.ephemeralContainers) ? object.spec.ephemeralContainers : []].all(cs, cs.all(c, !has(c.securityContext) || !has(c.securityContext.privileged) || !c.securityContext.privileged))",
 				Message:    fmt.Sprintf("the invitation of source %s does not allow privileged containers", inv.Spec.ClusterName),
 			},
 		)

@@ -129,7 +129,7 @@ func (inv Invitation) priorityValidations() []admissionregistrationv1.Validation
 			allowed = append(allowed, c)
 		}
 	}
-	return onPods(
+	return onPodCreate(
 		rule{
 			expr: "object.spec.?priorityClassName.orValue('') in " + celList(allowed),
 			msg: fmt.Sprintf("spec.priorityClassName: source %s may only name a PriorityClass its invitation allows (spec.allowPriorityClasses: %s), never a system- one",
@@ -158,7 +158,16 @@ func (inv Invitation) baselineValidations() []admissionregistrationv1.Validation
 		return fmt.Sprintf("c.?%s.?httpGet.?host.orValue('') == '' && c.?%s.?tcpSocket.?host.orValue('') == ''", handler, handler)
 	}
 	const appArmorAnnotation = "container.apparmor.security.beta.kubernetes.io/"
-	return onPods(
+	// Annotations may change after creation; the spec's fields these rules
+	// read may not (an update may change only images, tolerations,
+	// activeDeadlineSeconds and scheduling gates), so they are checked at
+	// creation only, which spares the evaluation on every annotation patch
+	// of the protocol.
+	appArmorAnnotations := rule{
+		expr: fmt.Sprintf("!has(object.metadata.annotations) || object.metadata.annotations.all(k, !k.startsWith(%q) || object.metadata.annotations[k] in ['', 'runtime/default'] || object.metadata.annotations[k].startsWith('localhost/'))", appArmorAnnotation),
+		msg:  not("metadata.annotations["+appArmorAnnotation+"*]", "an AppArmor profile other than runtime/default or localhost/*"),
+	}
+	return append(onPods(appArmorAnnotations), onPodCreate(
 		rule{
 			expr: "!" + podSC("windowsOptions.?hostProcess.orValue(false)") + " && " +
 				everyContainer("!c.?securityContext.?windowsOptions.?hostProcess.orValue(false)"),
@@ -176,10 +185,6 @@ func (inv Invitation) baselineValidations() []admissionregistrationv1.Validation
 			expr: podSC("appArmorProfile.?type.orValue('RuntimeDefault')") + " in ['RuntimeDefault', 'Localhost'] && " +
 				everyContainer("c.?securityContext.?appArmorProfile.?type.orValue('RuntimeDefault') in ['RuntimeDefault', 'Localhost']"),
 			msg: not("securityContext.appArmorProfile.type", "an AppArmor profile other than RuntimeDefault or Localhost"),
-		},
-		rule{
-			expr: fmt.Sprintf("!has(object.metadata.annotations) || object.metadata.annotations.all(k, !k.startsWith(%q) || object.metadata.annotations[k] in ['', 'runtime/default'] || object.metadata.annotations[k].startsWith('localhost/'))", appArmorAnnotation),
-			msg:  not("metadata.annotations["+appArmorAnnotation+"*]", "an AppArmor profile other than runtime/default or localhost/*"),
 		},
 		rule{
 			expr: selinux(podSC("seLinuxOptions.orValue({})")) + " && " + everyContainer(selinux("c.?securityContext.?seLinuxOptions.orValue({})")),
@@ -207,7 +212,7 @@ func (inv Invitation) baselineValidations() []admissionregistrationv1.Validation
 			}, " && ")),
 			msg: not("httpGet.host and tcpSocket.host of probes and lifecycle handlers", "a host other than the pod's own"),
 		},
-	)
+	)...)
 }
 
 // delegationValidations refuse what would make this cluster create or
@@ -244,7 +249,8 @@ func (inv Invitation) delegationValidations() []admissionregistrationv1.Validati
 			msg:  fmt.Sprintf("spec.volumes[].projected.sources[].serviceAccountToken: source %s may not give a candidate a token or certificate of this cluster (set automountServiceAccountToken: false)", src),
 		},
 	)
-	out := onPods(pods...)
+	// The spec's fields these read cannot change after creation.
+	out := onPodCreate(pods...)
 	return append(out, guarded("!("+celIsSecret+") || "+celIsDelete, []rule{{
 		expr: "!(object.?type.orValue('') in " + celList(tokenSecretTypes) + ")",
 		msg:  fmt.Sprintf("type: source %s may not create Secrets of type %s, which this cluster fills with a token", src, strings.Join(tokenSecretTypes, " or ")),
