@@ -243,12 +243,12 @@ func printPlacement(home cluster, clusters []cluster, pods []corev1.Pod, start t
 	sort.Slice(pods, func(i, j int) bool { return pods[i].Name < pods[j].Name })
 	fmt.Printf("\nWhere each pod of demo/hello landed (created in %s):\n\n", home.name)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "POD\tVIRTUAL NODE\tCLUSTER\tNODE THERE\tPHASE\tPOD IP\tRUNNING AFTER")
+	fmt.Fprintln(tw, "POD\tVIRTUAL NODE\tCLUSTER\tNODE THERE\tPHASE\tRUNNING AFTER")
 	perCluster := map[string]int{}
 	for _, p := range pods {
 		clusterName := strings.TrimPrefix(p.Spec.NodeName, "flotilla-")
 		perCluster[clusterName]++
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Name, p.Spec.NodeName, clusterName, delegateNode(clusters, clusterName, &p), p.Status.Phase, p.Status.PodIP, runningAfter(&p, start))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", p.Name, p.Spec.NodeName, clusterName, delegateNode(clusters, clusterName, &p), p.Status.Phase, runningAfter(&p, start))
 	}
 	tw.Flush()
 	fmt.Printf("\nper cluster: %v; all %d Running %s after the Deployment was created\n", perCluster, len(pods), time.Since(start).Round(100*time.Millisecond))
