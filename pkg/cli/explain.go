@@ -466,10 +466,17 @@ func skipReason(t targetInfo, pod *corev1.Pod) string {
 		return "the pod runs on " + pod.Spec.NodeName + ": its other candidates were deleted"
 	}
 	for _, c := range pod.Status.Conditions {
-		if c.Type != corev1.PodScheduled || c.Reason != reservation.ReasonNotInvited {
+		// Unschedulable names the targets that do not invite the pod's
+		// namespace among its reasons; NotInvited is how agents before it
+		// said so.
+		if c.Type != corev1.PodScheduled || (c.Reason != corev1.PodReasonUnschedulable && c.Reason != reservation.ReasonNotInvited) {
 			continue
 		}
-		for _, part := range strings.Split(strings.TrimPrefix(c.Message, "Skipped: "), "; ") {
+		msg := strings.TrimPrefix(c.Message, "Skipped: ")
+		if _, rest, ok := strings.Cut(msg, " targets can run the pod: "); ok {
+			msg = rest
+		}
+		for _, part := range strings.Split(msg, "; ") {
 			if strings.HasPrefix(part, "target "+t.name+" ") {
 				return "NotInvited: " + part
 			}

@@ -101,6 +101,17 @@ func TestAnswerFor(t *testing.T) {
 			want: Answer{Answer: AnswerNoCandidate, Reason: "NotInvited: target t1 does not invite this cluster into namespace shop"},
 		},
 		{
+			name: "not invited, among the reasons no target can run the pod", target: t1, pod: &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web"},
+				Status: corev1.PodStatus{Conditions: []corev1.PodCondition{{
+					Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,
+					Message: "0/3 targets can run the pod: t0: 0/4 nodes are available: 4 Insufficient cpu.; target t1 does not invite this cluster into namespace shop",
+				}}},
+			},
+			err:  errors.New("forbidden"),
+			want: Answer{Answer: AnswerNoCandidate, Reason: "NotInvited: target t1 does not invite this cluster into namespace shop"},
+		},
+		{
 			name: "namespace not covered by the invitation", target: t1,
 			pod:  &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "private", Name: "web"}},
 			want: Answer{Answer: AnswerNoCandidate, Reason: "the target's invitation does not cover namespace private"},

@@ -277,8 +277,11 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	case missing != nil:
 		// The object's appearance brings the pod back.
 		c.reportUnscheduled(ctx, pod, ReasonObjectMissing, "Fan out", missing.Error()+"; no target gets a candidate until it exists")
-	case len(uninvited) > 0:
-		c.reportUninvited(ctx, pod, uninvited)
+	case len(uninvited) > 0 && len(invited) == 0:
+		// No target may take the pod here: that is why it waits. When
+		// some target may, the pod waits for it, and the skipped ones
+		// are named only if none of those can run it either.
+		c.reportUninvited(ctx, pod, uninvited, len(targets))
 	}
 	unhealthy := false
 	if err := c.cleanUpOthers(ctx, pod, targets); err != nil {
@@ -436,7 +439,9 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	if d.Elect == nil && d.Allow == nil && missing == nil && !election.Elected() {
 		if reasons := Reasons(observed); reasons != "" {
-			c.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, "NoTargetAvailable", "Elect", "No target can run this pod: %s", reasons)
+			if why := unschedulableMessage(reasons, uninvitedReasons(pod, uninvited), len(targets)); c.setUnschedulable(ctx, pod, why) {
+				c.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, "NoTargetAvailable", "Elect", "No target can run this pod: %s", reasons)
+			}
 		}
 	}
 	// wake is when to look again (0: on the next change only).
@@ -578,14 +583,61 @@ func (c *Controller) objectsOf(ctx context.Context, pod *corev1.Pod) (candidate.
 	return needs, needs.Missing()
 }
 
-// reportUninvited tells the pod's owner, once, which targets were skipped
-// because their invitation does not cover its namespace.
-func (c *Controller) reportUninvited(ctx context.Context, pod *corev1.Pod, targets []*target.Target) {
+// reportUninvited tells the pod's owner, once, that no target may take it
+// because no invitation covers its namespace: PodScheduled=False with
+// reason Unschedulable, as kube-scheduler says a pod no node can run, and a
+// NotInvited Event.
+func (c *Controller) reportUninvited(ctx context.Context, pod *corev1.Pod, uninvited []*target.Target, all int) {
+	parts := uninvitedReasons(pod, uninvited)
+	if c.setUnschedulable(ctx, pod, unschedulableMessage("", parts, all)) {
+		c.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, ReasonNotInvited, "Fan out", "Skipped: %s", strings.Join(parts, "; "))
+	}
+}
+
+// uninvitedReasons says, for each target whose invitation does not cover
+// the pod's namespace, so.
+func uninvitedReasons(pod *corev1.Pod, uninvited []*target.Target) []string {
 	var parts []string
-	for _, t := range targets {
+	for _, t := range uninvited {
 		parts = append(parts, fmt.Sprintf("target %s does not invite this cluster into namespace %s", t.Name, t.NamespaceFor(pod.Namespace)))
 	}
-	c.reportUnscheduled(ctx, pod, ReasonNotInvited, "Fan out", "Skipped: "+strings.Join(parts, "; "))
+	return parts
+}
+
+// unschedulableMessage is the message of a source pod's PodScheduled=False
+// condition, worded as kube-scheduler words a pod no node can run ("0/3
+// nodes are available: ..."): each target's reason (Reasons, "t1: ...;
+// t2: ...") and the targets whose invitation does not cover the pod's
+// namespace.
+func unschedulableMessage(reasons string, uninvited []string, targets int) string {
+	parts := slices.Clone(uninvited)
+	if reasons != "" {
+		parts = append([]string{reasons}, parts...)
+	}
+	return fmt.Sprintf("0/%d targets can run the pod: %s", targets, strings.Join(parts, "; "))
+}
+
+// setUnschedulable sets the pod's PodScheduled=False condition with reason
+// Unschedulable (which autoscalers, kubectl and alerting read) and msg,
+// unless it says so already. It reports whether it wrote it.
+func (c *Controller) setUnschedulable(ctx context.Context, pod *corev1.Pod, msg string) bool {
+	for _, cond := range pod.Status.Conditions {
+		if cond.Type == corev1.PodScheduled && cond.Reason == corev1.PodReasonUnschedulable && cond.Message == msg {
+			return false
+		}
+	}
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.PodCondition{{
+		Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: msg,
+		LastTransitionTime: metav1.Now(),
+	}}}})
+	if err != nil {
+		return false
+	}
+	if _, err := c.Kube.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+		logr.FromContextOrDiscard(ctx).Info("Reporting that no target can run the pod failed", "error", err.Error())
+		return false
+	}
+	return true
 }
 
 // reportUnscheduled tells the pod's owner, once per message, why it is not

@@ -342,3 +342,24 @@ func TestDecideFollowsThePolicy(t *testing.T) {
 		t.Errorf("reasons %q, want the exclusion", r)
 	}
 }
+
+// TestUnschedulableMessage: the condition of a pod no target can run reads
+// as kube-scheduler's of a pod no node can run, and names each target's
+// reason, the uninvited ones included.
+func TestUnschedulableMessage(t *testing.T) {
+	for _, tc := range []struct {
+		reasons   string
+		uninvited []string
+		targets   int
+		want      string
+	}{
+		{"t1: 0/4 nodes are available: 4 Insufficient cpu.", nil, 1, "0/1 targets can run the pod: t1: 0/4 nodes are available: 4 Insufficient cpu."},
+		{"t1: full; t2: unreachable", []string{"target t3 does not invite this cluster into namespace shop"}, 3,
+			"0/3 targets can run the pod: t1: full; t2: unreachable; target t3 does not invite this cluster into namespace shop"},
+		{"", []string{"target t1 does not invite this cluster into namespace shop"}, 1, "0/1 targets can run the pod: target t1 does not invite this cluster into namespace shop"},
+	} {
+		if got := unschedulableMessage(tc.reasons, tc.uninvited, tc.targets); got != tc.want {
+			t.Errorf("unschedulableMessage(%q, %q, %d) = %q, want %q", tc.reasons, tc.uninvited, tc.targets, got, tc.want)
+		}
+	}
+}

@@ -207,9 +207,9 @@ func TestInvitation(t *testing.T) {
 				return p.Spec.NodeName == "flotilla-tgt" && p.Status.Phase == corev1.PodRunning
 			})
 		}
-		waitPod(t, srcClient, "private", "web", "PodScheduled=False naming the target", func(p *corev1.Pod) bool {
+		waitPod(t, srcClient, "private", "web", "PodScheduled=False, Unschedulable, naming the target", func(p *corev1.Pod) bool {
 			for _, c := range p.Status.Conditions {
-				if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == reservation.ReasonNotInvited {
+				if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
 					return strings.Contains(c.Message, "target tgt") && strings.Contains(c.Message, "namespace private")
 				}
 			}

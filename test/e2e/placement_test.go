@@ -109,6 +109,18 @@ func TestPlacement(t *testing.T) {
 		if err != nil || got.Spec.NodeName != "" {
 			t.Fatalf("the pod must stay Pending, got node %q (%v)", got.Spec.NodeName, err)
 		}
+		// What autoscalers, kubectl and alerting read: the condition
+		// kube-scheduler sets on a pod no node can run.
+		var scheduled *corev1.PodCondition
+		for i, c := range got.Status.Conditions {
+			if c.Type == corev1.PodScheduled {
+				scheduled = &got.Status.Conditions[i]
+			}
+		}
+		if scheduled == nil || scheduled.Status != corev1.ConditionFalse || scheduled.Reason != corev1.PodReasonUnschedulable ||
+			!strings.HasPrefix(scheduled.Message, "0/3 targets can run the pod: ") || !strings.Contains(scheduled.Message, "Insufficient cpu") {
+			t.Fatalf("PodScheduled of a pod no target can run: %+v, want False, Unschedulable, each target's reason", scheduled)
+		}
 		if err := s.Cluster("c3").AddNode(ctx, sandbox.NodeSpec{Name: "c3-big", CPU: "64"}); err != nil {
 			t.Fatal(err)
 		}
