@@ -20,19 +20,8 @@ import (
 // sibling candidates, as kube-scheduler would have selected the source's
 // pods in one cluster.
 func TestCandidatesSelectTheirSiblings(t *testing.T) {
-	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
-		{Name: "src", WithoutScheduler: true},
-		{Name: "tgt", Nodes: []sandbox.NodeSpec{{Name: "roomy", CPU: "8"}, {Name: "busy", CPU: "8"}}},
-	}})
+	src, tgt := agentsOnSourceAndTarget(t, sandbox.NodeSpec{Name: "roomy", CPU: "8"}, sandbox.NodeSpec{Name: "busy", CPU: "8"})
 	ctx := t.Context()
-	src, tgt := s.Cluster("src"), s.Cluster("tgt")
-	createNamespace(t, src.Client(), placementNS)
-	if _, err := sandbox.StartAgent(ctx, tgt, nil); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := sandbox.StartAgent(ctx, src, nil); err != nil {
-		t.Fatal(err)
-	}
 	invite(t, src, tgt)
 	tgtPods := tgt.Client().CoreV1().Pods(placementNS)
 

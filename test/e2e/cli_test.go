@@ -29,19 +29,8 @@ import (
 // cluster's kubeconfig.
 func TestCLI(t *testing.T) {
 	plugin := buildPlugin(t)
-	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
-		{Name: "src", WithoutScheduler: true},
-		{Name: "tgt", Nodes: []sandbox.NodeSpec{{CPU: "8"}}},
-	}})
+	src, tgt := agentsOnSourceAndTarget(t, sandbox.NodeSpec{CPU: "8"})
 	ctx := t.Context()
-	src, tgt := s.Cluster("src"), s.Cluster("tgt")
-	createNamespace(t, src.Client(), placementNS)
-	if _, err := sandbox.StartAgent(ctx, tgt, nil); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := sandbox.StartAgent(ctx, src, nil); err != nil {
-		t.Fatal(err)
-	}
 	kubectl := func(c *sandbox.Cluster, args ...string) cliResult {
 		return runPlugin(t, plugin, append([]string{"--kubeconfig", c.Kubeconfig}, args...)...)
 	}

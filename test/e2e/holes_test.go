@@ -382,7 +382,7 @@ func refuseAllowances(t *testing.T, c *sandbox.Cluster) {
 		ObjectMeta: metav1.ObjectMeta{Name: "allowance-probe", Labels: map[string]string{
 			protocol.CandidateLabel: "true", protocol.SourceClusterLabel: "probe-cluster",
 		}},
-		Spec:       corev1.PodSpec{SchedulerName: "nobody", Containers: []corev1.Container{{Name: "c", Image: "probe"}}},
+		Spec: corev1.PodSpec{SchedulerName: "nobody", Containers: []corev1.Container{{Name: "c", Image: "probe"}}},
 	}
 	if _, err := c.Client().CoreV1().Pods(placementNS).Create(ctx, probe, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

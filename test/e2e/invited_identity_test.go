@@ -51,3 +51,24 @@ func inviteReady(t *testing.T, tgt *sandbox.Cluster, cs *v1alpha1.ClusterSource)
 	kc := secret.Data[invitation.KubeconfigKey]
 	return invited{status: status, kubeconfig: kc, client: clientFromKubeconfig(t, kc)}
 }
+
+// agentsOnSourceAndTarget starts a source cluster "src" (no Flotilla scheduler, the
+// namespace placementNS enabled) and a target "tgt" with nodes, each with
+// its release's agent: the pair most tests of one invitation start from.
+func agentsOnSourceAndTarget(t *testing.T, nodes ...sandbox.NodeSpec) (src, tgt *sandbox.Cluster) {
+	t.Helper()
+	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
+		{Name: "src", WithoutScheduler: true},
+		{Name: "tgt", Nodes: nodes},
+	}})
+	ctx := t.Context()
+	src, tgt = s.Cluster("src"), s.Cluster("tgt")
+	createNamespace(t, src.Client(), placementNS)
+	if _, err := sandbox.StartAgent(ctx, tgt, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sandbox.StartAgent(ctx, src, nil); err != nil {
+		t.Fatal(err)
+	}
+	return src, tgt
+}

@@ -30,20 +30,9 @@ import (
 // never written over someone else's, and a missing one keeps the pod
 // Pending until it exists.
 func TestObjects(t *testing.T) {
-	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
-		{Name: "src", WithoutScheduler: true},
-		{Name: "tgt", Nodes: []sandbox.NodeSpec{{CPU: "8"}}},
-	}})
+	src, tgt := agentsOnSourceAndTarget(t, sandbox.NodeSpec{CPU: "8"})
 	ctx := t.Context()
-	src, tgt := s.Cluster("src"), s.Cluster("tgt")
 	srcClient, tgtClient := src.Client(), tgt.Client()
-	createNamespace(t, srcClient, placementNS)
-	if _, err := sandbox.StartAgent(ctx, tgt, nil); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := sandbox.StartAgent(ctx, src, nil); err != nil {
-		t.Fatal(err)
-	}
 	if err := src.Invite(ctx, tgt, placementNS); err != nil {
 		t.Fatal(err)
 	}

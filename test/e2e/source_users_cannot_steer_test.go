@@ -29,19 +29,8 @@ import (
 // admission let in, and a candidate's labels are Flotilla's unless the
 // target's invitation keeps the source pod's.
 func TestSourceUsersCannotSteer(t *testing.T) {
-	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
-		{Name: "src", WithoutScheduler: true},
-		{Name: "tgt", Nodes: []sandbox.NodeSpec{{CPU: "8"}}},
-	}})
+	src, tgt := agentsOnSourceAndTarget(t, sandbox.NodeSpec{CPU: "8"})
 	ctx := t.Context()
-	src, tgt := s.Cluster("src"), s.Cluster("tgt")
-	createNamespace(t, src.Client(), placementNS)
-	if _, err := sandbox.StartAgent(ctx, tgt, nil); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := sandbox.StartAgent(ctx, src, nil); err != nil {
-		t.Fatal(err)
-	}
 	invite(t, src, tgt)
 	user := namespaceUser(t, src, placementNS, "alice")
 	srcPods, tgtPods := user.CoreV1().Pods(placementNS), tgt.Client().CoreV1().Pods(placementNS)
