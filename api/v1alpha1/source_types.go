@@ -81,6 +81,10 @@ type SourceCommon struct {
 // DefaultMaxTokenLifetime is MaxTokenLifetime when an invitation sets none.
 const DefaultMaxTokenLifetime = 12 * time.Hour
 
+// MinTokenLifetime is the shortest token the API server issues, and the
+// shortest MaxTokenLifetime an invitation may set.
+const MinTokenLifetime = 10 * time.Minute
+
 // TokenLifetime is the longest token the invited identity may request.
 func (c *SourceCommon) TokenLifetime() time.Duration {
 	if c.MaxTokenLifetime == nil || c.MaxTokenLifetime.Duration <= 0 {

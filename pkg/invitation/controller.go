@@ -403,7 +403,7 @@ func (c *Controller) apiAudiences(ctx context.Context, inv Invitation) []string 
 		return nil
 	}
 	tr, err := c.Kube.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name, &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(minTokenTTL.Seconds()))},
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(v1alpha1.MinTokenLifetime.Seconds()))},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		klog.FromContext(ctx).V(2).Info("Could not learn the API server's token audiences yet", "serviceAccount", klog.KRef(ns, name), "err", err)
@@ -423,9 +423,6 @@ func (c *Controller) learn(audiences []string) {
 	c.audiences = slices.Clone(audiences)
 	c.audiencesMu.Unlock()
 }
-
-// minTokenTTL is the shortest token the API server issues.
-const minTokenTTL = 10 * time.Minute
 
 // apply makes the identity's admission policy and then its RBAC in the
 // given namespaces, and removes RBAC left in namespaces no longer covered.

@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/flotilla-dev/flotilla/api/v1alpha1"
 	"github.com/flotilla-dev/flotilla/pkg/kubeconfig"
 )
 
@@ -98,9 +99,8 @@ func (t *Target) renewToken(ctx context.Context, c tokenClaims) (string, time.Ti
 	return tr.Status.Token, tr.Status.ExpirationTimestamp.Time, nil
 }
 
-// shortestToken is the shortest token lifetime the API server issues, in
-// seconds, and the shortest maxTokenLifetime an invitation may set.
-const shortestToken = 600
+// shortestToken is v1alpha1.MinTokenLifetime in seconds.
+var shortestToken = int64(v1alpha1.MinTokenLifetime.Seconds())
 
 // withToken returns the kubeconfig in secret[key] with the current
 // context's user token replaced.
