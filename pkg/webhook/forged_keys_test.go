@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"testing"
 
-	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -14,36 +13,6 @@ import (
 	"github.com/flotilla-dev/flotilla/pkg/candidate"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
 )
-
-// handled is pod as the API server stores it after the webhook's answer.
-func handled(t *testing.T, m *Mutator, pod *corev1.Pod) *corev1.Pod {
-	t.Helper()
-	req := createRequest(t, pod)
-	resp := m.Handle(t.Context(), req)
-	if !resp.Allowed {
-		t.Fatalf("refused: %+v", resp.Result)
-	}
-	if len(resp.Patches) == 0 {
-		return pod
-	}
-	rawPatch, err := json.Marshal(resp.Patches)
-	if err != nil {
-		t.Fatal(err)
-	}
-	patch, err := jsonpatch.DecodePatch(rawPatch)
-	if err != nil {
-		t.Fatal(err)
-	}
-	patched, err := patch.Apply(req.Object.Raw)
-	if err != nil {
-		t.Fatalf("applying %s: %v", rawPatch, err)
-	}
-	got := &corev1.Pod{}
-	if err := json.Unmarshal(patched, got); err != nil {
-		t.Fatal(err)
-	}
-	return got
-}
 
 // hiddenSpec is a privileged spec with the host's root mounted: what a
 // user would hide in the saved spec of a benign pod.
@@ -67,7 +36,7 @@ func hiddenSpec(t *testing.T) string {
 func TestHandleReplacesFlotillaKeys(t *testing.T) {
 	m := &Mutator{Decoder: admission.NewDecoder(clientgoscheme.Scheme), NotReadyTolerationSeconds: ptr.To[int64](60)}
 	// The source pod the webhook makes of a pod that came without any.
-	honest := handled(t, m, admittedPod(nil))
+	honest, _ := handled(t, m, admittedPod(nil))
 	honestSpec := honest.Annotations[protocol.SourceSpecAnnotation]
 
 	looksLikeASourcePod := admittedPod(map[string]string{protocol.SourceSpecAnnotation: hiddenSpec(t)})
@@ -110,7 +79,7 @@ func TestHandleReplacesFlotillaKeys(t *testing.T) {
 		{"a saved spec and a local mark on a pod of the split alone", splitOnly, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			got := handled(t, m, tt.pod)
+			got, _ := handled(t, m, tt.pod)
 			for k := range got.Labels {
 				if protocol.WrittenByFlotilla(k) {
 					t.Errorf("label %s=%q stayed", k, got.Labels[k])
@@ -158,7 +127,7 @@ func TestHandleReplacesFlotillaKeys(t *testing.T) {
 // replaced as soon as it differs in anything else.
 func TestHandleKeepsASavedSpecThatFits(t *testing.T) {
 	m := &Mutator{Decoder: admission.NewDecoder(clientgoscheme.Scheme), NotReadyTolerationSeconds: ptr.To[int64](60)}
-	first := handled(t, m, admittedPod(nil))
+	first, _ := handled(t, m, admittedPod(nil))
 	saved := first.Annotations[protocol.SourceSpecAnnotation]
 	for _, tt := range []struct {
 		name   string
@@ -175,7 +144,7 @@ func TestHandleKeepsASavedSpecThatFits(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			pod := first.DeepCopy()
 			tt.change(pod)
-			got := handled(t, m, pod)
+			got, _ := handled(t, m, pod)
 			if kept := got.Annotations[protocol.SourceSpecAnnotation] == saved; kept != tt.kept {
 				t.Errorf("saved spec kept %v, want %v", kept, tt.kept)
 			}

@@ -54,6 +54,38 @@ func createRequest(t testing.TB, pod *corev1.Pod) admission.Request {
 	}}
 }
 
+// handled is pod as the API server stores it after the webhook's answer,
+// its patch applied as the API server applies it, and whether there was a
+// patch.
+func handled(t *testing.T, m *Mutator, pod *corev1.Pod) (*corev1.Pod, bool) {
+	t.Helper()
+	req := createRequest(t, pod)
+	resp := m.Handle(t.Context(), req)
+	if !resp.Allowed {
+		t.Fatalf("refused: %+v", resp.Result)
+	}
+	if len(resp.Patches) == 0 {
+		return pod, false
+	}
+	rawPatch, err := json.Marshal(resp.Patches)
+	if err != nil {
+		t.Fatal(err)
+	}
+	patch, err := jsonpatch.DecodePatch(rawPatch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	patched, err := patch.Apply(req.Object.Raw)
+	if err != nil {
+		t.Fatalf("applying %s: %v", rawPatch, err)
+	}
+	got := &corev1.Pod{}
+	if err := json.Unmarshal(patched, got); err != nil {
+		t.Fatal(err)
+	}
+	return got, true
+}
+
 // TestHandlePatchMakesTheSourcePod checks that the patch the webhook answers
 // with, applied to the pod of the request as the API server applies it,
 // gives the source pod MakeSource makes, whether the pod had annotations or
@@ -69,35 +101,18 @@ func TestHandlePatchMakesTheSourcePod(t *testing.T) {
 		{"annotations", map[string]string{"example.com/a~b": "1", "x": "y"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			req := createRequest(t, admittedPod(tt.annotations))
-			resp := m.Handle(t.Context(), req)
-			if !resp.Allowed || len(resp.Patches) == 0 {
-				t.Fatalf("not allowed with a patch: %+v", resp)
-			}
-			rawPatch, err := json.Marshal(resp.Patches)
-			if err != nil {
-				t.Fatal(err)
-			}
-			patch, err := jsonpatch.DecodePatch(rawPatch)
-			if err != nil {
-				t.Fatal(err)
-			}
-			patched, err := patch.Apply(req.Object.Raw)
-			if err != nil {
-				t.Fatalf("applying %s: %v", rawPatch, err)
-			}
-			var got corev1.Pod
-			if err := json.Unmarshal(patched, &got); err != nil {
-				t.Fatal(err)
+			got, patched := handled(t, m, admittedPod(tt.annotations))
+			if !patched {
+				t.Fatal("allowed without a patch")
 			}
 			want := admittedPod(tt.annotations)
 			if _, err := MakeSource(want, ptr.To[int64](60)); err != nil {
 				t.Fatal(err)
 			}
-			if !equality.Semantic.DeepEqual(&got, want) {
-				t.Errorf("patched pod differs from the source pod:\npatch %s\ngot  %+v\nwant %+v", rawPatch, got, *want)
+			if !equality.Semantic.DeepEqual(got, want) {
+				t.Errorf("patched pod differs from the source pod:\ngot  %+v\nwant %+v", *got, *want)
 			}
-			if again := m.Handle(t.Context(), createRequest(t, &got)); !again.Allowed || len(again.Patches) != 0 {
+			if again := m.Handle(t.Context(), createRequest(t, got)); !again.Allowed || len(again.Patches) != 0 {
 				t.Errorf("reinvocation patches the source pod again: %+v", again.Patches)
 			}
 		})
