@@ -70,7 +70,8 @@ func FuzzBuild(f *testing.F) {
 			}
 		}
 		want := map[string]string{
-			protocol.CandidateLabel: "true", protocol.SourceClusterLabel: "c1", protocol.SourceUIDLabel: string(source.UID),
+			protocol.CandidateLabel: "true", protocol.SourceClusterLabel: "c1", protocol.TargetLabel: protocol.TargetLabelValue("c2"),
+			protocol.SourceUIDLabel:  string(source.UID),
 			protocol.SourceNameLabel: protocol.SourceNameLabelValue(name),
 		}
 		carried, _ := protocol.CarriedLabelKey(key)
@@ -104,7 +105,7 @@ func FuzzBuild(f *testing.F) {
 				t.Fatalf("candidate carries annotation %s=%q", k, v)
 			}
 		}
-		if len(c.Name) > 63 || c.Name != CandidateNameOf(source, "c1") {
+		if len(c.Name) > 63 || c.Name != CandidateNameOf(source, "c1", "c2") {
 			t.Fatalf("candidate of %q is named %q", name, c.Name)
 		}
 	})

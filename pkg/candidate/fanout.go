@@ -47,10 +47,10 @@ type Shaper func(t *target.Target, candidate *corev1.Pod)
 // for the candidate; shape, if not nil, adjusts each new candidate.
 func FanOut(ctx context.Context, source *corev1.Pod, sourceCluster string, targets []*target.Target, prep Preparer, shape Shaper) []Placement {
 	out := make([]Placement, len(targets))
-	name := CandidateNameOf(source, sourceCluster)
 	var wg sync.WaitGroup
 	for i, t := range targets {
 		out[i].Target = t
+		name := CandidateNameOf(source, sourceCluster, t.Name)
 		if c, ok := t.Candidate(t.NamespaceFor(source.Namespace), name); ok && types.UID(c.Labels[protocol.SourceUIDLabel]) == source.UID {
 			out[i].Candidate = c
 			if prep != nil && c.DeletionTimestamp == nil {

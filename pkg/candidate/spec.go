@@ -77,7 +77,7 @@ func (c *specCache) get(raw string) (*corev1.PodSpec, error) {
 // the source cluster (node name, service-account token, the virtual-node
 // toleration, the resolved priority).
 //
-// Its labels are Flotilla's (candidate, source-cluster, source-uid,
+// Its labels are Flotilla's (candidate, source-cluster, target, source-uid,
 // source-name) and the source pod's own under protocol.SourceLabelPrefix
 // (app=web is label.multicluster.flotilla.dev/app=web, see
 // protocol.CarriedLabelKey), so that nothing of the target (a Service, a
@@ -116,6 +116,7 @@ func Build(source *corev1.Pod, sourceCluster, target, namespace string, self, ke
 	labels := map[string]string{
 		protocol.CandidateLabel:     "true",
 		protocol.SourceClusterLabel: sourceCluster,
+		protocol.TargetLabel:        protocol.TargetLabelValue(target),
 		protocol.SourceUIDLabel:     string(source.UID),
 		protocol.SourceNameLabel:    protocol.SourceNameLabelValue(source.Name),
 	}
@@ -151,7 +152,7 @@ func Build(source *corev1.Pod, sourceCluster, target, namespace string, self, ke
 
 	candidate := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:        CandidateNameOf(source, sourceCluster),
+			Name:        CandidateNameOf(source, sourceCluster, target),
 			Namespace:   namespace,
 			Labels:      labels,
 			Annotations: annotations,
@@ -244,7 +245,10 @@ func SourceLabels(candidate *corev1.Pod) (map[string]string, error) {
 	return labels, nil
 }
 
-// CandidateNameOf is the name of a source pod's candidates in every target.
-func CandidateNameOf(source *corev1.Pod, sourceCluster string) string {
-	return protocol.CandidateName(sourceCluster, source.Namespace, source.Name, string(source.UID))
+// CandidateNameOf is the name of a source pod's candidate in the target the
+// source calls target (a ClusterTarget's name, "<namespace>/<name>" of a
+// Target): each target of the source names its own, so two that reach the
+// same cluster and namespace never share one.
+func CandidateNameOf(source *corev1.Pod, sourceCluster, target string) string {
+	return protocol.CandidateName(sourceCluster, target, source.Namespace, source.Name, string(source.UID))
 }

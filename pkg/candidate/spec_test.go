@@ -52,7 +52,7 @@ func TestBuild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Name != protocol.CandidateName("c1", "shop", "web-1", "uid-1") || c.Namespace != "shop" {
+	if c.Name != protocol.CandidateName("c1", "c2", "shop", "web-1", "uid-1") || c.Namespace != "shop" {
 		t.Errorf("candidate %s/%s", c.Namespace, c.Name)
 	}
 	if c.Spec.SchedulerName != protocol.SchedulerName || c.Spec.NodeName != "" || c.Spec.ServiceAccountName != "" {
@@ -70,7 +70,8 @@ func TestBuild(t *testing.T) {
 	if _, ok := c.Labels[protocol.ElectLabel]; ok {
 		t.Error("candidate must not carry the opt-in label, or the target would treat it as a source pod")
 	}
-	if c.Labels[protocol.SourceUIDLabel] != "uid-1" || c.Labels[protocol.SourceClusterLabel] != "c1" || c.Labels[protocol.CandidateLabel] != "true" {
+	if c.Labels[protocol.SourceUIDLabel] != "uid-1" || c.Labels[protocol.SourceClusterLabel] != "c1" || c.Labels[protocol.CandidateLabel] != "true" ||
+		c.Labels[protocol.TargetLabel] != protocol.TargetLabelValue("c2") {
 		t.Errorf("labels: %v", c.Labels)
 	}
 	if c.Annotations["team"] != "a" || c.Annotations[protocol.SourceSpecAnnotation] != "" || c.Annotations[protocol.ElectionAnnotation] != "" {
@@ -184,7 +185,7 @@ func TestBuildLabels(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := map[string]string{protocol.CandidateLabel: "true", protocol.SourceClusterLabel: "c1", protocol.SourceUIDLabel: "uid-1"}
+			want := map[string]string{protocol.CandidateLabel: "true", protocol.SourceClusterLabel: "c1", protocol.TargetLabel: protocol.TargetLabelValue("c2"), protocol.SourceUIDLabel: "uid-1"}
 			maps.Copy(want, tt.wantLabels)
 			if !maps.Equal(c.Labels, want) {
 				t.Errorf("labels %v, want %v", c.Labels, want)

@@ -32,16 +32,15 @@ func Eligible(source *corev1.Pod, sourceCluster string, targets []*target.Target
 	if limit <= 0 || limit >= len(targets) {
 		return targets
 	}
-	name := CandidateNameOf(source, sourceCluster)
 	var chosen, rest []*target.Target
 	for _, t := range targets {
-		if t.Holds(t.NamespaceFor(source.Namespace), name, source.UID) {
+		if t.Holds(t.NamespaceFor(source.Namespace), CandidateNameOf(source, sourceCluster, t.Name), source.UID) {
 			chosen = append(chosen, t)
 		} else {
 			rest = append(rest, t)
 		}
 	}
-	if len(chosen) >= limit && !AllFailed(chosen, source.Namespace, name) {
+	if len(chosen) >= limit && !AllFailed(chosen, source, sourceCluster) {
 		// The pod's draw was made: no need to weigh the others.
 		return chosen
 	}
@@ -50,7 +49,7 @@ func Eligible(source *corev1.Pod, sourceCluster string, targets []*target.Target
 	for len(rest) > 0 {
 		n := min(take, len(rest))
 		chosen, rest = append(chosen, rest[:n]...), rest[n:]
-		if !AllFailed(chosen, source.Namespace, name) {
+		if !AllFailed(chosen, source, sourceCluster) {
 			break
 		}
 		take = limit
@@ -73,10 +72,9 @@ func ToFanOut(source *corev1.Pod, sourceCluster string, targets []*target.Target
 // Holding are the targets that hold a candidate of the source pod (or
 // that this agent has just created one in).
 func Holding(source *corev1.Pod, sourceCluster string, targets []*target.Target) []*target.Target {
-	name := CandidateNameOf(source, sourceCluster)
 	var out []*target.Target
 	for _, t := range targets {
-		if t.Holds(t.NamespaceFor(source.Namespace), name, source.UID) {
+		if t.Holds(t.NamespaceFor(source.Namespace), CandidateNameOf(source, sourceCluster, t.Name), source.UID) {
 			out = append(out, t)
 		}
 	}
@@ -84,13 +82,13 @@ func Holding(source *corev1.Pod, sourceCluster string, targets []*target.Target)
 }
 
 // AllFailed reports whether every target is unreachable or has said it
-// cannot schedule the candidate name of a pod of sourceNamespace.
-func AllFailed(targets []*target.Target, sourceNamespace, name string) bool {
+// cannot schedule its candidate of the source pod.
+func AllFailed(targets []*target.Target, source *corev1.Pod, sourceCluster string) bool {
 	for _, t := range targets {
 		if t.Err() != nil {
 			continue
 		}
-		c, ok := t.Candidate(t.NamespaceFor(sourceNamespace), name)
+		c, ok := t.Candidate(t.NamespaceFor(source.Namespace), CandidateNameOf(source, sourceCluster, t.Name))
 		if !ok || target.Unschedulable(c) == "" {
 			return false
 		}

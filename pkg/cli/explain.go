@@ -325,13 +325,13 @@ func findCandidate(ctx context.Context, c *clients, clusterName string, pod *cor
 	}
 	ns := t.namespaceFor(pod.Namespace)
 	if clusterName != "" {
-		cand, err := kube.CoreV1().Pods(ns).Get(ctx, protocol.CandidateName(clusterName, pod.Namespace, pod.Name, string(pod.UID)), metav1.GetOptions{})
+		cand, err := kube.CoreV1().Pods(ns).Get(ctx, protocol.CandidateName(clusterName, t.name, pod.Namespace, pod.Name, string(pod.UID)), metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return nil, nil
 		}
 		return cand, err
 	}
-	sel := labels.SelectorFromSet(labels.Set{protocol.CandidateLabel: "true", protocol.SourceUIDLabel: string(pod.UID)}).String()
+	sel := labels.SelectorFromSet(labels.Set{protocol.CandidateLabel: "true", protocol.TargetLabel: protocol.TargetLabelValue(t.name), protocol.SourceUIDLabel: string(pod.UID)}).String()
 	list, err := kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: sel})
 	if err != nil {
 		return nil, err

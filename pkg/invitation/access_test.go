@@ -133,8 +133,8 @@ func TestStreams(t *testing.T) {
 		pod  string
 		want bool
 	}{
-		{protocol.CandidateName("c1", "shop", "web", "uid-1"), true},
-		{protocol.CandidateName("c1", "shop", strings.Repeat("long-", 20), "uid-2"), true},
+		{protocol.CandidateName("c1", "t1", "shop", "web", "uid-1"), true},
+		{protocol.CandidateName("c1", "t1", "shop", strings.Repeat("long-", 20), "uid-2"), true},
 		{"web-7d4b9c8f6d-x2k9p", false},  // a Deployment's pod
 		{"db-0", false},                  // a StatefulSet's
 		{"backup-28935720-abcde", false}, // a CronJob's Job's

@@ -88,7 +88,7 @@ func (d *delegates) resolve(namespace, name string) (delegate, error) {
 	del := delegate{
 		target:    t,
 		namespace: t.NamespaceFor(namespace),
-		name:      protocol.CandidateName(d.sourceCluster, namespace, name, string(pod.UID)),
+		name:      protocol.CandidateName(d.sourceCluster, t.Name, namespace, name, string(pod.UID)),
 	}
 	if !t.HasSynced() {
 		return delegate{}, errUnavailable{fmt.Sprintf("target %s: its pods are not listed yet: %v", t.Name, t.Err())}

@@ -64,6 +64,12 @@ const (
 	SourceLabelsAnnotation = Prefix + "source-labels"
 	// TargetAnnotation is the target's name as the source knows it.
 	TargetAnnotation = Prefix + "target"
+	// TargetLabel ties a candidate to the one target of its source that
+	// made it (TargetLabelValue of the target's name): two targets of one
+	// source that reach the same cluster and namespace (a namespaced self
+	// Target beside the self ClusterTarget, two kubeconfigs of one
+	// cluster) each select, elect and delete only their own candidates.
+	TargetLabel = Prefix + "target"
 
 	// StateAnnotation is written by the target's scheduler, see State.
 	StateAnnotation = Prefix + "state"
@@ -267,12 +273,23 @@ func ParseDenial(v string) (Denial, error) {
 	return Denial{SourceUID: uid, Generation: gen}, nil
 }
 
-// CandidateName is the deterministic name of the candidate of one source pod:
-// the source pod's name, shortened if needed, and a hash of the source
-// cluster, namespace, name and UID. A retry always computes the same name, so
-// a target never gets two candidates for one source pod.
-func CandidateName(sourceCluster, namespace, name, uid string) string {
-	sum := sha256.Sum256([]byte(sourceCluster + "\x00" + namespace + "\x00" + name + "\x00" + uid))
+// TargetLabelValue is the value of TargetLabel for the target the source
+// calls target (a ClusterTarget's name, or "<namespace>/<name>" of a
+// Target): 16 hex digits of its SHA-256, a valid label value whatever the
+// name's length or its '/'.
+func TargetLabelValue(target string) string {
+	sum := sha256.Sum256([]byte(target))
+	return hex.EncodeToString(sum[:])[:16]
+}
+
+// CandidateName is the deterministic name of the candidate of one source pod
+// in one target: the source pod's name, shortened if needed, and a hash of
+// the source cluster, the target (as the source calls it), namespace, name
+// and UID. A retry always computes the same name, so a target never gets
+// two candidates for one source pod; two targets of one source that reach
+// the same cluster and namespace name theirs apart.
+func CandidateName(sourceCluster, target, namespace, name, uid string) string {
+	sum := sha256.Sum256([]byte(sourceCluster + "\x00" + target + "\x00" + namespace + "\x00" + name + "\x00" + uid))
 	suffix := hex.EncodeToString(sum[:])[:10]
 	const maxLen = 63
 	if len(name) > maxLen-len(suffix)-1 {

@@ -429,7 +429,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		if !ok {
 			return reconcile.Result{}, fmt.Errorf("elected target %s is no longer configured", d.Allow.Target)
 		}
-		name := candidate.CandidateNameOf(pod, c.SourceCluster)
+		name := candidate.CandidateNameOf(pod, c.SourceCluster, t.Name)
 		if err := t.Annotate(ctx, t.NamespaceFor(pod.Namespace), name, map[string]*string{protocol.AllowedAnnotation: ptr.To(d.Allow.Allowance.Encode())}); err != nil {
 			return reconcile.Result{}, err
 		}
@@ -483,12 +483,12 @@ func (c *Controller) applyDenials(ctx context.Context, pod *corev1.Pod, election
 	if c.DenyAfter <= 0 {
 		deny = nil
 	}
-	name := candidate.CandidateNameOf(pod, c.SourceCluster)
 	write := func(target string, value *string) {
 		t, ok := c.Targets.Get(target)
 		if !ok {
 			return
 		}
+		name := candidate.CandidateNameOf(pod, c.SourceCluster, t.Name)
 		if err := t.AnnotateAgain(ctx, t.NamespaceFor(pod.Namespace), name, map[string]*string{protocol.DeniedAnnotation: value}); err != nil {
 			logr.FromContextOrDiscard(ctx).Info("Writing a denial failed; will retry", "target", target, "deny", value != nil, "error", err.Error())
 		}
@@ -785,7 +785,7 @@ func (c *Controller) confirmRelease(ctx context.Context, pod *corev1.Pod, electi
 	if !ok {
 		return observed
 	}
-	live, err := t.Live(ctx, t.NamespaceFor(pod.Namespace), candidate.CandidateNameOf(pod, c.SourceCluster))
+	live, err := t.Live(ctx, t.NamespaceFor(pod.Namespace), candidate.CandidateNameOf(pod, c.SourceCluster, t.Name))
 	if live != nil && types.UID(live.Labels[protocol.SourceUIDLabel]) != pod.UID {
 		live = nil // another pod's of that name
 	}

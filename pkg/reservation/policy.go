@@ -68,13 +68,12 @@ func (c *Controller) leftOut(pod *corev1.Pod, invited, eligible []*target.Target
 	for _, t := range eligible {
 		in[t.Name] = true
 	}
-	name := candidate.CandidateNameOf(pod, c.SourceCluster)
 	var out []candidate.Placement
 	for _, t := range invited {
 		if in[t.Name] {
 			continue
 		}
-		cand, ok := t.Candidate(t.NamespaceFor(pod.Namespace), name)
+		cand, ok := t.Candidate(t.NamespaceFor(pod.Namespace), candidate.CandidateNameOf(pod, c.SourceCluster, t.Name))
 		if !ok || types.UID(cand.Labels[protocol.SourceUIDLabel]) != pod.UID {
 			continue
 		}
@@ -135,12 +134,11 @@ func (c *Controller) planFor(ctx context.Context, pod *corev1.Pod, invited []*ta
 	// Fallback groups widen one at a time while every target so far has
 	// failed the pod, as the fan-out window does.
 	p.selected = nil
-	name := candidate.CandidateNameOf(pod, c.SourceCluster)
 	for i, g := range groups {
 		for _, cl := range g {
 			p.selected = append(p.selected, byName[cl.Name])
 		}
-		if i == len(groups)-1 || !candidate.AllFailed(p.selected, pod.Namespace, name) {
+		if i == len(groups)-1 || !candidate.AllFailed(p.selected, pod, c.SourceCluster) {
 			for _, later := range groups[i+1:] {
 				for _, cl := range later {
 					p.excluded[cl.Name] = fmt.Sprintf("in fallback group %d, not needed while an earlier group can run the pod", i+2)
@@ -359,7 +357,7 @@ func (c *Controller) domainOf(p *plan, t *target.Target, source *corev1.Pod, key
 	if len(domains) == 1 {
 		return domains[0], true
 	}
-	cand, ok := t.Candidate(t.NamespaceFor(source.Namespace), candidate.CandidateNameOf(source, c.SourceCluster))
+	cand, ok := t.Candidate(t.NamespaceFor(source.Namespace), candidate.CandidateNameOf(source, c.SourceCluster, t.Name))
 	if !ok || types.UID(cand.Labels[protocol.SourceUIDLabel]) != source.UID {
 		return nil, false
 	}

@@ -118,7 +118,7 @@ type Delegates struct {
 }
 
 func (d Delegates) name(source *corev1.Pod) string {
-	return protocol.CandidateName(d.SourceCluster, source.Namespace, source.Name, string(source.UID))
+	return protocol.CandidateName(d.SourceCluster, d.Target.Name, source.Namespace, source.Name, string(source.UID))
 }
 
 func (d Delegates) namespace(source *corev1.Pod) string {

@@ -160,9 +160,11 @@ func TestRogueBindingNeverAdopted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	name := protocol.CandidateName("src", placementNS, pod.Name, string(pod.UID))
+	nameIn := func(c *sandbox.Cluster) string {
+		return protocol.CandidateName("src", c.Name, placementNS, pod.Name, string(pod.UID))
+	}
 	for _, c := range []*sandbox.Cluster{a, b} {
-		waitPod(t, c.Client(), placementNS, name, "created, unbound", func(p *corev1.Pod) bool { return p.Spec.NodeName == "" })
+		waitPod(t, c.Client(), placementNS, nameIn(c), "created, unbound", func(p *corev1.Pod) bool { return p.Spec.NodeName == "" })
 	}
 
 	// b binds its candidate on an allowance of an election the source never
@@ -179,12 +181,12 @@ func TestRogueBindingNeverAdopted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rogue, err := bPods.Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+	rogue, err := bPods.Patch(ctx, nameIn(b), types.MergePatchType, patch, metav1.PatchOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := bPods.Bind(ctx, &corev1.Binding{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: placementNS, UID: rogue.UID},
+		ObjectMeta: metav1.ObjectMeta{Name: nameIn(b), Namespace: placementNS, UID: rogue.UID},
 		Target:     corev1.ObjectReference{Kind: "Node", Name: "b-node-0"},
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -224,7 +226,7 @@ func TestRogueBindingNeverAdopted(t *testing.T) {
 		return p.Spec.NodeName == want && p.Status.Phase == corev1.PodRunning
 	})
 	waitFor(t, 60*time.Second, "b's rogue candidate deleted", func() (bool, string) {
-		p, err := bPods.Get(ctx, name, metav1.GetOptions{})
+		p, err := bPods.Get(ctx, nameIn(b), metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return true, ""
 		}
@@ -283,7 +285,7 @@ func TestSlowSourceKeepsItsWindow(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := s.Cluster(firstChoice(t, pod, targets))
-	name := protocol.CandidateName("src", placementNS, pod.Name, string(pod.UID))
+	name := protocol.CandidateName("src", first.Name, placementNS, pod.Name, string(pod.UID))
 	waitPod(t, first.Client(), placementNS, name, "sent, unscheduled", func(p *corev1.Pod) bool { return p.Spec.NodeName == "" })
 	for _, c := range targets {
 		if c != first {

@@ -65,7 +65,7 @@ func TestKubelet(t *testing.T) {
 	waitPod(t, srcClient, kubeletNS, pod.Name, "running on flotilla-tgt", func(p *corev1.Pod) bool {
 		return p.Spec.NodeName == "flotilla-tgt" && p.Status.Phase == corev1.PodRunning
 	})
-	waitStreamsGranted(t, tgt.Client(), src.Name, pod)
+	waitStreamsGranted(t, tgt.Client(), src.Name, tgt.Name, pod)
 	node, err := srcClient.CoreV1().Nodes().Get(ctx, "flotilla-tgt", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)

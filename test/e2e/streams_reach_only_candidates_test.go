@@ -82,7 +82,7 @@ func TestStreamsReachOnlyCandidates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	delegate := protocol.CandidateName("src", streamsNS, web.Name, string(web.UID))
+	delegate := protocol.CandidateName("src", tgt.Name, streamsNS, web.Name, string(web.UID))
 	bound := watchBound(t, tgtAdmin, streamsNS, delegate)
 	var last error
 	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
@@ -161,7 +161,7 @@ func TestStreamsReachOnlyCandidates(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waiting := protocol.CandidateName("src", streamsNS, toobig.Name, string(toobig.UID))
+		waiting := protocol.CandidateName("src", tgt.Name, streamsNS, toobig.Name, string(toobig.UID))
 		waitFor(t, 60*time.Second, "the waiting candidate in the target", func() (bool, string) {
 			_, err := tgtAdmin.CoreV1().Pods(streamsNS).Get(ctx, waiting, metav1.GetOptions{})
 			return err == nil, fmt.Sprint(err)
@@ -197,7 +197,7 @@ func TestStreamsReachOnlyCandidates(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			names = append(names, protocol.CandidateName("src", streamsNS, p.Name, string(p.UID)))
+			names = append(names, protocol.CandidateName("src", tgt.Name, streamsNS, p.Name, string(p.UID)))
 		}
 		granted := func(want bool) func() (bool, string) {
 			return func() (bool, string) {
@@ -238,10 +238,10 @@ func TestStreamsReachOnlyCandidates(t *testing.T) {
 // the invitation's streams Role names it. The target's agent grants them
 // when it sees the delegate bound, a write after the binding, so that a
 // test that reads logs as soon as the pod runs waits for it first.
-func waitStreamsGranted(t *testing.T, target kubernetes.Interface, source string, sourcePod *corev1.Pod) {
+func waitStreamsGranted(t *testing.T, target kubernetes.Interface, source, targetName string, sourcePod *corev1.Pod) {
 	t.Helper()
 	role := invitation.Invitation{Kind: "ClusterSource", Name: source}.StreamsName()
-	delegate := protocol.CandidateName(source, sourcePod.Namespace, sourcePod.Name, string(sourcePod.UID))
+	delegate := protocol.CandidateName(source, targetName, sourcePod.Namespace, sourcePod.Name, string(sourcePod.UID))
 	waitFor(t, 30*time.Second, "the target granting the streams of "+delegate, func() (bool, string) {
 		r, err := target.RbacV1().Roles(sourcePod.Namespace).Get(t.Context(), role, metav1.GetOptions{})
 		if err != nil {
