@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
 	clientfeatures "k8s.io/client-go/features"
 	clientfeaturestesting "k8s.io/client-go/features/testing"
@@ -103,20 +104,25 @@ func TestWatched(t *testing.T) {
 // TestNamespacedTargetSeesOnlyItsCandidates: other candidates of this
 // source live in the cluster a namespaced Target reaches (a ClusterTarget's
 // of the same cluster, or the source's own for a self Target). The
-// namespaced Target's cache, lookups and handlers show only those of its
-// own namespace's pods, so that it never elects, mirrors or deletes the
-// pods of another namespace.
+// namespaced Target's cache, lookups and handlers show only its own, of
+// its own namespace's pods, so that it never elects, mirrors or deletes
+// the pods of another namespace; the ClusterTarget beside it sees none of
+// the namespaced Target's either, though they are candidates of the same
+// source in the same namespace.
 func TestNamespacedTargetSeesOnlyItsCandidates(t *testing.T) {
-	candidate := func(namespace, name, sourceNamespace string) *corev1.Pod {
+	candidate := func(target, namespace, name, sourceNamespace string) *corev1.Pod {
 		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
 			Namespace: namespace, Name: name,
-			Labels: map[string]string{protocol.CandidateLabel: "true", protocol.SourceClusterLabel: "src", protocol.SourceUIDLabel: name + "-uid"},
+			Labels: map[string]string{
+				protocol.CandidateLabel: "true", protocol.SourceClusterLabel: "src", protocol.SourceUIDLabel: name + "-uid",
+				protocol.TargetLabel: protocol.TargetLabelValue(target),
+			},
 			Annotations: map[string]string{
 				protocol.SourceNamespaceAnnotation: sourceNamespace, protocol.SourceNameAnnotation: name,
 			},
 		}}
 	}
-	own := candidate("tenant", "mine", "tenant")
+	const tenantTarget, clusterTarget = "tenant/home", "self"
 	// The fake clientset does not stream a watch's initial list.
 	clientfeaturestesting.SetFeatureDuringTest(t, clientfeatures.WatchListClient, false)
 	for _, tt := range []struct {
@@ -124,14 +130,22 @@ func TestNamespacedTargetSeesOnlyItsCandidates(t *testing.T) {
 		cfg  Config
 		// cached are the candidates the target's informers list.
 		cached []string
+		// own is the candidate of a tenant pod it made; others is how
+		// many it sees in all.
+		own  string
+		seen int
 	}{{
 		name:   "self Target of namespace tenant",
-		cfg:    Config{Name: "tenant/home", Namespace: "tenant", Self: true},
+		cfg:    Config{Name: tenantTarget, Namespace: "tenant", Self: true},
 		cached: []string{"tenant/mine", "tenant/smuggled"},
+		own:    "mine",
+		seen:   1,
 	}, {
-		name:   "a ClusterTarget sees them all",
-		cfg:    Config{Name: "self", Self: true},
-		cached: []string{"prod/theirs", "tenant/mine", "tenant/smuggled"},
+		name:   "the self ClusterTarget beside it",
+		cfg:    Config{Name: clusterTarget, Self: true},
+		cached: []string{"prod/theirs", "tenant/web-c"},
+		own:    "web-c",
+		seen:   2,
 	}} {
 		t.Run(tt.name, func(t *testing.T) {
 			tt.cfg.REST, tt.cfg.SourceCluster = &rest.Config{Host: "https://127.0.0.1:1"}, "src"
@@ -139,9 +153,19 @@ func TestNamespacedTargetSeesOnlyItsCandidates(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			// A pod of prod placed through a ClusterTarget, and one that
-			// claims prod's pod while sitting in the tenant's namespace.
-			tg.client = fake.NewClientset(own, candidate("prod", "theirs", "prod"), candidate("tenant", "smuggled", "prod"))
+			// The namespaced Target's candidate of a tenant pod; the
+			// ClusterTarget's of a tenant pod and of a prod pod; one that
+			// claims prod's pod while sitting in the tenant's namespace
+			// with the namespaced Target's label; one of another source.
+			other := candidate(tenantTarget, "tenant", "elsewhere", "tenant")
+			other.Labels[protocol.SourceClusterLabel] = "other-src"
+			tg.client = fake.NewClientset(
+				candidate(tenantTarget, "tenant", "mine", "tenant"),
+				candidate(clusterTarget, "tenant", "web-c", "tenant"),
+				candidate(clusterTarget, "prod", "theirs", "prod"),
+				candidate(tenantTarget, "tenant", "smuggled", "prod"),
+				other,
+			)
 			var mu sync.Mutex
 			var handled []string
 			tg.OnCandidate(func(p *corev1.Pod) {
@@ -158,11 +182,16 @@ func TestNamespacedTargetSeesOnlyItsCandidates(t *testing.T) {
 			}
 
 			ns := tt.cfg.Namespace != ""
-			if _, ok := tg.Candidate("tenant", "mine"); !ok {
+			if _, ok := tg.Candidate("tenant", tt.own); !ok {
 				t.Error("its own candidate is not found")
 			}
-			if _, ok := tg.Candidate("tenant", "smuggled"); ok == ns {
-				t.Errorf("Candidate of another namespace's pod found: %v", ok)
+			for _, name := range []string{"mine", "web-c"} {
+				if _, ok := tg.Candidate("tenant", name); ok != (name == tt.own) {
+					t.Errorf("Candidate tenant/%s (the other target's of the same namespace) found: %v", name, ok)
+				}
+			}
+			if _, ok := tg.Candidate("tenant", "smuggled"); ok {
+				t.Error("Candidate of another namespace's pod found")
 			}
 			if _, ok := tg.Candidate("prod", "theirs"); ok == ns {
 				t.Errorf("Candidate in another namespace found: %v", ok)
@@ -170,20 +199,16 @@ func TestNamespacedTargetSeesOnlyItsCandidates(t *testing.T) {
 			if got := len(tg.CandidatesOf("prod", "smuggled")) + len(tg.CandidatesOf("prod", "theirs")); (got == 0) != ns {
 				t.Errorf("CandidatesOf another namespace's pods: %d", got)
 			}
-			want := 3
-			if ns {
-				want = 1
+			if got := len(tg.Candidates()); got != tt.seen {
+				t.Errorf("Candidates: %d, want %d", got, tt.seen)
 			}
-			if got := len(tg.Candidates()); got != want {
-				t.Errorf("Candidates: %d, want %d", got, want)
-			}
-			if got := tg.CandidateCount(); got != want {
-				t.Errorf("CandidateCount: %d, want %d", got, want)
+			if got := tg.CandidateCount(); got != tt.seen {
+				t.Errorf("CandidateCount: %d, want %d", got, tt.seen)
 			}
 			mu.Lock()
 			defer mu.Unlock()
-			if len(handled) != want {
-				t.Errorf("handlers saw %v, want %d candidates", handled, want)
+			if len(handled) != tt.seen {
+				t.Errorf("handlers saw %v, want %d candidates", handled, tt.seen)
 			}
 			d := Delegates{Target: tg, SourceCluster: "src"}
 			prodPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "prod", Name: "theirs"}}
@@ -191,6 +216,34 @@ func TestNamespacedTargetSeesOnlyItsCandidates(t *testing.T) {
 				t.Errorf("Delegates.Get of a prod pod: %v", err)
 			}
 		})
+	}
+}
+
+// TestCandidateSelector: a target lists and watches only the candidates
+// it made: those of its source, with its own target label.
+func TestCandidateSelector(t *testing.T) {
+	sel, err := labels.Parse(CandidateSelector("src", "tenant/home"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := labels.Set{protocol.CandidateLabel: "true", protocol.SourceClusterLabel: "src", protocol.TargetLabel: protocol.TargetLabelValue("tenant/home")}
+	if !sel.Matches(own) {
+		t.Errorf("%s does not select the target's own candidate %v", sel, own)
+	}
+	for what, change := range map[string]func(labels.Set){
+		"the ClusterTarget's beside it": func(l labels.Set) { l[protocol.TargetLabel] = protocol.TargetLabelValue("self") },
+		"an older agent's, unlabelled":  func(l labels.Set) { delete(l, protocol.TargetLabel) },
+		"another source's":              func(l labels.Set) { l[protocol.SourceClusterLabel] = "other" },
+		"a pod that is no candidate":    func(l labels.Set) { delete(l, protocol.CandidateLabel) },
+	} {
+		l := labels.Set{}
+		for k, v := range own {
+			l[k] = v
+		}
+		change(l)
+		if sel.Matches(l) {
+			t.Errorf("%s selects %s %v", sel, what, l)
+		}
 	}
 }
 

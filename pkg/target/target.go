@@ -146,10 +146,7 @@ func New(c Config) (*Target, error) {
 	if t.cr, err = crclient.NewWithWatch(crCfg, crclient.Options{Scheme: scheme}); err != nil {
 		return nil, fmt.Errorf("target %s: creating client: %w", c.Name, err)
 	}
-	selector := labels.SelectorFromSet(labels.Set{
-		protocol.CandidateLabel:     "true",
-		protocol.SourceClusterLabel: c.SourceCluster,
-	}).String()
+	selector := CandidateSelector(c.SourceCluster, c.Name)
 	t.Name, t.Namespace, t.Self, t.Labels, t.PodCIDRs = c.Name, c.Namespace, c.Self, c.Labels, slices.Clone(c.PodCIDRs)
 	t.NodeName = protocol.VirtualNodeName(c.Namespace, nameOnly(c.Name))
 	if c.Namespace != "" && !strings.HasPrefix(c.Name, c.Namespace+"/") {
@@ -163,6 +160,19 @@ func New(c Config) (*Target, error) {
 	t.informers.addHandler(t.outcomes.seen)
 	t.informers.addHandler(t.watchDelivered)
 	return t, nil
+}
+
+// CandidateSelector selects the candidates that the target the source
+// sourceCluster calls name made: every watch, list and sweep of a
+// target's candidates goes through it, so that two targets of one source
+// that reach the same cluster and namespace never see, elect or delete
+// each other's.
+func CandidateSelector(sourceCluster, name string) string {
+	return labels.SelectorFromSet(labels.Set{
+		protocol.CandidateLabel:     "true",
+		protocol.SourceClusterLabel: sourceCluster,
+		protocol.TargetLabel:        protocol.TargetLabelValue(name),
+	}).String()
 }
 
 // SetToken replaces the bearer token the target's client sends.
