@@ -30,6 +30,11 @@ const (
 	SourceSpecAnnotation = Prefix + "source-spec"
 	// ElectionAnnotation is the durable election record, see Election.
 	ElectionAnnotation = Prefix + "election"
+	// ElectedDomainAnnotation is the domain of the node that holds or runs
+	// the source pod's elected reservation, as its target reported it
+	// (State.Domain), written with the election (EncodeDomain). Not
+	// DomainAnnotation, the domain a candidate was pinned to.
+	ElectedDomainAnnotation = Prefix + "elected-domain"
 	// SourceSchedulerName is set on source pods so that no scheduler of the
 	// source binds them; the agent binds them to a virtual node.
 	SourceSchedulerName = "flotilla-source"
@@ -150,12 +155,18 @@ const (
 // State is what the target scheduler reports on a candidate. Nonce names one
 // reservation: every Reserve makes a new one, so an allowance meant for an
 // earlier reservation never matches a later one.
+//
+// Topology is the reserved (or bound) node's values of the scheduler's
+// topology keys, on the Reserved and Bound reports; a key the node has no
+// label of has no entry. It is a peer's write: the source reads it only
+// through Domain.
 type State struct {
-	Phase  Phase  `json:"phase"`
-	Nonce  string `json:"nonce"`
-	Node   string `json:"node,omitempty"`
-	Score  int64  `json:"score,omitempty"`
-	Reason string `json:"reason,omitempty"`
+	Phase    Phase             `json:"phase"`
+	Nonce    string            `json:"nonce"`
+	Node     string            `json:"node,omitempty"`
+	Score    int64             `json:"score,omitempty"`
+	Reason   string            `json:"reason,omitempty"`
+	Topology map[string]string `json:"topology,omitempty"`
 }
 
 // MaxNonceLength bounds a nonce; the plugin's are 16 hex characters.

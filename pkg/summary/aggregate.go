@@ -11,6 +11,7 @@ import (
 	resourcehelper "k8s.io/component-helpers/resource"
 
 	"github.com/flotilla-dev/flotilla/api/v1alpha1"
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
 )
 
 // CapacityTypeLabel is the node label Flotilla reads a node's capacity type
@@ -18,8 +19,9 @@ import (
 const CapacityTypeLabel = "node.kubernetes.io/capacity"
 
 // DefaultTopologyKeys are the keys a summary reports free totals for: region,
-// zone and capacity type.
-var DefaultTopologyKeys = []string{corev1.LabelTopologyRegion, corev1.LabelTopologyZone, CapacityTypeLabel}
+// zone and capacity type, the keys a target's scheduler reports a
+// reservation's node's values of (spelled once, in pkg/protocol).
+var DefaultTopologyKeys = protocol.DefaultTopologyKeys
 
 // Virtual-kubelet nodes (Flotilla's own and any other provider's) stand for
 // capacity in other clusters: counting them would publish a peer's capacity

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"testing"
@@ -32,8 +33,10 @@ var pluginLogLevel = []string{"--v=3"}
 // plugin of a real scheduler, playing the source by hand.
 func TestPlugin(t *testing.T) {
 	// The plugin on its own: the cluster's scheduler serves the flotilla
-	// profile, no release.
-	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{{Name: "t1", Nodes: []sandbox.NodeSpec{{}}, SchedulerArgs: pluginLogLevel, WithoutRelease: true}}})
+	// profile, no release. The node has a region and a zone but no
+	// capacity type.
+	node := sandbox.NodeSpec{Labels: map[string]string{corev1.LabelTopologyRegion: "eu", corev1.LabelTopologyZone: "eu-1a"}}
+	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{{Name: "t1", Nodes: []sandbox.NodeSpec{node}, SchedulerArgs: pluginLogLevel, WithoutRelease: true}}})
 	client := s.Cluster("t1").Client()
 
 	t.Run("an allowed reservation binds to its node", func(t *testing.T) {
@@ -51,6 +54,24 @@ func TestPlugin(t *testing.T) {
 		}
 		if node := c.get(t).Spec.NodeName; node != reserved.Node {
 			t.Errorf("candidate bound to %q, reserved %q", node, reserved.Node)
+		}
+		// Both reports carry the node's values of the topology keys (the
+		// default ones), as the node's labels say.
+		n, err := client.CoreV1().Nodes().Get(t.Context(), bound.Node, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]string{}
+		for _, k := range protocol.DefaultTopologyKeys {
+			if v, ok := n.Labels[k]; ok {
+				want[k] = v
+			}
+		}
+		if len(want) != 2 {
+			t.Fatalf("node %s has labels %v, want a region and a zone", n.Name, n.Labels)
+		}
+		if !maps.Equal(bound.Topology, want) || !maps.Equal(reserved.Topology, want) {
+			t.Errorf("Reserved reports topology %v and Bound %v, want node %s's %v", reserved.Topology, bound.Topology, n.Name, want)
 		}
 		// The plugin binds with a Binding that carries the Bound state:
 		// no version of the candidate is bound and still Reserved.
@@ -228,12 +249,18 @@ func (c *candidate) observe(t *testing.T, pod *corev1.Pod) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if n := len(c.states); n == 0 || c.states[n-1] != st {
+	if n := len(c.states); n == 0 || !sameState(c.states[n-1], st) {
 		c.states = append(c.states, st)
 	}
 	if pod.Spec.NodeName != "" && c.atBinding == nil {
 		c.atBinding = &st
 	}
+}
+
+// sameState compares states field by field (a State holds a map).
+func sameState(a, b protocol.State) bool {
+	return a.Phase == b.Phase && a.Nonce == b.Nonce && a.Node == b.Node && a.Score == b.Score &&
+		a.Reason == b.Reason && maps.Equal(a.Topology, b.Topology)
 }
 
 func (c *candidate) all() []protocol.State {

@@ -56,12 +56,17 @@ func New(ctx context.Context, obj runtime.Object, handle fwk.Handle) (fwk.Plugin
 	if err != nil {
 		return nil, fmt.Errorf("%s args: %w", Name, err)
 	}
+	topologyKeys, err := args.Topology()
+	if err != nil {
+		return nil, fmt.Errorf("%s args: %w", Name, err)
+	}
 	pods := handle.SharedInformerFactory().Core().V1().Pods()
 	writer := core.NewStateWriter("flotilla_candidate_state_"+handle.ProfileName(), core.ClientStatePatcher{Client: handle.ClientSet()}, nil)
 	manager := core.NewManager(core.Options{
 		PluginName:    Name,
 		SchedulerName: handle.ProfileName(),
 		PermitTimeout: timeout,
+		TopologyKeys:  topologyKeys,
 	}, handle, pods.Lister(), writer)
 	if _, err := pods.Informer().AddEventHandler(manager.EventHandler()); err != nil {
 		return nil, fmt.Errorf("watching candidate pods: %w", err)
@@ -74,7 +79,7 @@ func New(ctx context.Context, obj runtime.Object, handle fwk.Handle) (fwk.Plugin
 	go quotas.run(ctx)
 	p := &Plugin{handle: handle, manager: manager, quotas: quotas, permitTimeout: timeout}
 	State.Register(handle.ProfileName(), p.debugState)
-	klog.FromContext(ctx).Info("Flotilla candidate plugin ready", "profile", handle.ProfileName(), "permitTimeout", timeout)
+	klog.FromContext(ctx).Info("Flotilla candidate plugin ready", "profile", handle.ProfileName(), "permitTimeout", timeout, "topologyKeys", topologyKeys)
 	return p, nil
 }
 
@@ -109,10 +114,14 @@ func (p *Plugin) Reserve(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, nod
 		return nil
 	}
 	var score int64
+	var nodeLabels map[string]string
 	if node, err := p.handle.SnapshotSharedLister().NodeInfos().Get(nodeName); err == nil {
 		score = core.ScoreOf(node, pod)
+		if n := node.Node(); n != nil {
+			nodeLabels = n.Labels
+		}
 	}
-	nonce, err := p.manager.Reserve(ctx, pod, nodeName, score)
+	nonce, err := p.manager.Reserve(ctx, pod, nodeName, nodeLabels, score)
 	if err != nil {
 		return fwk.AsStatus(err)
 	}

@@ -3,11 +3,14 @@ package core
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	sigsjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
+
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
 )
 
 const (
@@ -25,10 +28,37 @@ const (
 //	- name: FlotillaCandidate
 //	  args:
 //	    permitTimeoutSeconds: 30
+//	    topologyKeys: [topology.kubernetes.io/region, topology.kubernetes.io/zone]
 type Args struct {
 	// PermitTimeoutSeconds bounds how long a reserved candidate holds its
 	// node while it waits for the source's allowance; default 60, at most 900.
 	PermitTimeoutSeconds *int64 `json:"permitTimeoutSeconds,omitempty"`
+	// TopologyKeys are the node labels whose values a Reserved or Bound
+	// report carries (protocol.State.Topology): the keys this cluster's
+	// agent reports its capacity by, protocol.DefaultTopologyKeys when
+	// unset. Label keys, at most protocol.MaxTopologyEntries, each once.
+	TopologyKeys []string `json:"topologyKeys,omitempty"`
+}
+
+// Topology returns the validated topology keys, defaulted when unset.
+func (a Args) Topology() ([]string, error) {
+	if a.TopologyKeys == nil {
+		return slices.Clone(protocol.DefaultTopologyKeys), nil
+	}
+	if len(a.TopologyKeys) > protocol.MaxTopologyEntries {
+		return nil, fmt.Errorf("topologyKeys has %d keys: at most %d are reported", len(a.TopologyKeys), protocol.MaxTopologyEntries)
+	}
+	seen := map[string]bool{}
+	for _, k := range a.TopologyKeys {
+		if !protocol.ValidTopologyKey(k) {
+			return nil, fmt.Errorf("topologyKeys: %q is not a label key", k)
+		}
+		if seen[k] {
+			return nil, fmt.Errorf("topologyKeys: %q is listed twice", k)
+		}
+		seen[k] = true
+	}
+	return slices.Clone(a.TopologyKeys), nil
 }
 
 // PermitTimeout returns the validated Permit timeout, defaulted when unset.

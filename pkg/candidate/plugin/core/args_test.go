@@ -1,12 +1,16 @@
 package core
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
+
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
 )
 
 func TestArgsPermitTimeout(t *testing.T) {
@@ -33,6 +37,45 @@ func TestArgsPermitTimeout(t *testing.T) {
 				t.Errorf("PermitTimeout() = %v, want %v", got, tt.want)
 			}
 		})
+	}
+}
+
+func TestArgsTopology(t *testing.T) {
+	tooMany := make([]string, protocol.MaxTopologyEntries+1)
+	for i := range tooMany {
+		tooMany[i] = fmt.Sprintf("example.com/k%d", i)
+	}
+	tests := []struct {
+		name    string
+		keys    []string
+		want    []string
+		wantErr string
+	}{
+		{name: "default", keys: nil, want: protocol.DefaultTopologyKeys},
+		{name: "none", keys: []string{}, want: []string{}},
+		{name: "set", keys: []string{"topology.kubernetes.io/zone", "rack"}, want: []string{"topology.kubernetes.io/zone", "rack"}},
+		{name: "no label key", keys: []string{"a b"}, wantErr: `"a b" is not a label key`},
+		{name: "empty key", keys: []string{""}, wantErr: `"" is not a label key`},
+		{name: "twice", keys: []string{"rack", "rack"}, wantErr: `"rack" is listed twice`},
+		{name: "too many", keys: tooMany, wantErr: "at most 16"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := Args{TopologyKeys: tt.keys}.Topology()
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("Topology() error = %v, want one containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || !slices.Equal(got, tt.want) {
+				t.Errorf("Topology() = %v, %v, want %v", got, err, tt.want)
+			}
+		})
+	}
+	decoded, err := DecodeArgs(&runtime.Unknown{Raw: []byte("topologyKeys: [rack]\n"), ContentType: runtime.ContentTypeYAML})
+	if err != nil || !slices.Equal(decoded.TopologyKeys, []string{"rack"}) {
+		t.Errorf("decoding topologyKeys: %v, %v", decoded.TopologyKeys, err)
 	}
 }
 

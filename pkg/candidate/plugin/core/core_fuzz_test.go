@@ -62,7 +62,8 @@ func FuzzDecide(f *testing.F) {
 }
 
 // FuzzDecodeArgs: args are decoded strictly whatever the profile holds,
-// and args it accepts name no field but permitTimeoutSeconds.
+// and args it accepts name no field but permitTimeoutSeconds and
+// topologyKeys; the keys it validates are label keys.
 func FuzzDecodeArgs(f *testing.F) {
 	for _, seed := range []struct{ raw, contentType string }{
 		{`{"permitTimeoutSeconds":30}`, runtime.ContentTypeJSON},
@@ -77,6 +78,9 @@ func FuzzDecodeArgs(f *testing.F) {
 		{"permitTimeoutSeconds: 30\npermitTimeoutSeconds: 31\n", runtime.ContentTypeYAML},
 		{"a: &a [x, x, x, x]\nb: &b [*a, *a, *a, *a]\nc: &c [*b, *b, *b, *b]\nd: [*c, *c, *c, *c]\n", runtime.ContentTypeYAML},
 		{"permitTimeoutSeconds: 30", runtime.ContentTypeProtobuf},
+		{`{"topologyKeys":["topology.kubernetes.io/zone"]}`, runtime.ContentTypeJSON},
+		{"topologyKeys: [a, a, 'b c', \"\"]\n", runtime.ContentTypeYAML},
+		{`{"topologyKeys":null}`, runtime.ContentTypeJSON},
 		{strings.Repeat("[", 10000), runtime.ContentTypeJSON},
 		{strings.Repeat("- ", 10000), runtime.ContentTypeYAML},
 	} {
@@ -88,6 +92,13 @@ func FuzzDecodeArgs(f *testing.F) {
 			return
 		}
 		_, _ = args.PermitTimeout()
+		if keys, err := args.Topology(); err == nil {
+			for _, k := range keys {
+				if !protocol.ValidTopologyKey(k) {
+					t.Fatalf("args %q accepted the topology key %q", raw, k)
+				}
+			}
+		}
 		if raw == "" {
 			return
 		}
@@ -102,7 +113,7 @@ func FuzzDecodeArgs(f *testing.F) {
 			t.Fatalf("args %q (%s) accepted, but they are not an object: %v", raw, contentType, err)
 		}
 		for name := range fields {
-			if name != "permitTimeoutSeconds" {
+			if name != "permitTimeoutSeconds" && name != "topologyKeys" {
 				t.Fatalf("args %q (%s) accepted with field %q", raw, contentType, name)
 			}
 		}

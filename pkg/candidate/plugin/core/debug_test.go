@@ -27,7 +27,7 @@ func TestWaiting(t *testing.T) {
 			Labels: map[string]string{protocol.CandidateLabel: "true", protocol.SourceClusterLabel: "src-" + name, protocol.SourceUIDLabel: "src-uid-" + name}}}
 	}
 	reserve := func(pod *v1.Pod, node string) string {
-		nonce, err := m.Reserve(ctx, pod, node, 0)
+		nonce, err := m.Reserve(ctx, pod, node, nil, 0)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -35,6 +35,9 @@ type Options struct {
 	SchedulerName string
 	// PermitTimeout bounds a wait in Permit.
 	PermitTimeout time.Duration
+	// TopologyKeys are the node labels whose values the Reserved and Bound
+	// reports carry (Args.Topology); protocol.DefaultTopologyKeys when nil.
+	TopologyKeys []string
 	// Workers per queue; default 16: state writes are API calls, and a
 	// burst of candidates must not wait behind each other.
 	Workers int
@@ -65,6 +68,9 @@ func NewManager(opts Options, scheduler Scheduler, pods corelisters.PodLister, w
 	if opts.MaxSettleRetries <= 0 {
 		opts.MaxSettleRetries = 20
 	}
+	if opts.TopologyKeys == nil {
+		opts.TopologyKeys = protocol.DefaultTopologyKeys
+	}
 	return &Manager{
 		opts:      opts,
 		scheduler: scheduler,
@@ -91,18 +97,20 @@ func (m *Manager) Run(ctx context.Context) {
 	<-ctx.Done()
 }
 
-// Reserve makes a new reservation of pod on node and reports it as
-// Reserved with score. It returns the reservation's nonce.
-func (m *Manager) Reserve(ctx context.Context, pod *v1.Pod, node string, score int64) (string, error) {
+// Reserve makes a new reservation of pod on node, whose labels are
+// nodeLabels, and reports it as Reserved with score and the node's
+// topology. It returns the reservation's nonce.
+func (m *Manager) Reserve(ctx context.Context, pod *v1.Pod, node string, nodeLabels map[string]string, score int64) (string, error) {
 	nonce, err := NewNonce()
 	if err != nil {
 		return "", fmt.Errorf("reserving pod %s on node %s: %w", klog.KObj(pod), node, err)
 	}
+	topology := TopologyOf(nodeLabels, m.opts.TopologyKeys)
 	m.mu.Lock()
-	m.reserved[pod.UID] = &Reservation{Nonce: nonce, Node: node, Pod: refOf(pod), Cluster: pod.Labels[protocol.SourceClusterLabel]}
+	m.reserved[pod.UID] = &Reservation{Nonce: nonce, Node: node, Topology: topology, Pod: refOf(pod), Cluster: pod.Labels[protocol.SourceClusterLabel]}
 	m.mu.Unlock()
-	m.writer.Set(refOf(pod), protocol.State{Phase: protocol.PhaseReserved, Nonce: nonce, Node: node, Score: score})
-	klog.FromContext(ctx).V(2).Info("Reserved candidate", "pod", klog.KObj(pod), "node", node, "nonce", nonce, "score", score)
+	m.writer.Set(refOf(pod), protocol.State{Phase: protocol.PhaseReserved, Nonce: nonce, Node: node, Score: score, Topology: topology})
+	klog.FromContext(ctx).V(2).Info("Reserved candidate", "pod", klog.KObj(pod), "node", node, "nonce", nonce, "score", score, "topology", topology)
 	return nonce, nil
 }
 
@@ -187,11 +195,12 @@ func (m *Manager) Unreserve(ctx context.Context, pod *v1.Pod, node string) (kind
 func (m *Manager) BindingAnnotations(pod *v1.Pod, node string) (map[string]string, error) {
 	m.mu.Lock()
 	var nonce string
+	var topology map[string]string
 	if r, ok := m.reserved[pod.UID]; ok {
-		nonce = r.Nonce
+		nonce, topology = r.Nonce, r.Topology
 	}
 	m.mu.Unlock()
-	value, err := json.Marshal(protocol.State{Phase: protocol.PhaseBound, Nonce: nonce, Node: node})
+	value, err := json.Marshal(protocol.State{Phase: protocol.PhaseBound, Nonce: nonce, Node: node, Topology: topology})
 	if err != nil {
 		return nil, fmt.Errorf("encoding Bound state of pod %s: %w", klog.KObj(pod), err)
 	}
@@ -215,14 +224,15 @@ func (m *Manager) Bound(ctx context.Context, pod *v1.Pod, node string) {
 	delete(m.reserved, pod.UID)
 	m.mu.Unlock()
 	var nonce string
+	var topology map[string]string
 	if ok {
-		nonce = r.Nonce
+		nonce, topology = r.Nonce, r.Topology
 		if r.BoundReported {
 			klog.FromContext(ctx).V(2).Info("Candidate bound", "pod", klog.KObj(pod), "node", node, "nonce", nonce)
 			return
 		}
 	}
-	m.writer.Set(refOf(pod), protocol.State{Phase: protocol.PhaseBound, Nonce: nonce, Node: node})
+	m.writer.Set(refOf(pod), protocol.State{Phase: protocol.PhaseBound, Nonce: nonce, Node: node, Topology: topology})
 	klog.FromContext(ctx).V(2).Info("Candidate bound by another binder; reporting Bound", "pod", klog.KObj(pod), "node", node, "nonce", nonce)
 }
 

@@ -21,7 +21,7 @@ func TestBoundReport(t *testing.T) {
 	reserve := func(t *testing.T) (*StateWriter, *Manager, string) {
 		w := NewStateWriter("test", newRecordingPatcher(nil), nil)
 		m := NewManager(Options{PluginName: "p", SchedulerName: "s"}, nil, nil, w)
-		nonce, err := m.Reserve(ctx, pod, "node-1", 50)
+		nonce, err := m.Reserve(ctx, pod, "node-1", nil, 50)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -43,7 +43,7 @@ func TestBoundReport(t *testing.T) {
 		if err := json.Unmarshal([]byte(annotations[protocol.StateAnnotation]), &st); err != nil {
 			t.Fatalf("binding's state annotation %q: %v", annotations[protocol.StateAnnotation], err)
 		}
-		if want := (protocol.State{Phase: protocol.PhaseBound, Nonce: nonce, Node: "node-1"}); st != want {
+		if want := (protocol.State{Phase: protocol.PhaseBound, Nonce: nonce, Node: "node-1"}); !equalState(st, want) {
 			t.Errorf("binding reports %+v, want %+v", st, want)
 		}
 		m.BoundReported(pod)
@@ -56,7 +56,7 @@ func TestBoundReport(t *testing.T) {
 	t.Run("another binder bound it", func(t *testing.T) {
 		w, m, nonce := reserve(t)
 		m.Bound(ctx, pod, "node-1")
-		if got, want := pendingPhase(w), (protocol.State{Phase: protocol.PhaseBound, Nonce: nonce, Node: "node-1"}); got != want {
+		if got, want := pendingPhase(w), (protocol.State{Phase: protocol.PhaseBound, Nonce: nonce, Node: "node-1"}); !equalState(got, want) {
 			t.Errorf("PostBind queued %+v, want %+v", got, want)
 		}
 	})
@@ -94,7 +94,7 @@ func TestReschedulingReportsALostReservation(t *testing.T) {
 			m := NewManager(Options{PluginName: "p", SchedulerName: "s"}, nil, nil, w)
 			pod := withState(tt.state)
 			if tt.hold {
-				nonce, err := m.Reserve(ctx, pod, "node-1", 1)
+				nonce, err := m.Reserve(ctx, pod, "node-1", nil, 1)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -112,7 +112,7 @@ func TestReschedulingReportsALostReservation(t *testing.T) {
 				t.Errorf("queued %+v, want nothing", got.state)
 			case tt.want != nil && !ok:
 				t.Errorf("queued nothing, want %+v", *tt.want)
-			case tt.want != nil && got.state != *tt.want:
+			case tt.want != nil && !equalState(got.state, *tt.want):
 				t.Errorf("queued %+v, want %+v", got.state, *tt.want)
 			}
 		})

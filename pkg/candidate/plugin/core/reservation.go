@@ -12,6 +12,9 @@ import (
 type Reservation struct {
 	Nonce string
 	Node  string
+	// Topology is the node's values of the topology keys, reported with
+	// Reserved and again with Bound.
+	Topology map[string]string
 	// Pod is the candidate and Cluster its source cluster, for the
 	// scheduler's /debug/state.
 	Pod     PodRef
@@ -26,6 +29,24 @@ type Reservation struct {
 	// BoundReported is set when the binding itself carried the Bound state,
 	// so PostBind has nothing left to write.
 	BoundReported bool
+}
+
+// TopologyOf returns a node's values of the topology keys, from its
+// labels: the domain a reservation on it reports. A key the node has no
+// label of has no entry; nil when it has none of them.
+func TopologyOf(nodeLabels map[string]string, keys []string) map[string]string {
+	var out map[string]string
+	for _, k := range keys {
+		v, ok := nodeLabels[k]
+		if !ok {
+			continue
+		}
+		if out == nil {
+			out = make(map[string]string, len(keys))
+		}
+		out[k] = v
+	}
+	return out
 }
 
 // NewNonce returns 16 random hex characters.

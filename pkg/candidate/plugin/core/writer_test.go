@@ -130,7 +130,7 @@ func TestStateWriter(t *testing.T) {
 		{
 			name: "a failed write superseded meanwhile is not retried after the newer one",
 			respond: func(_ PodRef, s protocol.State, _ int) error {
-				if s == unreserved1 {
+				if equalState(s, unreserved1) {
 					return serverError
 				}
 				return nil
