@@ -20,7 +20,6 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -289,6 +288,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		unhealthy = true
 	}
 	waitKey, seen := "", uint64(0)
+	var placed []placement.Domain
 	if pl.policy.Spreads() {
 		if key := workloadOf(pod); key != "" {
 			waitKey = pod.Namespace + "/" + key
@@ -296,8 +296,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 		// Counted without the workload's lock: only which targets get a
 		// candidate depends on it; the election counts again under it.
-		placed, err := c.siblingDomains(ctx, pod, &pl)
-		if err != nil {
+		if placed, err = c.siblingDomains(ctx, pod, &pl); err != nil {
 			if waitKey != "" {
 				c.waiters.done(waitKey, req.NamespacedName, true)
 			}
@@ -352,40 +351,6 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 		observed = append(observed, o)
 	}
-	// unlock releases the workload's lock once the election is written:
-	// siblings count it from then on (c.elections), so the allowance and
-	// the rest need not hold them up.
-	unlock := func() {}
-	defer func() { unlock() }()
-	if pl.policy != nil && !election.Elected() && anyReserved(observed) {
-		var placed []placement.Domain
-		if pl.policy.Spreads() {
-			// Siblings elect one at a time, each counting the others'.
-			if key := workloadOf(pod); key != "" {
-				unlock = c.locks.lock(pod.Namespace + "/" + key)
-			}
-			if placed, err = c.siblingDomains(ctx, pod, &pl); err != nil {
-				endCount(false)
-				return reconcile.Result{}, err
-			}
-		}
-		c.judge(pod, &pl, placed, observed)
-		if wait, open := c.windowOpen(pod, &pl, observed); open && !anyBound(observed) {
-			endCount(pl.narrowedBySpread())
-			return reconcile.Result{RequeueAfter: wait}, nil
-		}
-		if excludedReservation(observed) {
-			// Siblings moving may allow it: look again when one does, or
-			// after a while for a pod of no workload.
-			if waitKey == "" {
-				unhealthy = true
-			}
-			lookAgain = endCount(true)
-		}
-	}
-	if endCount(pl.narrowedBySpread()) {
-		lookAgain = true
-	}
 	if newerAllowance(string(pod.UID), election, observed) {
 		election = c.freshElection(ctx, pod, election)
 	}
@@ -397,42 +362,69 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			unhealthy = true
 		}
 	}
-	d := decide(string(pod.UID), election, observed)
+	in := Input{SourceUID: string(pod.UID), Election: election, Observed: observed, Now: time.Now()}
+	in.Policy = c.judgement(pod, &pl, placed, observed)
+	d := decide(in)
+	// unlock releases the workload's lock once the election is written:
+	// siblings count it from then on (c.elections), so the allowance and
+	// the rest need not hold them up.
+	unlock := func() {}
+	defer func() { unlock() }()
+	if d.Elects() && pl.policy.Spreads() {
+		if key := workloadOf(pod); key != "" {
+			// Siblings elect one at a time, each counting the others'
+			// elections, this agent's unacknowledged writes included: the
+			// decision is made again on that count.
+			unlock = c.locks.lock(pod.Namespace + "/" + key)
+			if in.Policy.Placed, err = c.siblingDomains(ctx, pod, &pl); err != nil {
+				endCount(false)
+				return reconcile.Result{}, err
+			}
+			d = decide(in)
+		}
+	}
+	observed = d.Observed
+	if d.Wait > 0 {
+		endCount(pl.narrowedBySpread())
+		return reconcile.Result{RequeueAfter: d.Wait}, nil
+	}
+	if pl.policy != nil && !election.Elected() && excludedReservation(observed) {
+		// Siblings moving may allow it: look again when one does, or
+		// after a while for a pod of no workload.
+		if waitKey == "" {
+			unhealthy = true
+		}
+		lookAgain = endCount(true)
+	}
+	if endCount(pl.narrowedBySpread()) {
+		lookAgain = true
+	}
 	for _, v := range d.Violations {
 		log.Error(errors.New("candidate bound without election"), "Protocol violation", "target", v, "election", election.Encode())
 		c.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, "ProtocolViolation", "Elect", "Target %s bound a candidate it was not allowed to bind; it will be deleted", v)
 	}
-	if d.Elect != nil {
-		if err := c.writeElection(ctx, pod, *d.Elect); err != nil {
-			if apierrors.IsConflict(err) {
-				// The decision was made on a stale copy of the pod (often our
-				// own previous write not yet in the cache). The newer version
-				// triggers another reconcile; nothing was allowed.
-				log.V(4).Info("Election lost a race with a newer pod version", "election", d.Elect.Encode())
-				return reconcile.Result{}, nil
-			}
-			return reconcile.Result{}, err
-		}
+	err = applyElection(ctx, c, pod, d, func() {
 		unlock()
 		unlock = func() {}
 		c.wakeSiblings(pod)
-		if d.Elect.Elected() {
-			// No Event: one write per pod less in the source; the Scheduled
-			// event names the winner.
-			log.V(2).Info("Elected", "target", d.Elect.Target, "node", nodeOf(observed, d.Elect.Target), "election", d.Elect.Generation)
-		} else {
-			c.Recorder.Eventf(pod, nil, corev1.EventTypeNormal, "ElectionWithdrawn", "Elect", "The elected candidate in target %s was unreserved; election %d is open again", election.Target, d.Elect.Generation)
-		}
+	})
+	if apierrors.IsConflict(err) && d.Elect != nil {
+		// The decision was made on a stale copy of the pod (often our own
+		// previous write not yet in the cache). The newer version
+		// triggers another reconcile; nothing was allowed.
+		log.V(4).Info("Election lost a race with a newer pod version", "election", d.Elect.Encode())
+		return reconcile.Result{}, nil
 	}
-	if d.Allow != nil {
-		t, ok := c.Targets.Get(d.Allow.Target)
-		if !ok {
-			return reconcile.Result{}, fmt.Errorf("elected target %s is no longer configured", d.Allow.Target)
-		}
-		name := candidate.CandidateNameOf(pod, c.SourceCluster, t.Name)
-		if err := t.Annotate(ctx, t.NamespaceFor(pod.Namespace), name, map[string]*string{protocol.AllowedAnnotation: ptr.To(d.Allow.Allowance.Encode())}); err != nil {
-			return reconcile.Result{}, err
-		}
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	switch {
+	case d.Elects():
+		// No Event: one write per pod less in the source; the Scheduled
+		// event names the winner.
+		log.V(2).Info("Elected", "target", d.Elect.Target, "node", nodeOf(observed, d.Elect.Target), "election", d.Elect.Generation)
+	case d.Elect != nil:
+		c.Recorder.Eventf(pod, nil, corev1.EventTypeNormal, "ElectionWithdrawn", "Elect", "The elected candidate in target %s was unreserved; election %d is open again", election.Target, d.Elect.Generation)
 	}
 	if d.Bound != "" {
 		return c.bind(ctx, pod, d.Bound, nodeOf(observed, d.Bound), election.Generation, candidatesIn(observed), targets)

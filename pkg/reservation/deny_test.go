@@ -65,7 +65,7 @@ func TestDenials(t *testing.T) {
 func TestDecideNeverElectsADeniedReservation(t *testing.T) {
 	c2 := reserved("c2", "n2", 99)
 	c2.Denied = protocol.Denial{SourceUID: uid, Generation: 1}.Encode()
-	d := Decide(uid, protocol.Election{Generation: 2}, []Observed{c2, reserved("c3", "n3", 1)})
+	d := step(uid, protocol.Election{Generation: 2}, []Observed{c2, reserved("c3", "n3", 1)})
 	if d.Elect == nil || d.Elect.Target != "c3" {
 		t.Fatalf("Elect = %+v, want c3", d.Elect)
 	}

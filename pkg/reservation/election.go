@@ -1,15 +1,19 @@
 // Package reservation owns the election of one candidate per source pod: it
 // reads what each target reports about its candidate and the durable election
-// record on the source pod, and decides what to write next. Decide is a pure
-// function; Controller applies its decisions in the source cluster, writing
-// the election durably (optimistic concurrency) before any allowance leaves.
+// record on the source pod, and decides what to write next. The controller
+// observes (Input), Decide decides, a pure function that includes the
+// placement policy's judgement of every reservation it may elect, and the
+// controller applies the Decision in the source cluster, writing the
+// election durably (optimistic concurrency) before any allowance leaves.
 package reservation
 
 import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
+	"github.com/flotilla-dev/flotilla/pkg/placement"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
 )
 
@@ -37,6 +41,10 @@ type Observed struct {
 	// Excluded, when set, is why the placement policy does not let this
 	// reservation be elected (a DoNotSchedule spread it would break).
 	Excluded string
+	// Domain is the spread domain the reservation counts in: the values,
+	// in the policy's key order, of the node its target reserved ("" for a
+	// key the node lacks); nil when not known.
+	Domain placement.Domain
 }
 
 // Decision is the next step for one source pod. At most one of Elect and
@@ -52,6 +60,12 @@ type Decision struct {
 	Bound string
 	// Violations lists candidates bound without the election (never expected).
 	Violations []string
+	// Observed are the observations the decision was made on, as the
+	// placement policy judged them (Bonus, Excluded).
+	Observed []Observed
+	// Wait, when set, is how long the policy's scoring window waits for
+	// more reservations before the first election; nothing else is set.
+	Wait time.Duration
 }
 
 // Allowance addresses an allowance to one target's candidate.
@@ -60,10 +74,11 @@ type Allowance struct {
 	protocol.Allowance
 }
 
-// Decide computes the next step from the election on the source pod and what
-// the targets report. It is idempotent: called again with the result applied,
-// it asks for nothing new.
-func Decide(sourceUID string, current protocol.Election, observed []Observed) Decision {
+// step computes the next step of the protocol from the election on the
+// source pod and what the targets report, as the policy judged it (Decide
+// is the only caller outside tests). It is idempotent: called again with
+// the result applied, it asks for nothing new.
+func step(sourceUID string, current protocol.Election, observed []Observed) Decision {
 	var d Decision
 	// The current election's candidate, bound on its allowance, won. No
 	// other bound candidate can have been allowed: the source allows only
@@ -93,8 +108,15 @@ func Decide(sourceUID string, current protocol.Election, observed []Observed) De
 		case ok && elected.Exists && elected.State.Phase == protocol.PhaseReserved && elected.State.Nonce != current.Nonce && protocol.ValidNonce(elected.State.Nonce):
 			// The elected target reserved again (its Permit timed out and the
 			// pod went back to its queue): re-elect the same target for the
-			// new reservation; the old allowance can no longer match.
-			return elect(d, sourceUID, current.Generation+1, current.Target, elected.State.Nonce)
+			// new reservation, which may be on another node, so only if the
+			// policy lets it; the old allowance can no longer match.
+			if elected.Excluded == "" {
+				return elect(d, sourceUID, current.Generation+1, current.Target, elected.State.Nonce)
+			}
+			if next, found := best(sourceUID, observed, current.Target); found {
+				return elect(d, sourceUID, current.Generation+1, next.Target, next.State.Nonce)
+			}
+			return withdraw(d, current.Generation+1)
 		case ok && elected.Exists && elected.State.Phase == protocol.PhaseReserved:
 			want := protocol.Allowance{SourceUID: sourceUID, Generation: current.Generation, Nonce: current.Nonce}
 			if elected.Allowed != want.Encode() {

@@ -71,7 +71,7 @@ func FuzzDecide(f *testing.F) {
 		for i, name := range fuzzTargets {
 			observed[i] = observe(fuzzPlacement(name, flags[i], states[i], allowed[i], message))
 		}
-		d := Decide(uid, current, observed)
+		d := step(uid, current, observed)
 		check(t, current, observed, d)
 
 		// Apply: record the election as the controller does (through its
@@ -89,7 +89,7 @@ func FuzzDecide(f *testing.F) {
 				}
 			}
 		}
-		again := Decide(uid, next, observed)
+		again := step(uid, next, observed)
 		check(t, next, observed, again)
 		if again.Bound == "" && (again.Elect != nil || again.Allow != nil) {
 			t.Fatalf("deciding again after %+v (election %+v, allowance %+v) asks for election %+v, allowance %+v",

@@ -154,7 +154,7 @@ func TestDecide(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			d := Decide(uid, tt.current, tt.observed)
+			d := step(uid, tt.current, tt.observed)
 			if (d.Elect == nil) != (tt.wantElect == nil) || (d.Elect != nil && *d.Elect != *tt.wantElect) {
 				t.Errorf("Elect = %+v, want %+v", d.Elect, tt.wantElect)
 			}
@@ -192,7 +192,7 @@ func TestDecideNeverAllowsTwo(t *testing.T) {
 		for i := range obs {
 			obs[i].Allowed = allowedBy[obs[i].Target]
 		}
-		d := Decide(uid, election, obs)
+		d := step(uid, election, obs)
 		if d.Elect != nil {
 			election = *d.Elect
 		}
@@ -228,7 +228,7 @@ func TestDecideReportsBindingsWithoutAllowance(t *testing.T) {
 	rogue := Observed{Target: "c3", Exists: true, State: protocol.State{Phase: protocol.PhaseBound, Nonce: "x"}}
 	stale := bound("c1", "old", 1)
 	stale.State.Nonce = "new" // allowance for an earlier reservation
-	d := Decide(uid, protocol.Election{Generation: 1, Target: "c2", Nonce: "n2"}, []Observed{rogue, stale, reserved("c2", "n2", 1)})
+	d := step(uid, protocol.Election{Generation: 1, Target: "c2", Nonce: "n2"}, []Observed{rogue, stale, reserved("c2", "n2", 1)})
 	if len(d.Violations) != 2 {
 		t.Errorf("want both bindings without a matching allowance reported, got %v", d.Violations)
 	}
@@ -245,7 +245,7 @@ func TestDecideNeverAdoptsASecondBindingSilently(t *testing.T) {
 	current := protocol.Election{Generation: 3, Target: "c2", Nonce: "n3"}
 	ours, older := bound("c2", "n3", 3), bound("c1", "n1", 1)
 	for _, observed := range [][]Observed{{older, ours}, {ours, older}} {
-		d := Decide(uid, current, observed)
+		d := step(uid, current, observed)
 		if d.Bound != "c2" {
 			t.Errorf("%v: adopted %q, want the current election's c2", targetsOf(observed), d.Bound)
 		}
@@ -255,13 +255,13 @@ func TestDecideNeverAdoptsASecondBindingSilently(t *testing.T) {
 	}
 	later := bound("c4", "n2", 2)
 	for _, observed := range [][]Observed{{older, later}, {later, older}} {
-		d := Decide(uid, protocol.Election{Generation: 1, Target: "c1", Nonce: "n1"}, observed)
+		d := step(uid, protocol.Election{Generation: 1, Target: "c1", Nonce: "n1"}, observed)
 		if d.Bound != "c1" || len(d.Violations) != 1 || d.Violations[0] != "c4" {
 			t.Errorf("%v with c1's election current: adopted %q, violations %v; want c1 adopted, c4 reported", targetsOf(observed), d.Bound, d.Violations)
 		}
 		// Neither is the current election's: an election is withdrawn only
 		// once its reservation cannot bind, so both are reported.
-		d = Decide(uid, protocol.Election{Generation: 9}, observed)
+		d = step(uid, protocol.Election{Generation: 9}, observed)
 		if d.Bound != "" || len(d.Violations) != 2 {
 			t.Errorf("%v with a withdrawn election: adopted %q, violations %v; want none adopted, both reported", targetsOf(observed), d.Bound, d.Violations)
 		}
@@ -285,7 +285,7 @@ func TestDecideNeverAdoptsAForgedBinding(t *testing.T) {
 		{"the current generation and target, another nonce", elected, bound("a", "x", 3)},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			d := Decide(uid, tt.current, []Observed{tt.forged, reserved("c", "n3", 1)})
+			d := step(uid, tt.current, []Observed{tt.forged, reserved("c", "n3", 1)})
 			if d.Bound != "" || len(d.Violations) != 1 || d.Violations[0] != tt.forged.Target {
 				t.Errorf("adopted %q, violations %v; want %s reported and nothing adopted", d.Bound, d.Violations, tt.forged.Target)
 			}
@@ -327,15 +327,15 @@ func TestReasons(t *testing.T) {
 func TestDecideFollowsThePolicy(t *testing.T) {
 	excluded := reserved("c1", "n1", 100)
 	excluded.Excluded = "zone=a would have 2 pods against 0 in b (maxSkew 1)"
-	if d := Decide(uid, protocol.Election{}, []Observed{excluded}); d.Elect != nil {
+	if d := step(uid, protocol.Election{}, []Observed{excluded}); d.Elect != nil {
 		t.Errorf("elected %+v, an excluded reservation", d.Elect)
 	}
-	if d := Decide(uid, protocol.Election{}, []Observed{excluded, reserved("c2", "n2", 0)}); d.Elect == nil || d.Elect.Target != "c2" {
+	if d := step(uid, protocol.Election{}, []Observed{excluded, reserved("c2", "n2", 0)}); d.Elect == nil || d.Elect.Target != "c2" {
 		t.Errorf("elected %+v, want c2", d.Elect)
 	}
 	spread := reserved("c2", "n2", 0)
 	spread.Bonus = 200
-	if d := Decide(uid, protocol.Election{}, []Observed{reserved("c1", "n1", 50), spread}); d.Elect == nil || d.Elect.Target != "c2" {
+	if d := step(uid, protocol.Election{}, []Observed{reserved("c1", "n1", 50), spread}); d.Elect == nil || d.Elect.Target != "c2" {
 		t.Errorf("elected %+v, want c2 (0 + 200 over 50)", d.Elect)
 	}
 	if r := Reasons([]Observed{excluded}); r == "" || !strings.Contains(r, "maxSkew") {

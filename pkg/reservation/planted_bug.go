@@ -11,14 +11,14 @@ import "github.com/flotilla-dev/flotilla/pkg/protocol"
 // pod then bind, and the chaos checker must say so.
 func init() { decide = allowEveryReserved }
 
-func allowEveryReserved(sourceUID string, current protocol.Election, observed []Observed) Decision {
-	d := Decide(sourceUID, current, observed)
+func allowEveryReserved(in Input) Decision {
+	d := Decide(in)
 	if d.Elect != nil || d.Allow != nil || d.Bound != "" {
 		return d
 	}
-	for _, o := range observed {
-		if o.Exists && o.State.Phase == protocol.PhaseReserved && o.State.Nonce != "" && !plantedAllowed(sourceUID, o) {
-			d.Allow = &Allowance{Target: o.Target, Allowance: protocol.Allowance{SourceUID: sourceUID, Generation: current.Generation, Nonce: o.State.Nonce}}
+	for _, o := range in.Observed {
+		if o.Exists && o.State.Phase == protocol.PhaseReserved && o.State.Nonce != "" && !plantedAllowed(in.SourceUID, o) {
+			d.Allow = &Allowance{Target: o.Target, Allowance: protocol.Allowance{SourceUID: in.SourceUID, Generation: in.Election.Generation, Nonce: o.State.Nonce}}
 			return d
 		}
 	}

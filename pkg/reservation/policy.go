@@ -428,67 +428,42 @@ func (p *plan) shaper() candidate.Shaper {
 	}
 }
 
-// judge weighs the reserved candidates by the policy: each gets the bonus
-// of its spread score and preferences, or the reason it may not be
-// elected.
-func (c *Controller) judge(pod *corev1.Pod, p *plan, placed []placement.Domain, observed []Observed) {
+// judgement is what the pod's policy weighs its reservations with (nil
+// without a policy), placed being its siblings' domains as last counted.
+// It fills in the domain each reservation in observed counts in.
+func (c *Controller) judgement(pod *corev1.Pod, p *plan, placed []placement.Domain, observed []Observed) *Judgement {
 	if p.policy == nil {
-		return
+		return nil
 	}
-	keys := p.policy.Keys()
-	var options []placement.Option
-	index := map[string]int{}
-	for i, o := range observed {
-		if !o.Exists || o.State.Phase != protocol.PhaseReserved || o.Excluded != "" {
-			continue
-		}
-		cl := p.clusters[o.Target]
-		pref := placement.PreferenceScore(p.policy.Selector, cl)
-		if !p.policy.Spreads() {
-			observed[i].Bonus = pref
-			continue
-		}
-		t, ok := c.Targets.Get(o.Target)
-		if !ok {
-			continue
-		}
-		d, ok := c.domainOf(p, t, pod, keys)
-		if !ok {
-			observed[i].Excluded = "its domain is not known (a target spanning several domains, and a candidate not pinned to one)"
-			continue
-		}
-		index[o.Target] = i
-		options = append(options, placement.Option{Cluster: o.Target, Domain: d, Score: o.State.Score + pref})
-	}
-	for _, v := range placement.Evaluate(p.policy.Constraints, p.policy.Weight, p.known, placed, options) {
-		i := index[v.Cluster]
-		observed[i].Excluded = v.Excluded
-		observed[i].Bonus = v.Total - observed[i].State.Score
-	}
-}
-
-// windowOpen reports whether the policy's scoring window still waits for
-// more reservations, and how long at most.
-func (c *Controller) windowOpen(pod *corev1.Pod, p *plan, observed []Observed) (time.Duration, bool) {
-	if p.policy == nil || p.policy.Window == nil {
-		return 0, false
-	}
-	reserved := 0
+	j := &Judgement{Preference: map[string]int64{}, Known: p.known, Placed: placed}
 	for _, o := range observed {
-		if o.Exists && o.State.Phase == protocol.PhaseReserved && o.Excluded == "" {
-			reserved++
+		if cl, ok := p.clusters[o.Target]; ok {
+			j.Preference[o.Target] = placement.PreferenceScore(p.policy.Selector, cl)
 		}
 	}
-	if reserved == 0 {
-		return 0, false
+	if w := p.policy.Window; w != nil {
+		j.Window = &Window{Candidates: w.Candidates, Timeout: w.Timeout}
+		if anyReserved(observed) {
+			first, _ := c.firstReserved.LoadOrStore(pod.UID, time.Now())
+			j.Window.FirstReserved = first.(time.Time)
+		}
 	}
-	now := time.Now()
-	first, _ := c.firstReserved.LoadOrStore(pod.UID, now)
-	left := p.policy.Window.Timeout - now.Sub(first.(time.Time))
-	if reserved >= p.policy.Window.Candidates || left <= 0 {
-		return 0, false
+	if !p.policy.Spreads() {
+		return j
 	}
-	return left, true
+	j.Constraints, j.Weight = p.policy.Constraints, p.policy.Weight
+	keys := p.policy.Keys()
+	for i, o := range observed {
+		if !o.Exists || o.State.Phase != protocol.PhaseReserved {
+			continue
+		}
+		if t, ok := c.Targets.Get(o.Target); ok {
+			if d, ok := c.domainOf(p, t, pod, keys); ok {
+				observed[i].Domain = d
+			}
+		}
+	}
+	return j
 }
 
 // exclusions describes the targets the policy keeps the pod from.
