@@ -232,13 +232,26 @@ func valueAt(d Domain, i int) string {
 	return ""
 }
 
+// depth is how many levels of d are a domain: a node without a key's
+// label (an empty value) is in no domain of that key, nor of the keys after
+// it, as kube-scheduler counts no pod on a node without the constraint's
+// key and offers no such node a place.
+func depth(d Domain, levels int) int {
+	for i := range levels {
+		if valueAt(d, i) == "" {
+			return i
+		}
+	}
+	return levels
+}
+
 func newTally(levels int, known, placed []Domain, options []Option) tally {
 	t := tally{levels: make([]level, levels)}
 	for i := range t.levels {
 		t.levels[i] = level{count: map[string]int{}, groups: map[string][]member{}}
 	}
 	for _, d := range placed {
-		for i, key := range prefixKeys(d, levels) {
+		for i, key := range prefixKeys(d, levels)[:depth(d, levels)] {
 			t.levels[i].count[key]++
 		}
 	}
@@ -249,7 +262,7 @@ func newTally(levels int, known, placed []Domain, options []Option) tally {
 	}
 	add := func(d Domain) {
 		keys := prefixKeys(d, levels)
-		for i, key := range keys {
+		for i, key := range keys[:depth(d, levels)] {
 			if seen[i][key] {
 				continue
 			}
@@ -289,7 +302,17 @@ func newTally(levels int, known, placed []Domain, options []Option) tally {
 func (t tally) weigh(constraints []Constraint, d Domain) (excluded string, raw *big.Int) {
 	raw = new(big.Int)
 	keys := prefixKeys(d, len(t.levels))
+	in := depth(d, len(t.levels))
 	for i, key := range keys {
+		if i >= in {
+			// No domain of this key: the lowest score, and no place under
+			// DoNotSchedule.
+			raw.Lsh(raw, levelScoreBits)
+			if c := constraints[i]; excluded == "" && c.WhenUnsatisfiable == DoNotSchedule {
+				excluded = fmt.Sprintf("its node has no %s label", c.TopologyKey)
+			}
+			continue
+		}
 		lv := t.levels[i]
 		parent := ""
 		if i > 0 {

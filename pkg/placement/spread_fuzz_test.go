@@ -40,6 +40,17 @@ func modelPrefix(d Domain, i int) string {
 	return strings.Join(quoted, ",")
 }
 
+// modelIn says whether d is in a level-i domain: a node without a key's
+// label (an empty value) is in no domain of that key or the keys after it.
+func modelIn(d Domain, i int) bool {
+	for j := 0; j <= i; j++ {
+		if j >= len(d) || d[j] == "" {
+			return false
+		}
+	}
+	return true
+}
+
 func newSkewModel(constraints []Constraint, known, placed []Domain, options []Option) *skewModel {
 	m := &skewModel{constraints: constraints}
 	universe := slices.Concat(known, placed)
@@ -50,6 +61,9 @@ func newSkewModel(constraints []Constraint, known, placed []Domain, options []Op
 		m.counts = append(m.counts, map[string]int{})
 		m.parent = append(m.parent, map[string]string{})
 		for _, d := range universe {
+			if !modelIn(d, i) {
+				continue
+			}
 			m.counts[i][modelPrefix(d, i)] += 0
 			m.parent[i][modelPrefix(d, i)] = modelPrefix(d, i-1)
 		}
@@ -62,7 +76,9 @@ func newSkewModel(constraints []Constraint, known, placed []Domain, options []Op
 
 func (m *skewModel) place(d Domain) {
 	for i := range m.constraints {
-		m.counts[i][modelPrefix(d, i)]++
+		if modelIn(d, i) {
+			m.counts[i][modelPrefix(d, i)]++
+		}
 	}
 }
 
@@ -84,6 +100,9 @@ func (m *skewModel) allows(d Domain) bool {
 	for i, c := range m.constraints {
 		if c.WhenUnsatisfiable != DoNotSchedule {
 			continue
+		}
+		if !modelIn(d, i) {
+			return false
 		}
 		own := modelPrefix(d, i)
 		after := m.siblings(i, modelPrefix(d, i-1))

@@ -236,18 +236,29 @@ func TestEvaluate(t *testing.T) {
 			best:        "c2",
 		},
 		{
-			// c2 has no zone: its domain is (r, "").
-			name:        "a domain shorter than the constraints has empty values",
+			// c2 has no zone: it is in region r, but in no zone, as
+			// kube-scheduler counts a node without the key in no domain.
+			name:        "a node without a key is in no domain of it",
 			constraints: regionThenZone(DoNotSchedule, DoNotSchedule),
 			weight:      1,
-			known:       []Domain{d("r", "z")},
-			placed:      []Domain{d("r", "z")},
+			known:       []Domain{d("r", "z"), d("r")},
+			placed:      []Domain{d("r", "z"), d("r", "")},
 			options:     []Option{{Cluster: "c1", Domain: d("r", "z")}, {Cluster: "c2", Domain: d("r")}},
 			want: []outcome{
-				{Excluded: zoneKey + `=z would have 2 pods against 0 in "" (maxSkew 1)`},
 				{Spread: 0, Total: 0},
+				{Excluded: "its node has no " + zoneKey + " label", Spread: 0, Total: 0},
 			},
-			best: "c2",
+			best: "c1",
+		},
+		{
+			name:        "a node without a key under ScheduleAnyway scores lowest",
+			constraints: zoneOnly(ScheduleAnyway, 1),
+			weight:      1,
+			known:       []Domain{d("a"), d("")},
+			placed:      []Domain{d("a"), d("a")},
+			options:     []Option{{Cluster: "c1", Domain: d("a")}, {Cluster: "c2", Domain: d("")}},
+			want:        []outcome{{Spread: 100, Total: 100}, {Spread: -100, Total: -100}},
+			best:        "c1",
 		},
 		{
 			name:        "values past the constraints are ignored",
