@@ -58,7 +58,7 @@ func TestHandleReplacesFlotillaKeys(t *testing.T) {
 	}{
 		{"a saved spec hiding a privileged hostPath spec", admittedPod(map[string]string{protocol.SourceSpecAnnotation: hiddenSpec(t)}), true},
 		{"a saved spec that is no spec", admittedPod(map[string]string{protocol.SourceSpecAnnotation: "{not json"}), true},
-		{"an election", admittedPod(map[string]string{protocol.ElectionAnnotation: "7/c2/nonce"}), true},
+		{"an election", admittedPod(map[string]string{protocol.ElectionAnnotation: "7/c2/nonce", protocol.ElectedDomainAnnotation: `{"topology.kubernetes.io/zone":"a"}`}), true},
 		{"a candidate's annotations", admittedPod(map[string]string{
 			protocol.AllowedAnnotation: "u/1/n", protocol.DeniedAnnotation: "u/1", protocol.StateAnnotation: `{"phase":"Bound","nonce":"n"}`,
 			protocol.TargetAnnotation: "c2", protocol.SourceNameAnnotation: "x", protocol.SourceLabelsAnnotation: "{}",
@@ -88,6 +88,13 @@ func TestHandleReplacesFlotillaKeys(t *testing.T) {
 			for k := range got.Annotations {
 				if protocol.WrittenByFlotilla(k) && !(tt.wantSource && k == protocol.SourceSpecAnnotation) {
 					t.Errorf("annotation %s=%q stayed", k, got.Annotations[k])
+				}
+			}
+			// The agent's records of an election, named, whatever
+			// WrittenByFlotilla says.
+			for _, k := range []string{protocol.ElectionAnnotation, protocol.ElectedDomainAnnotation} {
+				if v, ok := got.Annotations[k]; ok {
+					t.Errorf("annotation %s=%q stayed", k, v)
 				}
 			}
 			if !tt.wantSource {

@@ -54,7 +54,7 @@ func TestSourceUsersCannotSteer(t *testing.T) {
 			p.Annotations = map[string]string{protocol.SourceSpecAnnotation: string(hiddenRaw)}
 		},
 		"forged-election": func(p *corev1.Pod) {
-			p.Annotations = map[string]string{protocol.ElectionAnnotation: "7/tgt/forged"}
+			p.Annotations = map[string]string{protocol.ElectionAnnotation: "7/tgt/forged", protocol.ElectedDomainAnnotation: `{"topology.kubernetes.io/zone":"forged"}`}
 		},
 		"forged-local": func(p *corev1.Pod) { p.Labels[protocol.LocalLabel] = "true" },
 		"forged-candidate": func(p *corev1.Pod) {
@@ -113,7 +113,9 @@ func TestSourceUsersCannotSteer(t *testing.T) {
 				return false, err.Error()
 			}
 			e, err := protocol.ParseElection(p.Annotations[protocol.ElectionAnnotation])
-			return err == nil && p.Spec.NodeName == "flotilla-tgt" && e.Generation < 7, fmt.Sprintf("node %q, election %q", p.Spec.NodeName, p.Annotations[protocol.ElectionAnnotation])
+			domain := p.Annotations[protocol.ElectedDomainAnnotation]
+			return err == nil && p.Spec.NodeName == "flotilla-tgt" && e.Generation < 7 && !strings.Contains(domain, "forged"),
+				fmt.Sprintf("node %q, election %q, elected domain %q", p.Spec.NodeName, p.Annotations[protocol.ElectionAnnotation], domain)
 		})
 	})
 
@@ -162,6 +164,7 @@ func TestSourceUsersCannotSteer(t *testing.T) {
 		for _, patch := range []string{
 			`{"metadata":{"annotations":{"multicluster.flotilla.dev/election":"9/tgt/mine"}}}`,
 			`{"metadata":{"annotations":{"multicluster.flotilla.dev/election":null}}}`,
+			`{"metadata":{"annotations":{"multicluster.flotilla.dev/elected-domain":"{\"topology.kubernetes.io/zone\":\"mine\"}"}}}`,
 			`{"metadata":{"annotations":{"multicluster.flotilla.dev/source-spec":` + jsonString(t, string(hiddenRaw)) + `}}}`,
 			`{"metadata":{"labels":{"multicluster.flotilla.dev/local":"true"}}}`,
 		} {
