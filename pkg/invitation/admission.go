@@ -58,8 +58,9 @@ var tokenSecretTypes = []string{"kubernetes.io/service-account-token", "bootstra
 // accident.
 var flotillaLabelKey = "^([a-z0-9]([-a-z0-9]*[a-z0-9])?\\.)*" + regexp.QuoteMeta(protocol.Prefix)
 
-// protocolLabels tie an object to its source; they never change once set.
-var protocolLabels = []string{protocol.CandidateLabel, protocol.SourceClusterLabel, protocol.SourceUIDLabel, protocol.SourceNameLabel, protocol.CopyLabel}
+// protocolLabels tie an object to its source (and a candidate to the
+// source's target that made it); they never change once set.
+var protocolLabels = []string{protocol.CandidateLabel, protocol.SourceClusterLabel, protocol.TargetLabel, protocol.SourceUIDLabel, protocol.SourceNameLabel, protocol.CopyLabel}
 
 // celList is a CEL list literal of strings.
 func celList(items []string) string {

@@ -152,6 +152,9 @@ func TestPolicyAdmitsNormalCandidates(t *testing.T) {
 	inv := policyInvitation()
 	e := compile(t, inv)
 	c := normalCandidate(t)
+	if c.Labels[protocol.TargetLabel] != protocol.TargetLabelValue("t1") {
+		t.Fatalf("candidate.Build gave no target label: %v", c.Labels)
+	}
 	if got := e.refusals(t, admission.Create, "pods", "", c, nil); len(got) > 0 {
 		t.Fatalf("a normal candidate is refused: %q", got)
 	}
@@ -375,6 +378,8 @@ func TestPolicyRefusesMetadataChanges(t *testing.T) {
 		{"remove a label this cluster set", func(p *corev1.Pod) { p.Labels["quarantine"] = "true" }, func(p *corev1.Pod) { delete(p.Labels, "quarantine") }, "metadata.labels"},
 		{"change the source UID", nil, func(p *corev1.Pod) { p.Labels[protocol.SourceUIDLabel] = "uid-2" }, protocol.SourceUIDLabel},
 		{"drop the source UID", nil, func(p *corev1.Pod) { delete(p.Labels, protocol.SourceUIDLabel) }, protocol.SourceUIDLabel},
+		{"hand a candidate to another target of the source", nil, func(p *corev1.Pod) { p.Labels[protocol.TargetLabel] = protocol.TargetLabelValue("t2") }, protocol.TargetLabel},
+		{"drop the target", nil, func(p *corev1.Pod) { delete(p.Labels, protocol.TargetLabel) }, protocol.TargetLabel},
 		{"take over another source's candidate", func(p *corev1.Pod) { p.Labels[protocol.SourceClusterLabel] = "c2" },
 			func(p *corev1.Pod) { p.Labels[protocol.SourceClusterLabel] = "c1" }, "another source"},
 		{"add a finalizer", nil, func(p *corev1.Pod) { p.Finalizers = append(p.Finalizers, "example.com/hold") }, "metadata.finalizers"},
