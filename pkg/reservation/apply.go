@@ -16,8 +16,9 @@ import (
 // candidate.
 type electionWriter interface {
 	// writeElection records e on the source pod, conditional on the
-	// resourceVersion the decision read.
-	writeElection(ctx context.Context, pod *corev1.Pod, e protocol.Election) error
+	// resourceVersion the decision read, with the domain of the elected
+	// reservation's node as its target reported it (nil: not reported).
+	writeElection(ctx context.Context, pod *corev1.Pod, e protocol.Election, domain map[string]string) error
 	// allow writes the allowance on the pod's candidate in its target.
 	allow(ctx context.Context, pod *corev1.Pod, a Allowance) error
 }
@@ -29,7 +30,7 @@ type electionWriter interface {
 // the election from then on).
 func applyElection(ctx context.Context, w electionWriter, pod *corev1.Pod, d Decision, elected func()) error {
 	if d.Elect != nil {
-		if err := w.writeElection(ctx, pod, *d.Elect); err != nil {
+		if err := w.writeElection(ctx, pod, *d.Elect, d.electedDomain()); err != nil {
 			return err
 		}
 		if elected != nil {
@@ -52,4 +53,19 @@ func (c *Controller) allow(ctx context.Context, pod *corev1.Pod, a Allowance) er
 	}
 	name := candidate.CandidateNameOf(pod, c.SourceCluster, t.Name)
 	return t.Annotate(ctx, t.NamespaceFor(pod.Namespace), name, map[string]*string{protocol.AllowedAnnotation: ptr.To(a.Allowance.Encode())})
+}
+
+// electedDomain is the domain its target reported for the node of the
+// reservation the decision elects; nil when it elects none or the target
+// did not say.
+func (d Decision) electedDomain() map[string]string {
+	if !d.Elects() {
+		return nil
+	}
+	for _, o := range d.Observed {
+		if o.Target == d.Elect.Target && o.State.Nonce == d.Elect.Nonce {
+			return o.State.Domain()
+		}
+	}
+	return nil
 }

@@ -129,7 +129,9 @@ type Controller struct {
 
 type writtenElection struct {
 	value string
-	at    time.Time
+	// domain is the elected-domain annotation written with it.
+	domain string
+	at     time.Time
 }
 
 // staleElection reports whether the cached pod predates an election this
@@ -220,7 +222,7 @@ func isSourcePod(obj client.Object) bool {
 // Reconcile moves one source pod one step along the protocol.
 func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	log := logr.FromContextOrDiscard(ctx)
-	targets := c.Targets.All()
+	targets := c.Targets.Serving(req.Namespace)
 	pod := &corev1.Pod{}
 	if err := c.Client.Get(ctx, req.NamespacedName, pod); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -949,15 +951,24 @@ func observe(p candidate.Placement) Observed {
 // annotation changes. Sent as protobuf, it costs the source API server
 // about half of what the merge patch it replaces did (a patch is applied to
 // the pod converted to JSON and back).
-func (c *Controller) writeElection(ctx context.Context, pod *corev1.Pod, e protocol.Election) error {
+func (c *Controller) writeElection(ctx context.Context, pod *corev1.Pod, e protocol.Election, domain map[string]string) error {
 	update := *pod // shallow: the cached pod stays the object the decision saw
-	update.Annotations = make(map[string]string, len(pod.Annotations)+1)
+	update.Annotations = make(map[string]string, len(pod.Annotations)+2)
 	maps.Copy(update.Annotations, pod.Annotations)
 	update.Annotations[protocol.ElectionAnnotation] = e.Encode()
+	// The domain of the elected reservation's node goes with it, so that
+	// its siblings count it where it is.
+	written := ""
+	if e.Elected() && domain != nil {
+		written = protocol.EncodeDomain(domain)
+		update.Annotations[protocol.ElectedDomainAnnotation] = written
+	} else {
+		delete(update.Annotations, protocol.ElectedDomainAnnotation)
+	}
 	if _, err := c.Kube.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, &update, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("recording election %s on %s/%s: %w", e.Encode(), pod.Namespace, pod.Name, err)
 	}
-	c.elections.Store(pod.UID, writtenElection{value: e.Encode(), at: time.Now()})
+	c.elections.Store(pod.UID, writtenElection{value: e.Encode(), domain: written, at: time.Now()})
 	if e.Elected() {
 		electionSeconds.Observe(sinceCreation(pod))
 	}

@@ -188,15 +188,17 @@ func TestDecideScoringWindow(t *testing.T) {
 // it is told to.
 type recorder struct {
 	writes        []string
+	domains       []map[string]string
 	failElection  error
 	failAllowance error
 }
 
-func (r *recorder) writeElection(_ context.Context, _ *corev1.Pod, e protocol.Election) error {
+func (r *recorder) writeElection(_ context.Context, _ *corev1.Pod, e protocol.Election, domain map[string]string) error {
 	if r.failElection != nil {
 		return r.failElection
 	}
 	r.writes = append(r.writes, "election "+e.Encode())
+	r.domains = append(r.domains, domain)
 	return nil
 }
 
@@ -212,7 +214,9 @@ func (r *recorder) allow(_ context.Context, _ *corev1.Pod, a Allowance) error {
 // once its election is durable; a conflict (or any failure) writing the
 // election sends no allowance at all.
 func TestApplyWritesTheElectionBeforeTheAllowance(t *testing.T) {
-	d := Decide(Input{SourceUID: uid, Observed: []Observed{in("t1", "n1", "", 10)}})
+	reservation := in("t1", "n1", "", 10)
+	reservation.State.Topology = map[string]string{"topology.kubernetes.io/zone": "a", "bad key!": "x"}
+	d := Decide(Input{SourceUID: uid, Observed: []Observed{reservation, in("t2", "n2", "", 5)}})
 	if !d.Elects() || d.Allow == nil {
 		t.Fatalf("want an election and its allowance, got %+v", d)
 	}
@@ -230,6 +234,11 @@ func TestApplyWritesTheElectionBeforeTheAllowance(t *testing.T) {
 	if !slices.Equal(atElected, want[:1]) {
 		t.Errorf("siblings were let go after %v, want after the election only", atElected)
 	}
+	// The election carries the elected node's domain, as judged peer
+	// input: the malformed key is dropped.
+	if got := protocol.EncodeDomain(r.domains[0]); got != `{"topology.kubernetes.io/zone":"a"}` {
+		t.Errorf("election written with domain %s", got)
+	}
 
 	lost := &recorder{failElection: errors.New("conflict")}
 	called := false
@@ -245,5 +254,49 @@ func TestApplyWritesTheElectionBeforeTheAllowance(t *testing.T) {
 	r = &recorder{}
 	if err := applyElection(context.Background(), r, pod, again, nil); err != nil || !slices.Equal(r.writes, []string{"allow t1"}) {
 		t.Errorf("writes %v, err %v", r.writes, err)
+	}
+}
+
+func TestNodeDomains(t *testing.T) {
+	const region, zone, rack = "topology.kubernetes.io/region", "topology.kubernetes.io/zone", "example.com/rack"
+	keys := []string{region, zone, rack}
+	summarized := map[string]bool{region: true, zone: true}
+	tests := []struct {
+		name     string
+		n        nodeDomains
+		reported map[string]string
+		want     placement.Domain
+	}{
+		{
+			name:     "the node's values of the keys the target reports, the common value of the others",
+			n:        nodeDomains{reports: summarized, common: map[string]string{rack: "r7", zone: "common-zone"}},
+			reported: map[string]string{region: "eu", zone: "eu-1b"},
+			want:     placement.Domain{"eu", "eu-1b", "r7"},
+		},
+		{
+			name:     "a node without the zone label is in no zone, whatever its neighbours have",
+			n:        nodeDomains{reports: summarized, common: map[string]string{zone: "eu-1a"}},
+			reported: map[string]string{region: "eu"},
+			want:     placement.Domain{"eu", "", ""},
+		},
+		{
+			name:     "the Target's own labels win, as on its virtual node",
+			n:        nodeDomains{own: map[string]string{region: "on-prem"}, reports: summarized},
+			reported: map[string]string{region: "eu", zone: "eu-1b"},
+			want:     placement.Domain{"on-prem", "eu-1b", ""},
+		},
+		{
+			name:     "no summary (a self target): what the scheduler left out the node lacks",
+			n:        nodeDomains{common: map[string]string{rack: "r7"}},
+			reported: map[string]string{zone: "a"},
+			want:     placement.Domain{"", "a", ""},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.n.of(tt.reported, keys); !slices.Equal(got, tt.want) {
+				t.Errorf("domain %q, want %q", got, tt.want)
+			}
+		})
 	}
 }

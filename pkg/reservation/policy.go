@@ -309,33 +309,95 @@ func (c *Controller) siblingDomains(ctx context.Context, pod *corev1.Pod, p *pla
 		if s.UID == pod.UID || !isSourcePod(s) || s.DeletionTimestamp != nil || s.Status.Phase == corev1.PodSucceeded || s.Status.Phase == corev1.PodFailed {
 			continue
 		}
-		t := c.placedIn(s)
+		t, reported := c.placedIn(s)
 		if t == nil {
 			continue
 		}
-		if d, ok := c.domainOf(p, t, s, keys); ok {
+		if reported != nil {
+			out = append(out, nodeDomainsOf(t, p.clusterOf(t)).of(reported, keys))
+		} else if d, ok := c.domainOf(p, t, s, keys); ok {
 			out = append(out, d)
 		}
 	}
 	return out, nil
 }
 
-// placedIn is the target a sibling is bound to or elected in, nil if none.
-func (c *Controller) placedIn(s *corev1.Pod) *target.Target {
+// placedIn is the target a sibling is bound to or elected in, nil if none,
+// and the domain of its node as the target reported it at the election
+// (nil when not recorded).
+func (c *Controller) placedIn(s *corev1.Pod) (*target.Target, map[string]string) {
+	raw, rawDomain := s.Annotations[protocol.ElectionAnnotation], s.Annotations[protocol.ElectedDomainAnnotation]
+	if w, ok := c.elections.Load(s.UID); ok && s.Spec.NodeName == "" {
+		raw, rawDomain = w.(writtenElection).value, w.(writtenElection).domain
+	}
+	domain, err := protocol.ParseDomain(rawDomain)
+	if err != nil {
+		domain = nil
+	}
 	if s.Spec.NodeName != "" {
 		t, _ := c.Targets.ByVirtualNode(s.Spec.NodeName)
-		return t
-	}
-	raw := s.Annotations[protocol.ElectionAnnotation]
-	if w, ok := c.elections.Load(s.UID); ok {
-		raw = w.(writtenElection).value
+		return t, domain
 	}
 	e, err := protocol.ParseElection(raw)
 	if err != nil || !e.Elected() {
-		return nil
+		return nil, nil
 	}
 	t, _ := c.Targets.Get(e.Target)
-	return t
+	return t, domain
+}
+
+// nodeDomains resolves the domain of a node of one target whose labels the
+// target reported (a reservation's State.Domain, or a sibling's
+// elected-domain annotation), at the policy's keys. A key the Target's
+// own labels set takes their value, as the virtual node's labels do; a key
+// the target reports per node (its ClusterSummary's keys, which its
+// scheduler reports too) is the node's, "" (no domain) when the node has
+// no such label; any other key is the value common to the target's nodes,
+// "" when they differ.
+type nodeDomains struct {
+	// own are the labels of the Target object.
+	own map[string]string
+	// reports are the keys the target reports per node; nil when it
+	// publishes no summary (a self target): then every key its scheduler
+	// left out is one the node lacks.
+	reports map[string]bool
+	// common are the labels common to the target's nodes.
+	common map[string]string
+}
+
+func nodeDomainsOf(t *target.Target, cl placement.Cluster) nodeDomains {
+	n := nodeDomains{own: t.Labels, common: cl.Labels}
+	if s := t.Summary(); s != nil {
+		n.reports = make(map[string]bool, len(s.Topology))
+		for _, ts := range s.Topology {
+			n.reports[ts.Key] = true
+		}
+	}
+	return n
+}
+
+func (n nodeDomains) of(reported map[string]string, keys []string) placement.Domain {
+	d := make(placement.Domain, len(keys))
+	for i, k := range keys {
+		if v, ok := n.own[k]; ok {
+			d[i] = v
+			continue
+		}
+		if v, ok := reported[k]; ok || n.reports == nil || n.reports[k] {
+			d[i] = v
+			continue
+		}
+		d[i] = n.common[k]
+	}
+	return d
+}
+
+// clusterOf is the plan's view of an invited target, or a fresh one.
+func (p *plan) clusterOf(t *target.Target) placement.Cluster {
+	if cl, ok := p.clusters[t.Name]; ok {
+		return cl
+	}
+	return ClusterOf(t)
 }
 
 // domainOf is the domain a source pod's candidate in t counts in: the
@@ -457,10 +519,14 @@ func (c *Controller) judgement(pod *corev1.Pod, p *plan, placed []placement.Doma
 		if !o.Exists || o.State.Phase != protocol.PhaseReserved {
 			continue
 		}
-		if t, ok := c.Targets.Get(o.Target); ok {
-			if d, ok := c.domainOf(p, t, pod, keys); ok {
-				observed[i].Domain = d
-			}
+		t, ok := c.Targets.Get(o.Target)
+		if !ok {
+			continue
+		}
+		if reported := o.State.Domain(); reported != nil {
+			observed[i].Domain = nodeDomainsOf(t, p.clusterOf(t)).of(reported, keys)
+		} else if d, ok := c.domainOf(p, t, pod, keys); ok {
+			observed[i].Domain = d
 		}
 	}
 	return j
