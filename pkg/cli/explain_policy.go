@@ -211,8 +211,10 @@ func explainPolicy(pod *corev1.Pod, res policy.Resolved, views []policyView, sib
 }
 
 // siblingDomains are the domains of the pod's workload siblings that are
-// bound or elected, and how many of those are in a target whose domain the
-// source cannot tell.
+// bound or elected: where its target reported the elected node to be, or
+// the target's only domain; and how many of those are in a target whose
+// domain the source cannot tell (a target spanning several that reported
+// no node).
 func siblingDomains(pod *corev1.Pod, siblings []corev1.Pod, views []policyView, clusters map[string]placement.Cluster, keys []string) ([]placement.Domain, int) {
 	key, ok := workload.Of(pod)
 	if !ok {
@@ -241,6 +243,21 @@ func siblingDomains(pod *corev1.Pod, siblings []corev1.Pod, views []policyView, 
 		}
 		cl, ok := clusters[name]
 		if !ok {
+			continue
+		}
+		if reported, err := protocol.ParseDomain(s.Annotations[protocol.ElectedDomainAnnotation]); err == nil && reported != nil {
+			// The node its target reserved, as the target reported it at
+			// the election; the virtual node's labels (the Target's own,
+			// those common to its nodes) stand for the keys it lacks.
+			d := make(placement.Domain, len(keys))
+			for i, k := range keys {
+				if v, ok := cl.Labels[k]; ok {
+					d[i] = v
+				} else {
+					d[i] = reported[k]
+				}
+			}
+			out = append(out, d)
 			continue
 		}
 		domains := placement.Domains(cl, keys)

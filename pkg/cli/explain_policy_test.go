@@ -193,3 +193,35 @@ func TestWriteExplanationPolicy(t *testing.T) {
 		}
 	}
 }
+
+// TestExplainCountsSiblingsWhereTheyRun: in a target spanning several
+// zones, a sibling counts in the zone of the node its target reported at
+// the election, not as unknown.
+func TestExplainCountsSiblingsWhereTheyRun(t *testing.T) {
+	pol := v1alpha1.PlacementPolicy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web"},
+		Spec: v1alpha1.PlacementPolicySpec{
+			PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+			SpreadConstraints: []v1alpha1.SpreadConstraint{
+				{TopologyKey: testRegion, MaxSkew: 1, WhenUnsatisfiable: v1alpha1.DoNotSchedule},
+				{TopologyKey: testZone, MaxSkew: 1, WhenUnsatisfiable: v1alpha1.DoNotSchedule},
+			},
+		},
+	}
+	wide := policyView{target: targetInfo{name: "wide", virtualNode: "flotilla-wide"}, labels: map[string]string{testRegion: "eu"}}
+	in := func(p corev1.Pod, zone string) corev1.Pod {
+		p.Annotations[protocol.ElectedDomainAnnotation] = protocol.EncodeDomain(map[string]string{testRegion: "eu", testZone: zone})
+		return p
+	}
+	pod := replica("me", "", "")
+	siblings := []corev1.Pod{
+		in(replica("a", "flotilla-wide", ""), "eu-1a"),
+		in(replica("b", "", "wide"), "eu-1b"),
+		in(replica("c", "flotilla-wide", ""), "eu-1b"),
+		replica("d", "flotilla-wide", ""), // no node reported: the target's labels only
+	}
+	pe := explainPolicy(&pod, policy.Resolved{Policy: &pol}, []policyView{wide}, siblings, []Answer{{Target: "wide"}})
+	if want := map[string]int{"eu/eu-1a": 1, "eu/eu-1b": 2, "eu/(none)": 1}; !cmp.Equal(pe.Siblings, want) {
+		t.Errorf("siblings %v, want %v", pe.Siblings, want)
+	}
+}
