@@ -51,6 +51,7 @@ type options struct {
 	invitationServer   string
 	invitationTokenTTL time.Duration
 	summaryInterval    time.Duration
+	topologyKeys       string
 	tokenRenewAfter    float64
 	tenantPodCIDRs     string
 	workers            int
@@ -100,6 +101,7 @@ func (o *options) bind(fs *flag.FlagSet) {
 	fs.StringVar(&o.invitationServer, "invitation-server", "", "URL at which sources reach this cluster's API server, written into the kubeconfig of each invitation's managed ServiceAccount; defaults to the server the agent itself talks to.")
 	fs.DurationVar(&o.invitationTokenTTL, "invitation-token-ttl", 24*time.Hour, "Lifetime of the token in the kubeconfig written for an invitation's managed ServiceAccount (at least 10m, the API server's minimum); the source renews it itself before it expires.")
 	fs.DurationVar(&o.summaryInterval, "summary-interval", 5*time.Second, "How often at most each ClusterSummary is written, however fast nodes and pods change.")
+	fs.StringVar(&o.topologyKeys, "topology-keys", "", "Comma-separated node labels the ClusterSummary reports free capacity by; give the scheduler's FlotillaCandidate plugin the same topologyKeys (the chart's topologyKeys sets both). Empty: "+strings.Join(protocol.DefaultTopologyKeys, ",")+".")
 	fs.Float64Var(&o.tokenRenewAfter, "token-renew-after", 0.5, "Share of a target token's lifetime after which the source renews it (TokenRequest on its own ServiceAccount), between 0 and 1.")
 	fs.StringVar(&o.tenantPodCIDRs, "tenant-pod-cidrs", "", "Comma-separated networks inside which a namespaced Target's spec.podCIDRs must lie (a tenant's target could otherwise make this cluster's Services send traffic to any address). Empty: a namespaced Target may name none, and its pods show no pod IP.")
 	fs.IntVar(&o.workers, "workers", 64, "Source pods placed concurrently. Most of a placement is waiting on API calls, so this is worth more than the cores.")
@@ -145,6 +147,9 @@ func (o *options) validate() error {
 	}
 	if _, err := o.tenantNetworks(); err != nil {
 		return err
+	}
+	if err := protocol.ValidateTopologyKeys(o.topology()); err != nil {
+		return fmt.Errorf("--topology-keys: %w", err)
 	}
 	if o.tokenRenewAfter <= 0 || o.tokenRenewAfter >= 1 {
 		return fmt.Errorf("--token-renew-after %g: want a share of the lifetime between 0 and 1", o.tokenRenewAfter)
@@ -335,4 +340,13 @@ func (o *options) tenantNetworks() ([]netip.Prefix, error) {
 		return nil, fmt.Errorf("--tenant-pod-cidrs: %w", err)
 	}
 	return nets, nil
+}
+
+// topology returns --topology-keys as a list, nil (the default keys) when
+// it is empty.
+func (o *options) topology() []string {
+	if strings.TrimSpace(o.topologyKeys) == "" {
+		return nil
+	}
+	return splitList(o.topologyKeys)
 }

@@ -195,7 +195,7 @@ func setupInvitations(mgr manager.Manager, cfg *rest.Config, kube kubernetes.Int
 	if opts.invitationServer != "" {
 		server = opts.invitationServer
 	}
-	summaries := summary.NewPublisher(kube, mgr.GetClient(), opts.summaryInterval, nil)
+	summaries := summary.NewPublisher(kube, mgr.GetClient(), opts.summaryInterval, opts.topology())
 	if err := mgr.Add(summaries); err != nil {
 		return err
 	}

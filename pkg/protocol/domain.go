@@ -56,6 +56,26 @@ func ValidTopologyKey(k string) bool {
 	return len(validation.IsQualifiedName(k)) == 0
 }
 
+// ValidateTopologyKeys checks a configured list of topology keys (the
+// scheduler's topologyKeys, the agent's --topology-keys): label keys, each
+// once, at most MaxTopologyEntries of them.
+func ValidateTopologyKeys(keys []string) error {
+	if len(keys) > MaxTopologyEntries {
+		return fmt.Errorf("%d topology keys: at most %d", len(keys), MaxTopologyEntries)
+	}
+	seen := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		if !ValidTopologyKey(k) {
+			return fmt.Errorf("topology key %q is not a label key", k)
+		}
+		if seen[k] {
+			return fmt.Errorf("topology key %q is listed twice", k)
+		}
+		seen[k] = true
+	}
+	return nil
+}
+
 // EncodeDomain renders a domain as the value of ElectedDomainAnnotation: a JSON
 // object, its keys sorted ("{}" for an empty domain).
 func EncodeDomain(d map[string]string) string {

@@ -133,3 +133,29 @@ func TestDefaultTopologyKeys(t *testing.T) {
 		}
 	}
 }
+
+func TestValidateTopologyKeys(t *testing.T) {
+	tooMany := make([]string, MaxTopologyEntries+1)
+	for i := range tooMany {
+		tooMany[i] = fmt.Sprintf("k%d", i)
+	}
+	for _, tt := range []struct {
+		name    string
+		keys    []string
+		wantErr bool
+	}{
+		{"none", nil, false},
+		{"defaults", DefaultTopologyKeys, false},
+		{"a name without prefix", []string{"rack"}, false},
+		{"the bound", tooMany[:MaxTopologyEntries], false},
+		{"more than the bound", tooMany, true},
+		{"empty", []string{""}, true},
+		{"no label key", []string{"a b"}, true},
+		{"two slashes", []string{"a/b/c"}, true},
+		{"twice", []string{"rack", "rack"}, true},
+	} {
+		if err := ValidateTopologyKeys(tt.keys); (err != nil) != tt.wantErr {
+			t.Errorf("%s: ValidateTopologyKeys(%q) = %v, wantErr %v", tt.name, tt.keys, err, tt.wantErr)
+		}
+	}
+}

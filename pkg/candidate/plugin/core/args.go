@@ -45,18 +45,8 @@ func (a Args) Topology() ([]string, error) {
 	if a.TopologyKeys == nil {
 		return slices.Clone(protocol.DefaultTopologyKeys), nil
 	}
-	if len(a.TopologyKeys) > protocol.MaxTopologyEntries {
-		return nil, fmt.Errorf("topologyKeys has %d keys: at most %d are reported", len(a.TopologyKeys), protocol.MaxTopologyEntries)
-	}
-	seen := map[string]bool{}
-	for _, k := range a.TopologyKeys {
-		if !protocol.ValidTopologyKey(k) {
-			return nil, fmt.Errorf("topologyKeys: %q is not a label key", k)
-		}
-		if seen[k] {
-			return nil, fmt.Errorf("topologyKeys: %q is listed twice", k)
-		}
-		seen[k] = true
+	if err := protocol.ValidateTopologyKeys(a.TopologyKeys); err != nil {
+		return nil, fmt.Errorf("topologyKeys: %w", err)
 	}
 	return slices.Clone(a.TopologyKeys), nil
 }

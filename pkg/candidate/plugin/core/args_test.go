@@ -54,9 +54,9 @@ func TestArgsTopology(t *testing.T) {
 		{name: "default", keys: nil, want: protocol.DefaultTopologyKeys},
 		{name: "none", keys: []string{}, want: []string{}},
 		{name: "set", keys: []string{"topology.kubernetes.io/zone", "rack"}, want: []string{"topology.kubernetes.io/zone", "rack"}},
-		{name: "no label key", keys: []string{"a b"}, wantErr: `"a b" is not a label key`},
-		{name: "empty key", keys: []string{""}, wantErr: `"" is not a label key`},
-		{name: "twice", keys: []string{"rack", "rack"}, wantErr: `"rack" is listed twice`},
+		{name: "no label key", keys: []string{"a b"}, wantErr: `topologyKeys: topology key "a b" is not a label key`},
+		{name: "empty key", keys: []string{""}, wantErr: `topology key "" is not a label key`},
+		{name: "twice", keys: []string{"rack", "rack"}, wantErr: `topology key "rack" is listed twice`},
 		{name: "too many", keys: tooMany, wantErr: "at most 16"},
 	}
 	for _, tt := range tests {
