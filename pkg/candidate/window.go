@@ -96,11 +96,16 @@ func AllFailed(targets []*target.Target, source *corev1.Pod, sourceCluster strin
 	return true
 }
 
-// Invited splits the targets by whether their invitation covers the
-// namespace the source pod's candidate would go to; a target that is not
-// invited there is skipped, never asked.
+// Invited splits the targets that serve the source pod's namespace by
+// whether their invitation covers the namespace its candidate would go to;
+// a target that is not invited there is skipped, never asked. A namespaced
+// Target of another namespace is in neither: the pod is none of its
+// business, so it gets no candidate through it and hears nothing of it.
 func Invited(source *corev1.Pod, targets []*target.Target) (invited, not []*target.Target) {
 	for _, t := range targets {
+		if !t.Serves(source.Namespace) {
+			continue
+		}
 		if t.Covers(t.NamespaceFor(source.Namespace)) {
 			invited = append(invited, t)
 		} else {

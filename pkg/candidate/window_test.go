@@ -288,3 +288,58 @@ func TestProspectWeight(t *testing.T) {
 		t.Errorf("FillRoom: %+v", ps)
 	}
 }
+
+// TestInvitedOnlyServingTargets: a namespaced Target of another namespace
+// is neither invited for a pod nor named as not inviting it, whether its
+// invitation covers the pod's namespace or not.
+func TestInvitedOnlyServingTargets(t *testing.T) {
+	mk := func(name, namespace string, invites ...string) *target.Target {
+		cfg := target.Config{Name: name, Namespace: namespace, REST: &rest.Config{Host: "https://127.0.0.1:1"}, SourceCluster: "src"}
+		if invites != nil {
+			cfg.SummaryName = "invitation"
+		}
+		tg, err := target.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if invites != nil {
+			// Its watches fail (nothing listens there); what it was
+			// invited into is what Invited reads.
+			tg.Start(t.Context())
+			t.Cleanup(tg.Shutdown)
+			tg.SetNamespaces(invites)
+		}
+		return tg
+	}
+	cluster := mk("remote", "", "shop")
+	ownNS := mk("shop/home", "shop")
+	otherOpen := mk("tenant/self", "tenant")                      // a self Target: no invitation, every namespace open
+	otherInvited := mk("tenant/away", "tenant", "tenant", "shop") // its invitation covers shop too
+	otherNot := mk("tenant/far", "tenant", "tenant")              // its invitation does not cover shop
+	all := []*target.Target{cluster, ownNS, otherOpen, otherInvited, otherNot}
+
+	names := func(ts []*target.Target) string {
+		var out []string
+		for _, t := range ts {
+			out = append(out, t.Name)
+		}
+		return strings.Join(out, ",")
+	}
+	src := sourcePod(t) // of namespace shop
+	invited, not := Invited(src, all)
+	if got := names(invited); got != "remote,shop/home" {
+		t.Errorf("invited %s, want remote,shop/home", got)
+	}
+	if got := names(not); got != "" {
+		t.Errorf("not invited %s: a Target of namespace tenant spoke of a pod of shop", got)
+	}
+	tenant := sourcePod(t)
+	tenant.Namespace = "tenant"
+	invited, not = Invited(tenant, all)
+	if got := names(invited); got != "tenant/self,tenant/away,tenant/far" {
+		t.Errorf("invited %s for a pod of tenant", got)
+	}
+	if got := names(not); got != "remote" {
+		t.Errorf("not invited %s for a pod of tenant, want remote", got)
+	}
+}

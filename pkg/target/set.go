@@ -42,6 +42,21 @@ func (s *Set) All() []*Target {
 	return out
 }
 
+// Serving returns the targets, sorted by name, that take pods of a source
+// namespace: every ClusterTarget and the namespace's own Targets. A
+// namespaced Target of another namespace never acts for, or speaks of, a
+// pod of this one.
+func (s *Set) Serving(sourceNamespace string) []*Target {
+	all := s.All()
+	out := all[:0]
+	for _, t := range all {
+		if t.Serves(sourceNamespace) {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
 // Get returns a target by name.
 func (s *Set) Get(name string) (*Target, bool) {
 	s.mu.RLock()
