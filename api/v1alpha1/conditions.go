@@ -13,6 +13,10 @@ const (
 	// TargetCredentialsValid: the kubeconfig could be read and its token is
 	// current (renewed before it expires).
 	TargetCredentialsValid = "CredentialsValid"
+	// TargetOverlapping: another target of this source reaches the same
+	// cluster and sends the pods of a namespace to the same namespace
+	// there. Both keep working, each with candidates of its own.
+	TargetOverlapping = "Overlapping"
 )
 
 // Condition types of Source and ClusterSource.
@@ -53,4 +57,13 @@ const (
 	// scheduler (the chart's scheduler.enabled=false), so nothing here
 	// would schedule the candidates of an invitation or a self target.
 	ReasonSchedulerDisabled = "SchedulerDisabled"
+	// ReasonSameClusterAndNamespace: the Overlapping condition is true; its
+	// message names the other targets and the namespaces.
+	ReasonSameClusterAndNamespace = "SameClusterAndNamespace"
+	// ReasonNoOverlap: no other target sends pods where this one does.
+	ReasonNoOverlap = "NoOverlap"
+	// ReasonDelegatesLost: the Ready condition is false because several
+	// delegates of this source's pods vanished in the target without the
+	// source deleting them; no new pod is sent there for a while.
+	ReasonDelegatesLost = "DelegatesLost"
 )

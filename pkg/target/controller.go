@@ -370,6 +370,7 @@ func (c *Controller) connect(ctx context.Context, v view) (reconcile.Result, err
 	}
 	setCondition(v, v1alpha1.TargetCredentialsValid, metav1.ConditionTrue, v1alpha1.ReasonConnected, "The kubeconfig was read")
 	v.status.VirtualNode = r.t.NodeName
+	c.reportOverlaps(v, r.t)
 	c.renew(ctx, v, r.t)
 
 	var h Health
@@ -713,6 +714,22 @@ func (c *Controller) report(ctx context.Context, v view, before *v1alpha1.Target
 		c.Recorder.Eventf(v.obj, nil, kind, now.Reason, "Connect", "%s", now.Message)
 	}
 	return reconcile.Result{RequeueAfter: resync}, nil
+}
+
+// reportOverlaps sets the Overlapping condition of a running target from
+// the targets running beside it. A target that starts or goes is seen by
+// the others at their next resync.
+func (c *Controller) reportOverlaps(v view, t *Target) {
+	me := reachOf(t)
+	var others []Reach
+	for _, o := range c.Targets.All() {
+		others = append(others, reachOf(o))
+	}
+	if overlaps := Overlaps(me, others); len(overlaps) > 0 {
+		setCondition(v, v1alpha1.TargetOverlapping, metav1.ConditionTrue, v1alpha1.ReasonSameClusterAndNamespace, OverlapMessage(me, overlaps))
+		return
+	}
+	setCondition(v, v1alpha1.TargetOverlapping, metav1.ConditionFalse, v1alpha1.ReasonNoOverlap, "No other target of this cluster sends pods of a namespace to the same cluster and namespace")
 }
 
 func setCondition(v view, typ string, status metav1.ConditionStatus, reason, message string) {
