@@ -1,0 +1,316 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/flotilla-dev/flotilla/api/v1alpha1"
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
+	"github.com/flotilla-dev/flotilla/pkg/vnode"
+	"github.com/flotilla-dev/flotilla/test/sandbox"
+)
+
+// TestTargetsOfOneClusterPlaceEachPodOnce: a namespaced self Target in
+// team-a beside the self ClusterTarget of the same cluster. Both reach
+// team-a of this cluster, and each keeps to its own candidates: every pod
+// of a Deployment in team-a runs once, on one bound candidate, the other
+// deleted; nothing reports a ProtocolViolation or a lost delegate, the
+// ReplicaSet makes no pod beyond its replicas, and both targets say that
+// they overlap. A pod of team-b gets no candidate through team-a's Target
+// and hears nothing of it.
+func TestTargetsOfOneClusterPlaceEachPodOnce(t *testing.T) {
+	const teamA, teamB, replicas = "team-a", "team-b", 4
+	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
+		{Name: "src", Nodes: []sandbox.NodeSpec{{CPU: "8"}, {CPU: "8"}}},
+	}})
+	ctx := t.Context()
+	src := s.Cluster("src")
+	admin, cl := src.Client(), src.CRClient()
+	for _, ns := range []string{teamA, teamB} {
+		createNamespace(t, admin, ns)
+	}
+	if _, err := sandbox.StartAgent(ctx, src, []*sandbox.Cluster{src}); err != nil {
+		t.Fatal(err)
+	}
+	tg := &v1alpha1.Target{ObjectMeta: metav1.ObjectMeta{Namespace: teamA, Name: "self"}}
+	tg.Spec.Self = true
+	if err := cl.Create(ctx, tg); err != nil {
+		t.Fatal(err)
+	}
+	tenantNode := protocol.VirtualNodeName(teamA, "self")
+	if err := src.WaitTarget(ctx, client.ObjectKeyFromObject(tg), 60*time.Second, func(st *v1alpha1.TargetStatus) bool {
+		return meta.IsStatusConditionTrue(st.Conditions, v1alpha1.TargetReady) && st.VirtualNode == tenantNode
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("both targets report that they overlap, naming each other and the namespace", func(t *testing.T) {
+		for key, names := range map[client.ObjectKey][]string{
+			client.ObjectKeyFromObject(tg): {"ClusterTarget src", "namespace team-a"},
+			{Name: "src"}:                  {"Target team-a/self", "namespace team-a"},
+		} {
+			if err := src.WaitTarget(ctx, key, 60*time.Second, func(st *v1alpha1.TargetStatus) bool {
+				c := meta.FindStatusCondition(st.Conditions, v1alpha1.TargetOverlapping)
+				if c == nil || c.Status != metav1.ConditionTrue || c.Reason != v1alpha1.ReasonSameClusterAndNamespace {
+					return false
+				}
+				for _, n := range names {
+					if !strings.Contains(c.Message, n) {
+						return false
+					}
+				}
+				return true
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+
+	t.Run("every pod of team-a runs once, on one candidate, and the ReplicaSet does not churn", func(t *testing.T) {
+		created := watchCreated(t, admin, teamA, "app=web")
+		if _, err := admin.AppsV1().Deployments(teamA).Create(ctx, optedInDeployment("web", replicas, "100m"), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		onVirtualNode := func(p *corev1.Pod) bool {
+			return (p.Spec.NodeName == "flotilla-src" || p.Spec.NodeName == tenantNode) && p.Status.Phase == corev1.PodRunning
+		}
+		placed := func() (bool, string) {
+			pods, err := admin.CoreV1().Pods(teamA).List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
+			if err != nil {
+				return false, err.Error()
+			}
+			if len(pods.Items) != replicas {
+				return false, fmt.Sprintf("%d source pods, want %d", len(pods.Items), replicas)
+			}
+			for i := range pods.Items {
+				p := &pods.Items[i]
+				if !onVirtualNode(p) {
+					return false, fmt.Sprintf("pod %s on %q, %s", p.Name, p.Spec.NodeName, p.Status.Phase)
+				}
+				cands := candidatesOf(t, admin, teamA, p.UID)
+				if len(cands) != 1 || cands[0].Spec.NodeName == "" {
+					return false, fmt.Sprintf("pod %s has %d candidates (want its one delegate)", p.Name, len(cands))
+				}
+				want := protocol.TargetLabelValue("src")
+				if p.Spec.NodeName == tenantNode {
+					want = protocol.TargetLabelValue(teamA + "/self")
+				}
+				if got := cands[0].Labels[protocol.TargetLabel]; got != want {
+					return false, fmt.Sprintf("pod %s runs on %s, its delegate is labelled target=%s, want %s", p.Name, p.Spec.NodeName, got, want)
+				}
+			}
+			return true, ""
+		}
+		waitFor(t, 120*time.Second, "every pod of web Running on one delegate", placed)
+		// Nothing may change any more: watch it for a while (the targets
+		// probe every 10 seconds, and a target fighting over another's
+		// candidate would delete it within one reconcile).
+		holdsFor(t, 20*time.Second, "every pod of web Running on one delegate", placed)
+		if n := created(); n != replicas {
+			t.Errorf("the ReplicaSet created %d pods for %d replicas", n, replicas)
+		}
+		for _, e := range eventsIn(t, admin, teamA) {
+			switch e.Reason {
+			case "ProtocolViolation", vnode.ReasonDelegateLost:
+				t.Errorf("event %s on %s/%s: %s", e.Reason, e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Message)
+			}
+		}
+	})
+
+	t.Run("a pod of team-b gets no candidate through team-a's Target and hears nothing of it", func(t *testing.T) {
+		// Too big for any node: the pod waits, and says why.
+		big := createPodAs(t, admin, teamB, optedInPod("big", "64"))
+		pod := waitTenantPod(t, admin, big, "reported unschedulable", func(p *corev1.Pod) bool {
+			for _, c := range p.Status.Conditions {
+				if c.Type == corev1.PodScheduled && c.Reason == corev1.PodReasonUnschedulable && strings.HasPrefix(c.Message, "0/") {
+					return true
+				}
+			}
+			return false
+		})
+		for _, c := range pod.Status.Conditions {
+			if c.Type == corev1.PodScheduled && (strings.Contains(c.Message, teamA) || !strings.HasPrefix(c.Message, "0/1 targets")) {
+				t.Errorf("the pod of %s reports %q: team-a's Target is none of its targets", teamB, c.Message)
+			}
+		}
+		for _, e := range eventsIn(t, admin, teamB) {
+			if e.InvolvedObject.UID == pod.UID && strings.Contains(e.Message, teamA) {
+				t.Errorf("event %s on the pod of %s names team-a's Target: %s", e.Reason, teamB, e.Message)
+			}
+		}
+		cands := candidatesOf(t, admin, "", pod.UID)
+		for _, c := range cands {
+			if c.Labels[protocol.TargetLabel] != protocol.TargetLabelValue("src") || c.Namespace != teamB {
+				t.Errorf("candidate %s/%s of the pod of %s, labelled target=%s", c.Namespace, c.Name, teamB, c.Labels[protocol.TargetLabel])
+			}
+		}
+		if len(cands) != 1 {
+			t.Errorf("the pod of %s has %d candidates, want the ClusterTarget's one", teamB, len(cands))
+		}
+	})
+}
+
+// TestNamespacedTargetToAnotherCluster: a Target of namespace shop,
+// through an invitation of another cluster into shop only, places the
+// namespace's pods there: bound to its own virtual node, the delegate's
+// status mirrored; deleting the source pod deletes the delegate and the
+// pod is gone. A pod of another namespace gets no candidate through it,
+// and no NotInvited or Unschedulable message names it.
+func TestNamespacedTargetToAnotherCluster(t *testing.T) {
+	const other = "elsewhere"
+	src, tgt := agentsOnSourceAndTarget(t, sandbox.NodeSpec{CPU: "8"})
+	ctx := t.Context()
+	admin, remote := src.Client(), tgt.Client()
+	createNamespace(t, admin, other)
+	cs := &v1alpha1.ClusterSource{ObjectMeta: metav1.ObjectMeta{Name: "src"}}
+	cs.Spec.ClusterName = "src"
+	cs.Spec.Identity.ManagedServiceAccount = &v1alpha1.ManagedServiceAccount{}
+	cs.Spec.Namespaces = []string{placementNS}
+	cs.Spec.CreateNamespaces = true
+	invited := inviteReady(t, tgt, cs)
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: placementNS, Name: "remote-kubeconfig"}, Data: map[string][]byte{"kubeconfig": invited.kubeconfig}}
+	if _, err := admin.CoreV1().Secrets(placementNS).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	tg := &v1alpha1.Target{ObjectMeta: metav1.ObjectMeta{Namespace: placementNS, Name: "remote"}}
+	tg.Spec.KubeconfigSecretRef = &v1alpha1.LocalSecretKeyRef{Name: secret.Name}
+	if err := src.CRClient().Create(ctx, tg); err != nil {
+		t.Fatal(err)
+	}
+	node := protocol.VirtualNodeName(placementNS, "remote")
+	if err := src.WaitTarget(ctx, client.ObjectKeyFromObject(tg), 60*time.Second, func(st *v1alpha1.TargetStatus) bool {
+		return meta.IsStatusConditionTrue(st.Conditions, v1alpha1.TargetReady) && st.VirtualNode == node &&
+			meta.IsStatusConditionFalse(st.Conditions, v1alpha1.TargetOverlapping)
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("a pod of shop runs there, mirrored, and goes with its delegate", func(t *testing.T) {
+		pod := createPodAs(t, admin, placementNS, optedInPod("web", "1"))
+		running := waitTenantPod(t, admin, pod, "Running on "+node, func(p *corev1.Pod) bool {
+			return p.Spec.NodeName == node && p.Status.Phase == corev1.PodRunning
+		})
+		delegate := delegateOf(t, remote, placementNS, running)
+		if delegate.Name != protocol.CandidateName("src", placementNS+"/remote", placementNS, pod.Name, string(pod.UID)) ||
+			delegate.Labels[protocol.TargetLabel] != protocol.TargetLabelValue(placementNS+"/remote") {
+			t.Fatalf("delegate %s labelled target=%s: not the Target's own", delegate.Name, delegate.Labels[protocol.TargetLabel])
+		}
+		if err := admin.CoreV1().Pods(placementNS).Delete(ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 60*time.Second, "the delegate and the source pod gone", func() (bool, string) {
+			if _, err := remote.CoreV1().Pods(placementNS).Get(ctx, delegate.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				return false, fmt.Sprintf("delegate: %v", err)
+			}
+			p, err := admin.CoreV1().Pods(placementNS).Get(ctx, pod.Name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return true, ""
+			}
+			if err != nil {
+				return false, err.Error()
+			}
+			return false, fmt.Sprintf("source pod still there (deletionTimestamp %v, phase %s)", p.DeletionTimestamp, p.Status.Phase)
+		})
+	})
+
+	t.Run("a pod of another namespace gets nothing through it and hears nothing of it", func(t *testing.T) {
+		pod := createPodAs(t, admin, other, optedInPod("stray", "1"))
+		// The source handles the pod (the webhook made it a source pod,
+		// the agent reconciles it); whatever it says must not name shop's
+		// Target. Give its reconciles time to happen by waiting for a
+		// write that always follows them: its candidates would be there
+		// by the time a pod of shop created after it runs.
+		later := createPodAs(t, admin, placementNS, optedInPod("later", "1"))
+		waitTenantPod(t, admin, later, "Running on "+node, func(p *corev1.Pod) bool {
+			return p.Spec.NodeName == node && p.Status.Phase == corev1.PodRunning
+		})
+		got, err := admin.CoreV1().Pods(other).Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Spec.SchedulerName != protocol.SourceSchedulerName || got.Spec.NodeName != "" {
+			t.Fatalf("the pod of %s is no waiting source pod: scheduler %q, node %q", other, got.Spec.SchedulerName, got.Spec.NodeName)
+		}
+		for _, c := range got.Status.Conditions {
+			if strings.Contains(c.Message, placementNS+"/remote") {
+				t.Errorf("condition %s of the pod of %s names shop's Target: %s", c.Type, other, c.Message)
+			}
+		}
+		for _, e := range eventsIn(t, admin, other) {
+			if e.InvolvedObject.UID == pod.UID && (e.Reason == "NotInvited" || strings.Contains(e.Message, placementNS+"/remote")) {
+				t.Errorf("event %s on the pod of %s: %s", e.Reason, other, e.Message)
+			}
+		}
+		if c := candidatesOf(t, remote, "", pod.UID); len(c) != 0 {
+			t.Errorf("the pod of %s has candidate %s/%s in the Target's cluster", other, c[0].Namespace, c[0].Name)
+		}
+	})
+}
+
+// watchCreated counts the pods of namespace that selector selects created
+// from now on (each UID once); the returned function reads the count.
+func watchCreated(t *testing.T, c kubernetes.Interface, namespace, selector string) func() int {
+	t.Helper()
+	w, err := c.CoreV1().Pods(namespace).Watch(t.Context(), metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+	var mu sync.Mutex
+	seen := map[types.UID]bool{}
+	go func() {
+		for ev := range w.ResultChan() {
+			if p, ok := ev.Object.(*corev1.Pod); ok && ev.Type == watch.Added {
+				mu.Lock()
+				seen[p.UID] = true
+				mu.Unlock()
+			}
+		}
+	}()
+	return func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(seen)
+	}
+}
+
+// holdsFor fails the test if cond stops holding within d: a check that
+// nothing changes, not a wait.
+func holdsFor(t *testing.T, d time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	var broke string
+	err := wait.PollUntilContextTimeout(t.Context(), 500*time.Millisecond, d, true, func(context.Context) (bool, error) {
+		ok, msg := cond()
+		if !ok {
+			broke = msg
+		}
+		return !ok, nil
+	})
+	if err == nil {
+		t.Fatalf("%s stopped holding: %s", what, broke)
+	}
+}
+
+// eventsIn lists the Events of a namespace.
+func eventsIn(t *testing.T, c kubernetes.Interface, namespace string) []corev1.Event {
+	t.Helper()
+	list, err := c.CoreV1().Events(namespace).List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return list.Items
+}
