@@ -29,10 +29,11 @@ import (
 // +kubebuilder:rbac:groups=apps,resources=deployments;statefulsets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
-// Setup makes the split's cache (the pods labelled
-// multicluster.flotilla.dev/capacity-split=true, the Deployments and the
-// StatefulSets, trimmed), indexes pods by workload there and in the
-// manager's cache (which holds the source pods), runs the Rebalancer on
+// Setup makes the split's caches (the pods labelled
+// multicluster.flotilla.dev/capacity-split=true, the pods kept in this
+// cluster by localFirst, the Deployments and the StatefulSets, trimmed),
+// indexes pods by workload there and in the manager's cache (which holds
+// the source pods), runs the Rebalancer on
 // the leader, and returns the Assigner that the webhook of every replica
 // uses. policies may be nil.
 func Setup(mgr manager.Manager, kube kubernetes.Interface, policies Policies) (*Assigner, error) {
@@ -76,8 +77,33 @@ func Setup(mgr manager.Manager, kube kubernetes.Interface, policies Policies) (*
 	if err := workload.IndexPods(ctx, mgr.GetFieldIndexer()); err != nil {
 		return nil, fmt.Errorf("indexing the source pods by workload: %w", err)
 	}
+	// The opted-in pods a self target with localFirst keeps in this
+	// cluster are neither source pods nor labelled for the split, yet they
+	// hold their places in it: without them, their on-demand places would
+	// be given out again.
+	kept, err := cache.New(mgr.GetConfig(), cache.Options{
+		HTTPClient: mgr.GetHTTPClient(),
+		Scheme:     mgr.GetScheme(),
+		Mapper:     mgr.GetRESTMapper(),
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.Pod{}: {
+				Label:     labels.SelectorFromSet(labels.Set{protocol.LocalLabel: "true"}),
+				Transform: TrimPod,
+			},
+		},
+		ReaderFailOnMissingInformer: true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating the split's cache of the pods kept here: %w", err)
+	}
+	if err := workload.IndexPods(ctx, kept); err != nil {
+		return nil, fmt.Errorf("indexing the pods kept here by workload: %w", err)
+	}
+	if err := mgr.Add(managedCache{kept}); err != nil {
+		return nil, err
+	}
 
-	reader := &CacheReader{PodCaches: []client.Reader{mgr.GetCache(), own}, Objects: own, Live: mgr.GetAPIReader()}
+	reader := &CacheReader{PodCaches: []client.Reader{mgr.GetCache(), own, kept}, Objects: own, Live: mgr.GetAPIReader()}
 	recorder := mgr.GetEventRecorder("flotilla-agent")
 	log := ctrl.Log.WithName("split")
 	rebalancer := &Rebalancer{Pods: reader, Workloads: reader, Policies: policies, Evictor: KubeEvictor{Kube: kube}, Recorder: recorder}
@@ -98,6 +124,7 @@ func Setup(mgr manager.Manager, kube kubernetes.Interface, policies Policies) (*
 		}))).
 		WatchesRawSource(source.TypedKind(own, &corev1.Pod{}, pods)).
 		WatchesRawSource(source.TypedKind(mgr.GetCache(), &corev1.Pod{}, pods)).
+		WatchesRawSource(source.TypedKind(kept, &corev1.Pod{}, pods)).
 		WithOptions(controller.TypedOptions[Request]{MaxConcurrentReconciles: 4}).
 		WithLogConstructor(func(req *Request) logr.Logger {
 			if req == nil {
