@@ -308,7 +308,12 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	if len(pl.excluded) > 0 && len(pl.selected) == 0 && len(invited) > 0 {
 		// Spread may allow a target again once siblings move: look again.
-		c.reportUnscheduled(ctx, pod, ReasonPolicyUnsatisfiable, "Fan out", pl.exclusions())
+		// Unschedulable, as kube-scheduler says of a pod its filters
+		// leave no node for; the Event says it was the policy (or the
+		// targets' summaries, or a target held back).
+		if why := pl.exclusions(); c.setUnschedulable(ctx, pod, unschedulableMessage(why, nil, len(targets))) {
+			c.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, ReasonPolicyUnsatisfiable, "Fan out", "%s", why)
+		}
 		unhealthy = true
 	}
 	eligible := candidate.ToFanOut(pod, c.SourceCluster, pl.selected, c.MaxCandidates, c.prospects(&pl), election.Elected())
@@ -710,9 +715,10 @@ func (c *Controller) reportFanOut(pod *corev1.Pod, placements []candidate.Placem
 	c.Recorder.Eventf(pod, nil, corev1.EventTypeNormal, ReasonFannedOut, "Fan out", "%s", msg)
 }
 
-// ReasonPolicyUnsatisfiable is the reason of the PodScheduled condition
-// and Event of a pod its PlacementPolicy, or its required node affinity as
-// the targets' summaries tell, lets go to no target now.
+// ReasonPolicyUnsatisfiable is the reason of the Event of a pod its
+// PlacementPolicy, or its required node affinity as the targets' summaries
+// tell, or targets held back, let go to no target now; its PodScheduled
+// condition is Unschedulable.
 const ReasonPolicyUnsatisfiable = "PolicyUnsatisfiable"
 
 // ReasonPolicyNotApplied is the reason of the Event of a pod that a

@@ -96,8 +96,9 @@ func (c *Controller) leftOut(pod *corev1.Pod, invited, eligible []*target.Target
 // problem is set when a policy meant to govern the pod does not (its owner
 // is told; the pod is placed as if no policy selected it).
 func (c *Controller) planFor(ctx context.Context, pod *corev1.Pod, invited []*target.Target) (p plan, problem string, err error) {
-	// Targets that cannot run the pod are left out before any policy
-	// groups or counts them.
+	// Targets that cannot run the pod, or take no new pod now, are left
+	// out before any policy groups or counts them.
+	invited = p.dropHeldBack(invited, time.Now())
 	invited = p.dropUnfit(pod, invited)
 	p.selected = invited
 	if c.Policies == nil {
@@ -160,6 +161,24 @@ func (c *Controller) planFor(ctx context.Context, pod *corev1.Pod, invited []*ta
 		}
 	}
 	return p, "", nil
+}
+
+// dropHeldBack returns the targets that take new pods, and records why
+// the others do not (target.HeldBack: they lost the delegates of this
+// cluster's pods again and again).
+func (p *plan) dropHeldBack(targets []*target.Target, now time.Time) []*target.Target {
+	kept := targets[:0:0]
+	for _, t := range targets {
+		if why := t.HeldBack(now); why != "" {
+			if p.excluded == nil {
+				p.excluded = map[string]string{}
+			}
+			p.excluded[t.Name] = why
+			continue
+		}
+		kept = append(kept, t)
+	}
+	return kept
 }
 
 // dropUnfit returns the targets whose nodes, as their ClusterSummaries

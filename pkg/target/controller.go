@@ -387,6 +387,11 @@ func (c *Controller) connect(ctx context.Context, v view) (reconcile.Result, err
 		h.Reason, h.Message = v1alpha1.ReasonSchedulerDisabled,
 			"This cluster's Flotilla release runs no scheduler (scheduler.enabled=false): candidates sent to it would stay Pending; enable it, or remove this self target"
 	}
+	if why := r.t.HeldBack(time.Now()); why != "" && h.Reachable && h.Authorized && h.Reason == v1alpha1.ReasonConnected {
+		// Its virtual node stays Ready: the pods that run there are not
+		// touched; only new ones are not sent.
+		h.Reason, h.Message = v1alpha1.ReasonDelegatesLost, why
+	}
 	h.apply(v, r.t.HasSynced())
 	r.t.setHealth(h, time.Now())
 	r.observeHealth(h, time.Now(), c.NotReadyAfter)
@@ -509,8 +514,11 @@ func (c *Controller) runVirtualNode(ctx context.Context, t *Target, status *vnod
 			Labels:    labels,
 			Client:    c.Kube,
 			Delegates: Delegates{Target: t, SourceCluster: c.SourceCluster},
-			Pods:      c.SourcePods,
-			Workers:   c.VNodeWorkers,
+			// Losses hold the target back (HeldBack), as its status
+			// says from its next look.
+			LostDelegate: t.LostDelegate,
+			Pods:         c.SourcePods,
+			Workers:      c.VNodeWorkers,
 
 			Address:     c.KubeletAddress,
 			KubeletPort: c.KubeletPort,

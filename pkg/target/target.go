@@ -92,6 +92,9 @@ type Target struct {
 	// outcomes learns how the target answers candidates.
 	outcomes *outcomes
 
+	// lost counts the delegates that vanished in the target.
+	lost lostDelegates
+
 	// heardAt is when the target last answered a call with success or
 	// its candidate watch delivered an event (Unix nanoseconds).
 	heardAt atomic.Int64

@@ -53,6 +53,7 @@ type mirror struct {
 	client   kubernetes.Interface
 	recorder record.EventRecorder
 	status   *Status
+	lost     func(time.Time)
 	now      func() time.Time
 	queue    workqueue.TypedRateLimitingInterface[string]
 
@@ -71,6 +72,7 @@ func newMirror(cfg Config, pods corev1listers.PodLister, recorder record.EventRe
 		client:    cfg.Client,
 		recorder:  recorder,
 		status:    cfg.Status,
+		lost:      cfg.LostDelegate,
 		now:       time.Now,
 		// Per-pod backoff of failures only: client-go's default limiter also
 		// passes every first enqueue through a 10 per second bucket, and a
@@ -271,6 +273,11 @@ func (m *mirror) sync(ctx context.Context, key string) error {
 	pod.Status = status
 	_, err = m.client.CoreV1().Pods(ns).UpdateStatus(ctx, &pod, metav1.UpdateOptions{})
 	switch {
+	case err == nil && delegate == nil && source.DeletionTimestamp == nil:
+		if m.lost != nil {
+			m.lost(m.now())
+		}
+		return nil
 	case err == nil, apierrors.IsNotFound(err):
 		return nil
 	case apierrors.IsConflict(err):

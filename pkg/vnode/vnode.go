@@ -72,6 +72,9 @@ type Config struct {
 	Client kubernetes.Interface
 	// Delegates finds and deletes delegates in the target.
 	Delegates Delegates
+	// LostDelegate, when set, is told each time a source pod fails
+	// because its delegate vanished in the target (DelegateLost).
+	LostDelegate func(now time.Time)
 	// Pods is an informer over source pods, of this node and maybe others,
 	// that the caller starts; the virtual node sees only those bound to it.
 	// Several virtual nodes share one copy of each pod this way. It should
