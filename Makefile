@@ -5,7 +5,7 @@ GO ?= go
 SANDBOX_DIR ?= $(CURDIR)/.sandbox/demo
 TEST_TIMEOUT ?= 60m
 
-.PHONY: all generate tools build test test-unit test-e2e demo demo-down bench bench-mesh bench-sweep chaos chaos-planted vet clean
+.PHONY: all generate tools build test test-unit test-e2e demo demo-down bench bench-mesh bench-sweep chaos chaos-planted scenarios scenarios-planted vet clean
 
 all: build
 
@@ -76,6 +76,19 @@ chaos: tools build
 ## chaos-planted: a short chaos run with an agent built with a planted election bug, which the checker must catch
 chaos-planted: tools build
 	FLOTILLA_CHAOS_PLANTED=1 $(GO) test -count=1 -v -timeout 30m -run 'TestChaosPlantedBug$$' ./test/chaos
+
+SEEDS ?= 1 2 3
+SCENARIO_PHASES ?= 5
+
+## scenarios: the differential scenario test (test/scenario, docs/reliability.md "Scenarios"): each seed of SEEDS draws a fleet and a script of SCENARIO_PHASES phases, run through Flotilla and, on an oracle cluster, through plain kube-scheduler; a failing seed prints its fleet and script
+scenarios: tools build
+	FLOTILLA_SCENARIO_SEEDS="$(SEEDS)" FLOTILLA_SCENARIO_PHASES=$(SCENARIO_PHASES) $(GO) test -count=1 -v -timeout 180m -run 'TestScenarioSeeds$$' ./test/scenario
+
+PLANTED_SEED ?=
+
+## scenarios-planted: one scenario with an agent built with -tags flotilla_planted_unjudged (elections without the placement policy), whose skew the checker must catch; PLANTED_SEED=<seed> runs another seed than the test's own
+scenarios-planted: tools build
+	FLOTILLA_SCENARIO_PLANTED=1 FLOTILLA_SCENARIO_SEEDS="$(PLANTED_SEED)" $(GO) test -count=1 -v -timeout 30m -run 'TestScenarioPlanted' ./test/scenario
 
 ## demo: start three sandbox clusters, show Flotilla at work, leave them running
 demo: tools build

@@ -44,9 +44,13 @@ const (
 	ActDelete = "delete" // delete a workload and its pods
 	// Faults.
 	FaultDeleteCandidate = "delete-candidate" // delete one pending candidate in a target
-	FaultDeleteTarget    = "delete-target"    // delete a ClusterTarget or Target for good
-	FaultUnreachable     = "unreachable"      // blackhole a remote cluster for a while
-	FaultAgentRestart    = "agent-restart"    // kill -9 the source's agent and start it again
+	// FaultDeleteElected: for 30 s, delete up to Draw candidates of one
+	// cluster the moment the source allows them, before they bind (with
+	// their resourceVersion as a precondition): elections move.
+	FaultDeleteElected = "delete-elected"
+	FaultDeleteTarget  = "delete-target" // delete a ClusterTarget or Target for good
+	FaultUnreachable   = "unreachable"   // blackhole a remote cluster for a while
+	FaultAgentRestart  = "agent-restart" // kill -9 the source's agent and start it again
 )
 
 // Node is one kwok node of a cluster; the oracle has one of the same name,
@@ -138,6 +142,8 @@ func (a Action) String() string {
 		return fmt.Sprintf("make %s unreachable for %s", a.Cluster, a.Duration)
 	case FaultDeleteCandidate:
 		return fmt.Sprintf("delete a pending candidate (draw %d)", a.Draw)
+	case FaultDeleteElected:
+		return fmt.Sprintf("delete up to %d elected candidates in %s before they bind, for 30s", a.Draw, a.Cluster)
 	}
 	return a.Kind
 }
@@ -352,7 +358,7 @@ func drawAction(r *rand.Rand, pick func(...int) int, s *Scenario, live, targets 
 		}
 	}
 	for {
-		switch pick(40, 5, 5, 15, 15, 10, 15) {
+		switch pick(40, 5, 5, 15, 15, 10, 15, 10) {
 		case 0:
 			if len(liveNames) == 0 {
 				continue
@@ -394,6 +400,9 @@ func drawAction(r *rand.Rand, pick func(...int) int, s *Scenario, live, targets 
 				continue
 			}
 			return Action{Kind: FaultUnreachable, Cluster: remote[r.IntN(len(remote))], Duration: time.Duration(5+r.IntN(16)) * time.Second}
+		case 7:
+			clusters := append([]string{SourceCluster}, remote...)
+			return Action{Kind: FaultDeleteElected, Cluster: clusters[r.IntN(len(clusters))], Draw: 2 + r.IntN(6)}
 		}
 	}
 }

@@ -57,8 +57,11 @@ type world struct {
 	desired  map[string]int32              // live workloads
 	spread   *SpreadChecker
 	protocol *chaos.Checker
-	log      []string
 	faults   map[string]int
+	// mu guards faults against the background faults; background holds
+	// them, waited for before the final checks.
+	mu         sync.Mutex
+	background sync.WaitGroup
 }
 
 // runScenario starts the fleet and the oracle, runs the script in both,
@@ -99,6 +102,7 @@ func runScenario(t *testing.T, sc Scenario, cfg runConfig) outcome {
 		t.Logf("scenario %d: phase %d (%s) settled in %s (%d violations left); Flotilla/kube-scheduler placed %v",
 			sc.Seed, i, phaseActions(ph), time.Since(phaseStart).Round(time.Second), len(vs), formatPlaced(placed))
 	}
+	w.background.Wait()
 	stopWatches()
 	watching.Wait()
 	violations := w.protocol.Finish(chaos.Snapshot{}, chaos.Expectations{})
@@ -363,8 +367,10 @@ func (w *world) do(ctx context.Context, a Action) {
 		w.remove(ctx, *wl)
 	case FaultDeleteCandidate:
 		w.deleteCandidate(ctx, a.Draw)
+	case FaultDeleteElected:
+		w.snipe(ctx, a.Cluster, a.Draw)
 	case FaultAgentRestart:
-		w.faults[a.Kind]++
+		w.count(a.Kind)
 		if err := w.agent.Kill(); err != nil {
 			t.Fatal(err)
 		}
@@ -375,7 +381,7 @@ func (w *world) do(ctx context.Context, a Action) {
 			t.Fatal(err)
 		}
 	case FaultUnreachable:
-		w.faults[a.Kind]++
+		w.count(a.Kind)
 		hole := w.holes[a.Cluster]
 		hole.Blackhole()
 		// The fault lasts its drawn time; nothing waits on it.
@@ -471,15 +477,60 @@ func (w *world) deleteCandidate(ctx context.Context, draw int) {
 		}
 	}
 	if len(all) == 0 {
-		w.faults["delete-candidate-none-pending"]++
+		w.count("delete-candidate-none-pending")
 		return
 	}
 	sort.Slice(all, func(i, j int) bool { return all[i].cluster+"/"+all[i].name < all[j].cluster+"/"+all[j].name })
 	c := all[draw%len(all)]
 	if err := w.clients[c.cluster].CoreV1().Pods(Namespace).Delete(ctx, c.name, metav1.DeleteOptions{}); err == nil {
-		w.faults[FaultDeleteCandidate]++
+		w.count(FaultDeleteCandidate)
 		w.t.Logf("scenario %d: deleted pending candidate %s in %s", w.sc.Seed, c.name, c.cluster)
 	}
+}
+
+// count counts one fault of kind.
+func (w *world) count(kind string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.faults[kind]++
+}
+
+// snipe arms, for 30 s, a watch of cluster's candidates that deletes up to
+// count of them the moment they carry an allowance and no node, with their
+// UID and resourceVersion as preconditions (so never one that bound
+// meanwhile): the source must move those elections, judged by its policy.
+func (w *world) snipe(ctx context.Context, cluster string, count int) {
+	c := w.clients[cluster]
+	if c == nil {
+		return
+	}
+	armed := make(chan struct{})
+	w.background.Go(func() {
+		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		wi, err := c.CoreV1().Pods(Namespace).Watch(sctx, metav1.ListOptions{LabelSelector: protocol.CandidateLabel + "=true"})
+		close(armed)
+		if err != nil {
+			return
+		}
+		defer wi.Stop()
+		deleted := 0
+		for ev := range wi.ResultChan() {
+			p, ok := ev.Object.(*corev1.Pod)
+			if !ok || p.Spec.NodeName != "" || p.DeletionTimestamp != nil || p.Annotations[protocol.AllowedAnnotation] == "" {
+				continue
+			}
+			err := c.CoreV1().Pods(Namespace).Delete(sctx, p.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &p.UID, ResourceVersion: &p.ResourceVersion}})
+			if err != nil {
+				continue
+			}
+			w.count(FaultDeleteElected)
+			if deleted++; deleted >= count {
+				return
+			}
+		}
+	})
+	<-armed
 }
 
 // deleteTarget deletes a target of the source for good. A cluster no
@@ -492,7 +543,7 @@ func (w *world) deleteTarget(ctx context.Context, key string) {
 	if !ok {
 		t.Fatalf("no target %s", key)
 	}
-	w.faults[FaultDeleteTarget]++
+	w.count(FaultDeleteTarget)
 	w.targets = slices.DeleteFunc(w.targets, func(x Target) bool { return x.Key() == key })
 	live := map[string]bool{}
 	for _, x := range w.targets {
@@ -541,7 +592,7 @@ func (w *world) settle(ctx context.Context) ([]chaos.Violation, map[string][2]in
 		now := fmt.Sprint(oracle)
 		stableOracle = settled && now == previous
 		previous = now
-		snap, err := chaos.TakeSnapshot(ctx, Namespace, w.clients)
+		snap, failed, err := w.snapshot(ctx)
 		if err != nil {
 			return false, nil
 		}
@@ -549,7 +600,7 @@ func (w *world) settle(ctx context.Context) ([]chaos.Violation, map[string][2]in
 		for app, replicas := range w.desired {
 			expect[app] = Expect{Replicas: int(replicas), Oracle: oracle[app], Slack: Slack(*w.sc.Workload(app))}
 		}
-		last = Settled(snap, w.targets, expect)
+		last = append(Settled(snap, w.targets, expect), failed...)
 		placed = map[string][2]int{}
 		for _, s := range snap.Sources {
 			if !s.Terminating && s.NodeName != "" {
@@ -569,6 +620,37 @@ func (w *world) settle(ctx context.Context) ([]chaos.Violation, map[string][2]in
 		last = append(last, chaos.Violation{Kind: chaos.Stuck, Detail: fmt.Sprintf("the oracle did not settle within %s: %s", w.cfg.settle, previous)})
 	}
 	return last, placed, time.Since(start)
+}
+
+// snapshot lists the pods of Namespace in the source and the remote
+// clusters. A source pod that failed (its virtual node lost its delegate:
+// no fault of the script deletes a bound one) is reported as lost and
+// left out, as its controller replaces it.
+func (w *world) snapshot(ctx context.Context) (chaos.Snapshot, []chaos.Violation, error) {
+	snap := chaos.Snapshot{Taken: time.Now()}
+	var failed []chaos.Violation
+	for _, name := range sortedKeys(w.clients) {
+		lctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		list, err := w.clients[name].CoreV1().Pods(Namespace).List(lctx, metav1.ListOptions{})
+		cancel()
+		if err != nil {
+			return chaos.Snapshot{}, nil, fmt.Errorf("listing pods of %s: %w", name, err)
+		}
+		for i := range list.Items {
+			p := &list.Items[i]
+			if c, ok := chaos.CandidateOf(name, p); ok {
+				snap.Candidates = append(snap.Candidates, c)
+			} else if s, ok := chaos.SourceOf(name, p); ok {
+				if p.Status.Phase == corev1.PodFailed {
+					failed = append(failed, chaos.Violation{Kind: chaos.Lost, Detail: fmt.Sprintf("source pod %s/%s (uid %s) on %s failed: %s %s",
+						p.Namespace, p.Name, p.UID, p.Spec.NodeName, p.Status.Reason, p.Status.Message)})
+					continue
+				}
+				snap.Sources = append(snap.Sources, s)
+			}
+		}
+	}
+	return snap, failed, nil
 }
 
 // oraclePlaced counts, per workload, the oracle's pods placed, and says

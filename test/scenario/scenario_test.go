@@ -95,7 +95,7 @@ func runSeed(t *testing.T, seed uint64, phases int, cfg runConfig) outcome {
 // plantedSeed is a seed whose fleet spreads a workload under
 // DoNotSchedule over several domains, where an election without the
 // policy's judgement breaks the skew.
-const plantedSeed = 0
+const plantedSeed = 143
 
 // TestScenarioPlantedUnjudged runs a seed with an agent built with the
 // flotilla_planted_unjudged tag (pkg/reservation/planted_unjudged.go),
@@ -110,7 +110,7 @@ func TestScenarioPlantedUnjudged(t *testing.T) {
 	if seeds := envSeeds(t); len(seeds) > 0 {
 		seed = seeds[0]
 	}
-	sc := Generate(seed, 1)
+	sc := plantedScenario(seed)
 	t.Logf("scenario:\n%s", sc)
 	out := runScenario(t, sc, runConfig{settle: 90 * time.Second, binDir: plantedBinDir(t)})
 	t.Logf("scenario summary: %s", out.summary)
@@ -119,6 +119,36 @@ func TestScenarioPlantedUnjudged(t *testing.T) {
 		t.Fatalf("seed %d: no skew violation with elections that skip the policy (violations: %v)", seed, out.violations)
 	}
 	t.Logf("the planted bug was caught: %s", chaos.FormatCounts(AllKinds, got))
+}
+
+// plantedScenario is the seed's fleet and workloads, created while the
+// source's own candidates are deleted the moment they are elected, before
+// they bind: their elections move, which the planted agent does without
+// the policy.
+func plantedScenario(seed uint64) Scenario {
+	sc := Generate(seed, 0)
+	sc.Phases[0].Actions = append([]Action{{Kind: FaultDeleteElected, Cluster: SourceCluster, Draw: 8}}, sc.Phases[0].Actions...)
+	return sc
+}
+
+// TestScenarioPlantedScriptPasses runs the planted test's script with the
+// checkout's agent: its elections, moved or not, keep the spread, so a
+// skew reported with the planted agent is the planted bug's.
+func TestScenarioPlantedScriptPasses(t *testing.T) {
+	if os.Getenv("FLOTILLA_SCENARIO_PLANTED") == "" {
+		t.Skip("runs with FLOTILLA_SCENARIO_PLANTED=1, beside TestScenarioPlantedUnjudged")
+	}
+	seed := uint64(plantedSeed)
+	if seeds := envSeeds(t); len(seeds) > 0 {
+		seed = seeds[0]
+	}
+	sc := plantedScenario(seed)
+	t.Logf("scenario:\n%s", sc)
+	out := runScenario(t, sc, runConfig{settle: 90 * time.Second})
+	t.Logf("scenario summary: %s", out.summary)
+	for _, v := range out.violations {
+		t.Errorf("violation: %s", v)
+	}
 }
 
 // plantedBinDir is a folder with the checkout's binaries, but an agent
