@@ -6,7 +6,8 @@
 // plugin makes a reservation with a fresh nonce at Reserve, holds the pod in
 // Permit until the source allows or denies that nonce, and reports Reserved,
 // Unreserved and Bound in the pod's state annotation (Bound in the binding
-// itself, see Bind). At PreFilter it refuses a candidate that would exceed
+// itself, see Bind); Reserved and Bound carry the reserved node's values of
+// the topology keys (args topologyKeys). At PreFilter it refuses a candidate that would exceed
 // the quota of an invitation (Source, ClusterSource) of its source cluster
 // covering its namespace. Every other pod passes through untouched.
 package plugin
