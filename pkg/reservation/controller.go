@@ -283,6 +283,13 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		// some target may, the pod waits for it, and the skipped ones
 		// are named only if none of those can run it either.
 		c.reportUninvited(ctx, pod, uninvited, len(targets))
+	case len(targets) == 0:
+		// No silent wait: say so, as kube-scheduler says of a cluster
+		// without a node. A target added later looks at the pod again.
+		why := unschedulableMessage("no target of this cluster takes pods of namespace "+pod.Namespace, nil, 0)
+		if c.setUnschedulable(ctx, pod, why) {
+			c.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, "NoTargetAvailable", "Elect", "%s", why)
+		}
 	}
 	unhealthy := false
 	if err := c.cleanUpOthers(ctx, pod, targets); err != nil {

@@ -230,18 +230,16 @@ func TestNamespacedTargetToAnotherCluster(t *testing.T) {
 	t.Run("a pod of another namespace gets nothing through it and hears nothing of it", func(t *testing.T) {
 		pod := createPodAs(t, admin, other, optedInPod("stray", "1"))
 		// The source handles the pod (the webhook made it a source pod,
-		// the agent reconciles it); whatever it says must not name shop's
-		// Target. Give its reconciles time to happen by waiting for a
-		// write that always follows them: its candidates would be there
-		// by the time a pod of shop created after it runs.
-		later := createPodAs(t, admin, placementNS, optedInPod("later", "1"))
-		waitTenantPod(t, admin, later, "Running on "+node, func(p *corev1.Pod) bool {
-			return p.Spec.NodeName == node && p.Status.Phase == corev1.PodRunning
+		// the agent reconciles it) and says that no target takes pods of
+		// its namespace; whatever it says must not name shop's Target.
+		got := waitTenantPod(t, admin, pod, "Unschedulable: no target takes pods of "+other, func(p *corev1.Pod) bool {
+			for _, c := range p.Status.Conditions {
+				if c.Type == corev1.PodScheduled && c.Reason == corev1.PodReasonUnschedulable && strings.HasPrefix(c.Message, "0/0 targets") {
+					return true
+				}
+			}
+			return false
 		})
-		got, err := admin.CoreV1().Pods(other).Get(ctx, pod.Name, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
 		if got.Spec.SchedulerName != protocol.SourceSchedulerName || got.Spec.NodeName != "" {
 			t.Fatalf("the pod of %s is no waiting source pod: scheduler %q, node %q", other, got.Spec.SchedulerName, got.Spec.NodeName)
 		}
