@@ -48,6 +48,11 @@ const (
 	// cluster the moment the source allows them, before they bind (with
 	// their resourceVersion as a precondition): elections move.
 	FaultDeleteElected = "delete-elected"
+	// FaultFreezeScheduler: the moment a candidate reserves a node in
+	// Cluster, freeze (SIGSTOP) that cluster's Flotilla scheduler for
+	// Duration: the elections it holds outlive the agent's election
+	// timeout and move.
+	FaultFreezeScheduler = "freeze-scheduler"
 	FaultDeleteTarget  = "delete-target" // delete a ClusterTarget or Target for good
 	FaultUnreachable   = "unreachable"   // blackhole a remote cluster for a while
 	FaultAgentRestart  = "agent-restart" // kill -9 the source's agent and start it again
@@ -142,6 +147,8 @@ func (a Action) String() string {
 		return fmt.Sprintf("make %s unreachable for %s", a.Cluster, a.Duration)
 	case FaultDeleteCandidate:
 		return fmt.Sprintf("delete a pending candidate (draw %d)", a.Draw)
+	case FaultFreezeScheduler:
+		return fmt.Sprintf("freeze the scheduler of %s for %s once a candidate reserves there", a.Cluster, a.Duration)
 	case FaultDeleteElected:
 		return fmt.Sprintf("delete up to %d elected candidates in %s before they bind, for 30s", a.Draw, a.Cluster)
 	}

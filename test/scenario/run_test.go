@@ -369,6 +369,8 @@ func (w *world) do(ctx context.Context, a Action) {
 		w.deleteCandidate(ctx, a.Draw)
 	case FaultDeleteElected:
 		w.snipe(ctx, a.Cluster, a.Draw)
+	case FaultFreezeScheduler:
+		w.freezeOnReservation(ctx, a.Cluster, a.Duration)
 	case FaultAgentRestart:
 		w.count(a.Kind)
 		if err := w.agent.Kill(); err != nil {
@@ -528,6 +530,45 @@ func (w *world) snipe(ctx context.Context, cluster string, count int) {
 			if deleted++; deleted >= count {
 				return
 			}
+		}
+	})
+	<-armed
+}
+
+// freezeOnReservation arms a watch of cluster's candidates that, at the
+// first one reporting a reservation, freezes (SIGSTOP) the cluster's
+// Flotilla scheduler for d, then lets it go on; within 60 s of arming.
+func (w *world) freezeOnReservation(ctx context.Context, cluster string, d time.Duration) {
+	c := w.clients[cluster]
+	if c == nil {
+		return
+	}
+	armed := make(chan struct{})
+	w.background.Go(func() {
+		sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		defer cancel()
+		wi, err := c.CoreV1().Pods(Namespace).Watch(sctx, metav1.ListOptions{LabelSelector: protocol.CandidateLabel + "=true"})
+		close(armed)
+		if err != nil {
+			return
+		}
+		defer wi.Stop()
+		for ev := range wi.ResultChan() {
+			p, ok := ev.Object.(*corev1.Pod)
+			if !ok || p.Spec.NodeName != "" || !strings.Contains(p.Annotations[protocol.StateAnnotation], string(protocol.PhaseReserved)) {
+				continue
+			}
+			cl := w.sb.Cluster(cluster)
+			if err := cl.Pause(sandbox.CandidateScheduler); err != nil {
+				w.t.Errorf("freezing the scheduler of %s: %v", cluster, err)
+				return
+			}
+			w.count(FaultFreezeScheduler)
+			pause(ctx, d)
+			if err := cl.Resume(sandbox.CandidateScheduler); err != nil {
+				w.t.Errorf("resuming the scheduler of %s: %v", cluster, err)
+			}
+			return
 		}
 	})
 	<-armed
