@@ -53,9 +53,9 @@ const (
 	// Duration: the elections it holds outlive the agent's election
 	// timeout and move.
 	FaultFreezeScheduler = "freeze-scheduler"
-	FaultDeleteTarget  = "delete-target" // delete a ClusterTarget or Target for good
-	FaultUnreachable   = "unreachable"   // blackhole a remote cluster for a while
-	FaultAgentRestart  = "agent-restart" // kill -9 the source's agent and start it again
+	FaultDeleteTarget    = "delete-target" // delete a ClusterTarget or Target for good
+	FaultUnreachable     = "unreachable"   // blackhole a remote cluster for a while
+	FaultAgentRestart    = "agent-restart" // kill -9 the source's agent and start it again
 )
 
 // Node is one kwok node of a cluster; the oracle has one of the same name,
