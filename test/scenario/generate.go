@@ -48,7 +48,7 @@ const (
 	// cluster the moment the source allows them, before they bind (with
 	// their resourceVersion as a precondition): elections move.
 	FaultDeleteElected = "delete-elected"
-	// FaultFreezeScheduler: the moment a candidate reserves a node in
+	// FaultFreezeScheduler: the moment the source allows a candidate in
 	// Cluster, freeze (SIGSTOP) that cluster's Flotilla scheduler for
 	// Duration: the elections it holds outlive the agent's election
 	// timeout and move.
@@ -148,7 +148,7 @@ func (a Action) String() string {
 	case FaultDeleteCandidate:
 		return fmt.Sprintf("delete a pending candidate (draw %d)", a.Draw)
 	case FaultFreezeScheduler:
-		return fmt.Sprintf("freeze the scheduler of %s for %s once a candidate reserves there", a.Cluster, a.Duration)
+		return fmt.Sprintf("freeze the scheduler of %s for %s once a candidate there is elected", a.Cluster, a.Duration)
 	case FaultDeleteElected:
 		return fmt.Sprintf("delete up to %d elected candidates in %s before they bind, for 30s", a.Draw, a.Cluster)
 	}

@@ -536,7 +536,7 @@ func (w *world) snipe(ctx context.Context, cluster string, count int) {
 }
 
 // freezeOnReservation arms a watch of cluster's candidates that, at the
-// first one reporting a reservation, freezes (SIGSTOP) the cluster's
+// first one the source allows (elected, not bound yet), freezes (SIGSTOP) the cluster's
 // Flotilla scheduler for d, then lets it go on; within 60 s of arming.
 func (w *world) freezeOnReservation(ctx context.Context, cluster string, d time.Duration) {
 	c := w.clients[cluster]
@@ -555,7 +555,7 @@ func (w *world) freezeOnReservation(ctx context.Context, cluster string, d time.
 		defer wi.Stop()
 		for ev := range wi.ResultChan() {
 			p, ok := ev.Object.(*corev1.Pod)
-			if !ok || p.Spec.NodeName != "" || !strings.Contains(p.Annotations[protocol.StateAnnotation], string(protocol.PhaseReserved)) {
+			if !ok || p.Spec.NodeName != "" || p.Annotations[protocol.AllowedAnnotation] == "" {
 				continue
 			}
 			cl := w.sb.Cluster(cluster)
