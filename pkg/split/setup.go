@@ -38,27 +38,12 @@ import (
 // uses. policies may be nil.
 func Setup(mgr manager.Manager, kube kubernetes.Interface, policies Policies) (*Assigner, error) {
 	ctx := context.Background()
-	own, err := cache.New(mgr.GetConfig(), cache.Options{
-		HTTPClient: mgr.GetHTTPClient(),
-		Scheme:     mgr.GetScheme(),
-		Mapper:     mgr.GetRESTMapper(),
-		ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}: {
-				Label:     labels.SelectorFromSet(labels.Set{protocol.CapacitySplitLabel: "true"}),
-				Transform: TrimPod,
-			},
-			&appsv1.Deployment{}:  {Transform: TrimWorkload},
-			&appsv1.StatefulSet{}: {Transform: TrimWorkload},
-		},
-		// Every informer is made here, before the cache starts, so that
-		// the manager waits for all of them before the webhook serves.
-		ReaderFailOnMissingInformer: true,
+	own, err := podCache(ctx, mgr, protocol.CapacitySplitLabel, map[client.Object]cache.ByObject{
+		&appsv1.Deployment{}:  {Transform: TrimWorkload},
+		&appsv1.StatefulSet{}: {Transform: TrimWorkload},
 	})
 	if err != nil {
-		return nil, fmt.Errorf("creating the split's cache: %w", err)
-	}
-	if err := workload.IndexPods(ctx, own); err != nil {
-		return nil, fmt.Errorf("indexing the split's pods by workload: %w", err)
+		return nil, fmt.Errorf("the split's cache: %w", err)
 	}
 	for _, obj := range []client.Object{&appsv1.Deployment{}, &appsv1.StatefulSet{}} {
 		if _, err := own.GetInformer(ctx, obj); err != nil {
@@ -81,23 +66,9 @@ func Setup(mgr manager.Manager, kube kubernetes.Interface, policies Policies) (*
 	// cluster are neither source pods nor labelled for the split, yet they
 	// hold their places in it: without them, their on-demand places would
 	// be given out again.
-	kept, err := cache.New(mgr.GetConfig(), cache.Options{
-		HTTPClient: mgr.GetHTTPClient(),
-		Scheme:     mgr.GetScheme(),
-		Mapper:     mgr.GetRESTMapper(),
-		ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}: {
-				Label:     labels.SelectorFromSet(labels.Set{protocol.LocalLabel: "true"}),
-				Transform: TrimPod,
-			},
-		},
-		ReaderFailOnMissingInformer: true,
-	})
+	kept, err := podCache(ctx, mgr, protocol.LocalLabel, nil)
 	if err != nil {
-		return nil, fmt.Errorf("creating the split's cache of the pods kept here: %w", err)
-	}
-	if err := workload.IndexPods(ctx, kept); err != nil {
-		return nil, fmt.Errorf("indexing the pods kept here by workload: %w", err)
+		return nil, fmt.Errorf("the split's cache of the pods kept here: %w", err)
 	}
 	if err := mgr.Add(managedCache{kept}); err != nil {
 		return nil, err
@@ -136,6 +107,33 @@ func Setup(mgr manager.Manager, kube kubernetes.Interface, policies Policies) (*
 		return nil, fmt.Errorf("setting up the split's rebalancer: %w", err)
 	}
 	return &Assigner{Pods: reader, Workloads: reader, Policies: policies, Recorder: recorder, Log: log.WithName("assigner")}, nil
+}
+
+// podCache makes a cache of the pods labelled label=true, trimmed and
+// indexed by workload, and of the other objects of more.
+func podCache(ctx context.Context, mgr manager.Manager, label string, more map[client.Object]cache.ByObject) (cache.Cache, error) {
+	byObject := map[client.Object]cache.ByObject{
+		&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{label: "true"}), Transform: TrimPod},
+	}
+	for obj, by := range more {
+		byObject[obj] = by
+	}
+	c, err := cache.New(mgr.GetConfig(), cache.Options{
+		HTTPClient: mgr.GetHTTPClient(),
+		Scheme:     mgr.GetScheme(),
+		Mapper:     mgr.GetRESTMapper(),
+		ByObject:   byObject,
+		// Every informer is made here, before the cache starts, so that
+		// the manager waits for all of them before the webhook serves.
+		ReaderFailOnMissingInformer: true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating it: %w", err)
+	}
+	if err := workload.IndexPods(ctx, c); err != nil {
+		return nil, fmt.Errorf("indexing its pods by workload: %w", err)
+	}
+	return c, nil
 }
 
 // managedCache is a cache the manager treats as one of its own caches.
