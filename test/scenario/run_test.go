@@ -34,6 +34,8 @@ type runConfig struct {
 	settle time.Duration
 	// binDir holds the binaries ("" for the checkout's bin/).
 	binDir string
+	// agentArgs are added to the source agent's flags.
+	agentArgs []string
 }
 
 // outcome of one run.
@@ -217,7 +219,11 @@ func (w *world) startFlotilla() {
 	for _, name := range append([]string{SourceCluster}, sc.Fleet.Remotes...) {
 		c := w.sb.Cluster(name)
 		wg.Go(func() {
-			a, err := sandbox.StartAgentWith(ctx, c, nil, sandbox.ReleaseOptions{})
+			opts := sandbox.ReleaseOptions{}
+			if name == SourceCluster {
+				opts.AgentArgs = w.cfg.agentArgs
+			}
+			a, err := sandbox.StartAgentWith(ctx, c, nil, opts)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {

@@ -112,23 +112,34 @@ func TestScenarioPlantedUnjudged(t *testing.T) {
 	}
 	sc := plantedScenario(seed)
 	t.Logf("scenario:\n%s", sc)
-	out := runScenario(t, sc, runConfig{settle: 90 * time.Second, binDir: plantedBinDir(t)})
+	out := runScenario(t, sc, plantedConfig(plantedBinDir(t)))
 	t.Logf("scenario summary: %s", out.summary)
 	got := CountKinds(out.violations)
 	if got[Skew] == 0 {
 		t.Fatalf("seed %d: no skew violation with elections that skip the policy (violations: %v)", seed, out.violations)
 	}
+	for _, v := range out.violations {
+		t.Logf("violation: %s", v)
+	}
 	t.Logf("the planted bug was caught: %s", chaos.FormatCounts(AllKinds, got))
 }
 
 // plantedScenario is the seed's fleet and workloads, created while the
-// source's own Flotilla scheduler freezes at its first reservation, for
-// longer than the agent's election timeout (1m): the elections it holds
+// source's own Flotilla scheduler freezes at its first elected candidate,
+// for longer than the agent's election timeout: the elections it holds
 // are revoked and move, which the planted agent does without the policy.
 func plantedScenario(seed uint64) Scenario {
 	sc := Generate(seed, 0)
-	sc.Phases[0].Actions = append([]Action{{Kind: FaultFreezeScheduler, Cluster: SourceCluster, Duration: 80 * time.Second}}, sc.Phases[0].Actions...)
+	sc.Phases[0].Actions = append([]Action{{Kind: FaultFreezeScheduler, Cluster: SourceCluster, Duration: 40 * time.Second}}, sc.Phases[0].Actions...)
 	return sc
+}
+
+// plantedConfig revokes an unbound election after 20 s instead of 1m:
+// while the other target's candidates still hold their reservations in
+// Permit (30 s), so the revoked elections move to them at once, which is
+// where the planted agent skips the policy.
+func plantedConfig(binDir string) runConfig {
+	return runConfig{settle: 3 * time.Minute, binDir: binDir, agentArgs: []string{"--election-timeout=20s"}}
 }
 
 // TestScenarioPlantedScriptPasses runs the planted test's script with the
@@ -144,7 +155,7 @@ func TestScenarioPlantedScriptPasses(t *testing.T) {
 	}
 	sc := plantedScenario(seed)
 	t.Logf("scenario:\n%s", sc)
-	out := runScenario(t, sc, runConfig{settle: 90 * time.Second})
+	out := runScenario(t, sc, plantedConfig(""))
 	t.Logf("scenario summary: %s", out.summary)
 	for _, v := range out.violations {
 		t.Errorf("violation: %s", v)
