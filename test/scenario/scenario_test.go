@@ -130,16 +130,30 @@ func TestScenarioPlantedUnjudged(t *testing.T) {
 // are revoked and move, which the planted agent does without the policy.
 func plantedScenario(seed uint64) Scenario {
 	sc := Generate(seed, 0)
-	sc.Phases[0].Actions = append([]Action{{Kind: FaultFreezeScheduler, Cluster: SourceCluster, Duration: 40 * time.Second}}, sc.Phases[0].Actions...)
+	freeze := envDuration("FLOTILLA_SCENARIO_FREEZE", 40*time.Second)
+	sc.Phases[0].Actions = append([]Action{{Kind: FaultFreezeScheduler, Cluster: SourceCluster, Duration: freeze}}, sc.Phases[0].Actions...)
 	return sc
 }
 
-// plantedConfig revokes an unbound election after 20 s instead of 1m:
+// envDuration reads a duration from the environment, def when unset.
+func envDuration(name string, def time.Duration) time.Duration {
+	if v := os.Getenv(name); v != "" {
+		if d, err := time.ParseDuration(v); err == nil {
+			return d
+		}
+	}
+	return def
+}
+
+// plantedConfig revokes an unbound election after 20 s instead of 1m
+// (FLOTILLA_SCENARIO_ELECTION_TIMEOUT; FLOTILLA_SCENARIO_FREEZE sets the
+// freeze, 40 s):
 // while the other target's candidates still hold their reservations in
 // Permit (30 s), so the revoked elections move to them at once, which is
 // where the planted agent skips the policy.
 func plantedConfig(binDir string) runConfig {
-	return runConfig{settle: 3 * time.Minute, binDir: binDir, agentArgs: []string{"--election-timeout=20s"}}
+	timeout := envDuration("FLOTILLA_SCENARIO_ELECTION_TIMEOUT", 20*time.Second)
+	return runConfig{settle: 3 * time.Minute, binDir: binDir, agentArgs: []string{"--election-timeout=" + timeout.String()}}
 }
 
 // TestScenarioPlantedScriptPasses runs the planted test's script with the
