@@ -87,6 +87,12 @@ func setupPlacement(mgr manager.Manager, cfg *rest.Config, kube kubernetes.Inter
 	if !ok {
 		return fmt.Errorf("the source pod informer is a %T, not a SharedIndexInformer", informer)
 	}
+	// The nodes of this cluster, for the spread of a self target; watched
+	// only once a spread asks.
+	selfTopology := local.NewTopology(kube)
+	if err := mgr.Add(selfTopology); err != nil {
+		return err
+	}
 	targets := target.NewSet()
 	if err := metrics.Registry.Register(target.Collector{Set: targets}); err != nil {
 		return fmt.Errorf("registering the targets' metrics: %w", err)
@@ -171,6 +177,7 @@ func setupPlacement(mgr manager.Manager, cfg *rest.Config, kube kubernetes.Inter
 		Policies:        &policy.Resolver{Reader: mgr.GetClient()},
 		SourcePods:      sourcePods.GetIndexer(),
 		SelfFree:        view.Free,
+		SelfTopology:    selfTopology.Values,
 	}).SetupWithManager(mgr)
 }
 

@@ -91,6 +91,10 @@ type Controller struct {
 	// ClusterSummary weighs the others (local.View.Free); ok false, or nil,
 	// leaves its room unknown.
 	SelfFree func() (free corev1.ResourceList, ok bool)
+	// SelfTopology is, per key, the values this cluster's nodes carry
+	// (local.Topology.Values), for the spread of a self target, which
+	// publishes no summary; ok false, or nil, leaves them unknown.
+	SelfTopology func(keys []string) (values map[string][]string, ok bool)
 	// ElectionTimeout is how long an elected candidate may stay unbound
 	// while its target answers before the source revokes it (deletes it
 	// unless it has bound meanwhile) and elects another; 0 never does.
@@ -378,24 +382,43 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	in := Input{SourceUID: string(pod.UID), Election: election, Observed: observed, Now: time.Now()}
 	in.Policy = c.judgement(pod, &pl, placed, observed)
-	d := decide(in)
 	// unlock releases the workload's lock once the election is written:
 	// siblings count it from then on (c.elections), so the allowance and
 	// the rest need not hold them up.
 	unlock := func() {}
 	defer func() { unlock() }()
-	if d.Elects() && pl.policy.Spreads() {
-		if key := workloadOf(pod); key != "" {
-			// Siblings elect one at a time, each counting the others'
-			// elections, this agent's unacknowledged writes included: the
-			// decision is made again on that count.
-			unlock = c.locks.lock(pod.Namespace + "/" + key)
-			if in.Policy.Placed, err = c.siblingDomains(ctx, pod, &pl); err != nil {
-				endCount(false)
-				return reconcile.Result{}, err
-			}
-			d = decide(in)
+	locked := false
+	// countLocked takes the workload's lock and counts the siblings again:
+	// siblings elect one at a time, each counting the others' elections,
+	// this agent's unacknowledged writes included.
+	countLocked := func() error {
+		key := workloadOf(pod)
+		if locked || !pl.policy.Spreads() || key == "" {
+			return nil
 		}
+		unlock, locked = c.locks.lock(pod.Namespace+"/"+key), true
+		in.Policy.Placed, err = c.siblingDomains(ctx, pod, &pl)
+		return err
+	}
+	if !election.Elected() && anyReserved(observed) {
+		// A first election is the common one: judged under the lock from
+		// the start, so that a burst of siblings waits its turn rather
+		// than deciding on a count that is stale by then.
+		if err := countLocked(); err != nil {
+			endCount(false)
+			return reconcile.Result{}, err
+		}
+	}
+	d := decide(in)
+	if d.Elects() && !locked && pl.policy.Spreads() && workloadOf(pod) != "" {
+		// Any other election (the elected reservation ended, or its
+		// target reserved anew) is decided again on the count made under
+		// the lock.
+		if err := countLocked(); err != nil {
+			endCount(false)
+			return reconcile.Result{}, err
+		}
+		d = decide(in)
 	}
 	observed = d.Observed
 	if d.Wait > 0 {

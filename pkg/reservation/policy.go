@@ -121,6 +121,13 @@ func (c *Controller) planFor(ctx context.Context, pod *corev1.Pod, invited []*ta
 	byName := make(map[string]*target.Target, len(invited))
 	for _, t := range invited {
 		cl := ClusterOf(t)
+		if t.Self && cl.Topology == nil && compiled.Spreads() && c.SelfTopology != nil {
+			// A self target publishes no summary: its nodes are this
+			// cluster's.
+			if values, ok := c.SelfTopology(compiled.Keys()); ok {
+				cl.Topology = values
+			}
+		}
 		p.clusters[t.Name] = cl
 		all = append(all, cl)
 		byName[t.Name] = t
@@ -152,6 +159,9 @@ func (c *Controller) planFor(ctx context.Context, pod *corev1.Pod, invited []*ta
 		keys := compiled.Keys()
 		seen := map[string]bool{}
 		for _, t := range p.selected {
+			if !domainsKnown(p.clusters[t.Name], keys) {
+				continue
+			}
 			for _, d := range placement.Domains(p.clusters[t.Name], keys) {
 				if !seen[d.Key()] {
 					seen[d.Key()] = true
@@ -458,8 +468,16 @@ func (c *Controller) prepareFanOut(p *plan, placed []placement.Domain) {
 	}
 	keys := p.policy.Keys()
 	var options []placement.Option
+	unknown := map[string]bool{}
 	for _, t := range p.selected {
 		cl := p.clusters[t.Name]
+		if !domainsKnown(cl, keys) {
+			// Where its nodes are is not known before it reserves one:
+			// its candidate goes unpinned, and the election judges the
+			// node it reports.
+			unknown[t.Name] = true
+			continue
+		}
 		for _, d := range placement.Domains(cl, keys) {
 			options = append(options, placement.Option{Cluster: t.Name, Domain: d, Score: placement.PreferenceScore(p.policy.Selector, cl)})
 		}
@@ -469,6 +487,10 @@ func (c *Controller) prepareFanOut(p *plan, placed []placement.Domain) {
 	p.pins = map[string]placement.Domain{}
 	kept := p.selected[:0:0]
 	for _, t := range p.selected {
+		if unknown[t.Name] {
+			kept = append(kept, t)
+			continue
+		}
 		v, ok := best[t.Name]
 		if !ok {
 			p.excluded[t.Name] = spreadExclusion + why[t.Name]
@@ -480,6 +502,22 @@ func (c *Controller) prepareFanOut(p *plan, placed []placement.Domain) {
 		}
 	}
 	p.selected = kept
+}
+
+// domainsKnown reports whether the values a cluster's nodes carry of each
+// key are known before it reserves a node: from its labels, or from its
+// summary (or, for a self target, this cluster's nodes). A target that
+// publishes no summary for this source is not known.
+func domainsKnown(cl placement.Cluster, keys []string) bool {
+	if cl.Topology != nil {
+		return true
+	}
+	for _, k := range keys {
+		if _, ok := cl.Labels[k]; !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // narrowedBySpread reports whether the spread kept the pod from a target

@@ -1,0 +1,54 @@
+package local
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/fake"
+)
+
+// TestTopologyValues: the values of the nodes that take pods, once listed;
+// the first call starts the watch and is not ok yet.
+func TestTopologyValues(t *testing.T) {
+	zone := func(z string) func(*corev1.Node) {
+		return func(n *corev1.Node) { n.Labels = map[string]string{"zone": z, "region": "r"} }
+	}
+	kube := fake.NewClientset(
+		node("n1", "4", zone("b")),
+		node("n2", "4", zone("a")),
+		node("n3", "4", zone("b")),
+		node("no-zone", "4", func(n *corev1.Node) { n.Labels = map[string]string{"region": "r"} }),
+		node("cordoned", "4", zone("c"), func(n *corev1.Node) { n.Spec.Unschedulable = true }),
+		node("virtual", "4", zone("d"), func(n *corev1.Node) { n.Labels["type"] = "virtual-kubelet" }),
+	)
+	topo := NewTopology(kube)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = topo.Start(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	keys := []string{"region", "zone"}
+	if _, ok := topo.Values(keys); ok {
+		t.Fatal("ok before the nodes were listed")
+	}
+	var got map[string][]string
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		var ok bool
+		got, ok = topo.Values(keys)
+		return ok, nil
+	}); err != nil {
+		t.Fatal("the nodes were never listed")
+	}
+	if fmt.Sprint(got) != "map[region:[r] zone:[a b]]" {
+		t.Errorf("values %v, want region r and zones a, b (not the cordoned node's c, nor the virtual node's d)", got)
+	}
+}
