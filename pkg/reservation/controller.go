@@ -125,6 +125,9 @@ type Controller struct {
 	// denySince is since when each pod has had the same candidates to deny
 	// under the same election, for DenyAfter.
 	denySince steadyClock
+	// repinSince is since when each pod has had the same candidates pinned
+	// to closed domains, for repinAfter.
+	repinSince steadyClock
 	// waiters are the pods the spread narrowed, woken when a sibling moves.
 	waiters spreadWaiters
 	// changes sends pods to the queue.
@@ -483,6 +486,9 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		now = *d.Elect
 	}
 	wake = soonest(wake, c.applyDenials(ctx, pod, now, observed))
+	if pl.policy.Spreads() {
+		wake = soonest(wake, c.repin(ctx, pod, pl.stalePins(placements, now.Target)))
+	}
 	if lookAgain {
 		// A sibling moved while this pod counted: count again now.
 		return reconcile.Result{Requeue: true}, nil
@@ -770,6 +776,7 @@ func (c *Controller) forget(uid types.UID) {
 	c.problems.Delete(uid)
 	c.electedSince.forget(uid)
 	c.denySince.forget(uid)
+	c.repinSince.forget(uid)
 }
 
 // freshElection reads the election record from the source's API server,
@@ -875,6 +882,40 @@ func (c *Controller) revokeIfStalled(ctx context.Context, pod *corev1.Pod, elect
 	return 0
 }
 
+// repinAfter is how long a candidate must have stood pinned to a domain
+// the spread closed before it is deleted to be sent again, pinned where
+// the spread now allows: in a burst the verdicts flip with every sibling
+// elected, and a candidate deleted on every flip costs far more than one
+// that waits a moment.
+const repinAfter = 3 * time.Second
+
+// repin deletes the stale candidates (plan.stalePins) once they have stood
+// stale for repinAfter, so that the next reconcile sends them again,
+// pinned to a domain still open; it returns how long until then.
+func (c *Controller) repin(ctx context.Context, pod *corev1.Pod, stale []candidate.Placement) time.Duration {
+	if len(stale) == 0 {
+		c.repinSince.forget(pod.UID)
+		return 0
+	}
+	names := make([]string, len(stale))
+	for i, p := range stale {
+		names[i] = p.Target.Name + "=" + strings.Join(candidate.PinnedDomain(p.Candidate), "/")
+	}
+	since := c.repinSince.since(pod.UID, strings.Join(names, ","))
+	if wait := repinAfter - time.Since(since); wait > 0 {
+		return wait
+	}
+	for _, p := range stale {
+		if _, err := p.Target.Revoke(ctx, p.Candidate); err != nil {
+			logr.FromContextOrDiscard(ctx).Info("Deleting a candidate pinned to a closed domain failed; will retry", "target", p.Target.Name, "error", err.Error())
+			return retryUnhealthy
+		}
+	}
+	logr.FromContextOrDiscard(ctx).V(2).Info("Deleted candidates pinned to domains the spread closed, to pin them again", "candidates", names)
+	// Their deletion brings the pod back.
+	return 0
+}
+
 // ReasonElectionRevoked is the reason of the Event of a pod whose elected
 // candidate its target did not bind within the election timeout, and
 // which the source deleted to elect another target.
@@ -894,6 +935,7 @@ func (c *Controller) sweep() {
 	})
 	c.electedSince.sweep(now, time.Hour)
 	c.denySince.sweep(now, time.Hour)
+	c.repinSince.sweep(now, time.Hour)
 	c.problems.Range(func(k, v any) bool {
 		if now.Sub(v.(reported).at) > time.Hour {
 			c.problems.Delete(k)

@@ -45,6 +45,10 @@ type plan struct {
 	// pins is, per target spanning several domains, the domain a new
 	// candidate there is pinned to.
 	pins map[string]placement.Domain
+	// closed is, per target spanning several domains, the keys of its
+	// domains a DoNotSchedule spread excludes now: a candidate pinned to
+	// one of them can never be elected.
+	closed map[string]map[string]bool
 	// leftOut says, per target that holds a candidate the policy does not
 	// send there now, why it may not be elected.
 	leftOut map[string]string
@@ -485,6 +489,15 @@ func (c *Controller) prepareFanOut(p *plan, placed []placement.Domain) {
 	verdicts := placement.Evaluate(p.policy.Constraints, p.policy.Weight, p.known, placed, options)
 	best, why := placement.BestPerCluster(verdicts)
 	p.pins = map[string]placement.Domain{}
+	p.closed = map[string]map[string]bool{}
+	for _, v := range verdicts {
+		if v.Excluded != "" {
+			if p.closed[v.Cluster] == nil {
+				p.closed[v.Cluster] = map[string]bool{}
+			}
+			p.closed[v.Cluster][v.Domain.Key()] = true
+		}
+	}
 	kept := p.selected[:0:0]
 	for _, t := range p.selected {
 		if unknown[t.Name] {
@@ -518,6 +531,28 @@ func domainsKnown(cl placement.Cluster, keys []string) bool {
 		}
 	}
 	return true
+}
+
+// stalePins are the pod's candidates pinned to a domain the spread has
+// closed since, in a target with another domain open (where a new
+// candidate would be pinned): such a candidate can never be elected, and
+// its target would reserve it in that domain again and again. The one in
+// the elected target is left alone.
+func (p *plan) stalePins(placements []candidate.Placement, elected string) []candidate.Placement {
+	var out []candidate.Placement
+	for _, pl := range placements {
+		cand, name := pl.Candidate, pl.Target.Name
+		if cand == nil || cand.DeletionTimestamp != nil || cand.Spec.NodeName != "" || name == elected {
+			continue
+		}
+		if _, open := p.pins[name]; !open {
+			continue
+		}
+		if pinned := candidate.PinnedDomain(cand); pinned != nil && p.closed[name][placement.Domain(pinned).Key()] {
+			out = append(out, pl)
+		}
+	}
+	return out
 }
 
 // narrowedBySpread reports whether the spread kept the pod from a target

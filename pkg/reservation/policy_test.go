@@ -1,12 +1,15 @@
 package reservation
 
 import (
+	"fmt"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/rest"
 
+	"github.com/flotilla-dev/flotilla/pkg/candidate"
+	"github.com/flotilla-dev/flotilla/pkg/placement"
 	"github.com/flotilla-dev/flotilla/pkg/target"
 )
 
@@ -50,5 +53,47 @@ func TestWeighSelfFromTheView(t *testing.T) {
 				t.Errorf("away's room = %g, want %g (the known average)", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestStalePins: a pending candidate pinned to a domain the spread has
+// closed, in a target that has another open, is stale; one pinned to an
+// open domain, bound, in the elected target or in a target of one domain
+// is not.
+func TestStalePins(t *testing.T) {
+	newTarget := func(name string) *target.Target {
+		tg, err := target.New(target.Config{Name: name, REST: &rest.Config{Host: "https://127.0.0.1:1"}, SourceCluster: "src"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tg
+	}
+	pinned := func(zone string, bound bool) *corev1.Pod {
+		c := &corev1.Pod{}
+		candidate.Pin(c, []string{"zone"}, []string{zone})
+		if bound {
+			c.Spec.NodeName = "n1"
+		}
+		return c
+	}
+	p := &plan{
+		pins:   map[string]placement.Domain{"wide": {"b"}, "elected": {"b"}, "open": {"b"}},
+		closed: map[string]map[string]bool{"wide": {placement.Domain{"a"}.Key(): true}, "elected": {placement.Domain{"a"}.Key(): true}, "full": {placement.Domain{"a"}.Key(): true}},
+	}
+	placements := []candidate.Placement{
+		{Target: newTarget("wide"), Candidate: pinned("a", false)},
+		{Target: newTarget("elected"), Candidate: pinned("a", false)},
+		{Target: newTarget("open"), Candidate: pinned("b", false)},
+		{Target: newTarget("full"), Candidate: pinned("a", false)},
+		{Target: newTarget("bound"), Candidate: pinned("a", true)},
+	}
+	p.pins["bound"] = placement.Domain{"b"}
+	p.closed["bound"] = map[string]bool{placement.Domain{"a"}.Key(): true}
+	var got []string
+	for _, s := range p.stalePins(placements, "elected") {
+		got = append(got, s.Target.Name)
+	}
+	if fmt.Sprint(got) != "[wide]" {
+		t.Errorf("stale %v, want [wide]", got)
 	}
 }
