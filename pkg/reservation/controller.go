@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -652,10 +653,25 @@ func unschedulableMessage(reasons string, uninvited []string, targets int) strin
 	return fmt.Sprintf("0/%d targets can run the pod: %s", targets, strings.Join(parts, "; "))
 }
 
+// skewCounts matches the numbers of a spread's exclusion (placement's
+// "zone=a would have 3 pods against 1 in b (maxSkew 1)").
+var skewCounts = regexp.MustCompile(`would have \d+ pods against \d+ in (\S+) \(maxSkew (\d+)\)`)
+
+// steadyMessage is msg without the sibling counts of spread exclusions,
+// which change with every sibling placed: the condition is written when
+// its message changes, and each write brings the pod back to the queue,
+// so a message with counts would be written again and again while a
+// burst is placed. kube-scheduler's own message has no counts either; the
+// Events keep them.
+func steadyMessage(msg string) string {
+	return skewCounts.ReplaceAllString(msg, "would exceed maxSkew $2 against $1")
+}
+
 // setUnschedulable sets the pod's PodScheduled=False condition with reason
 // Unschedulable (which autoscalers, kubectl and alerting read) and msg,
 // unless it says so already. It reports whether it wrote it.
 func (c *Controller) setUnschedulable(ctx context.Context, pod *corev1.Pod, msg string) bool {
+	msg = steadyMessage(msg)
 	for _, cond := range pod.Status.Conditions {
 		if cond.Type == corev1.PodScheduled && cond.Reason == corev1.PodReasonUnschedulable && cond.Message == msg {
 			return false

@@ -3,6 +3,7 @@ package reservation
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -90,5 +91,18 @@ func TestSteadyClock(t *testing.T) {
 	c.m.Range(func(any, any) bool { count++; return true })
 	if count != 0 {
 		t.Errorf("%d entries left after a sweep past their age", count)
+	}
+}
+
+// TestSteadyMessage: the condition of a pod the spread holds back does not
+// change with every sibling placed.
+func TestSteadyMessage(t *testing.T) {
+	a := steadyMessage("0/2 targets can run the pod: t1: reserved, but the placement policy excludes it: spread: topology.kubernetes.io/zone=a would have 3 pods against 1 in b (maxSkew 1); t2: 0/3 nodes are available")
+	b := steadyMessage("0/2 targets can run the pod: t1: reserved, but the placement policy excludes it: spread: topology.kubernetes.io/zone=a would have 4 pods against 2 in b (maxSkew 1); t2: 0/3 nodes are available")
+	if a != b {
+		t.Errorf("messages differ with the counts:\n%s\n%s", a, b)
+	}
+	if want := "zone=a would exceed maxSkew 1 against b"; !strings.Contains(a, want) {
+		t.Errorf("message %q does not say %q", a, want)
 	}
 }

@@ -83,10 +83,16 @@ func (c *Controller) leftOut(pod *corev1.Pod, invited, eligible []*target.Target
 		}
 		out = append(out, candidate.Placement{Target: t, Candidate: cand})
 		if p.policy != nil {
+			why := p.excluded[t.Name]
+			if strings.HasPrefix(why, spreadExclusion) {
+				// The spread's verdict came from the count before the
+				// workload's lock; the election judges the reservation
+				// again on the count under it.
+				continue
+			}
 			if p.leftOut == nil {
 				p.leftOut = map[string]string{}
 			}
-			why := p.excluded[t.Name]
 			if why == "" {
 				why = "not selected by the placement policy now"
 			}
