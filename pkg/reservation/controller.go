@@ -44,6 +44,10 @@ import (
 // its targets is unreachable.
 const retryUnhealthy = 5 * time.Second
 
+// narrowedRecheck is how soon a pod the spread holds back is looked at
+// again when no sibling has moved meanwhile.
+const narrowedRecheck = 15 * time.Second
+
 // staleWindow bounds how long a written election is expected to show up in
 // the cache before the cache is believed again.
 const staleWindow = 30 * time.Second
@@ -341,6 +345,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	// endCount ends the count begun above: a pod the spread narrowed (a
 	// target excluded, or every reservation it holds) waits for a sibling
 	// to move; it reports whether one moved meanwhile, to count again now.
+	waiting := false
 	endCount := func(narrowed bool) (lookAgain bool) {
 		if waitKey == "" {
 			return false
@@ -348,6 +353,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		key := waitKey
 		waitKey = ""
 		if narrowed {
+			waiting = true
 			return c.waiters.wait(key, req.NamespacedName, seen)
 		}
 		c.waiters.done(key, req.NamespacedName, true)
@@ -496,6 +502,12 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	if unhealthy {
 		wake = soonest(wake, retryUnhealthy)
+	}
+	if waiting {
+		// A sibling that moves wakes it at once; should none move (every
+		// sibling waiting on the others, a candidate gone unnoticed), it
+		// is looked at again all the same: no pod waits for ever unseen.
+		wake = soonest(wake, narrowedRecheck)
 	}
 	return reconcile.Result{RequeueAfter: wake}, nil
 }
