@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -95,7 +94,7 @@ func TestChaosPlantedBug(t *testing.T) {
 	}
 	cfg := configFromEnv(t, time.Minute)
 	cfg.settle = time.Minute
-	cfg.binDir = plantedBinDir(t)
+	cfg.binDir = PlantedBinDir(t, "flotilla_planted_bug")
 	res := runChaos(t, cfg)
 	got := CountByKind(res.violations)
 	if got[TwoBound]+got[BoundAgain]+got[Unelected] == 0 {
@@ -104,33 +103,6 @@ func TestChaosPlantedBug(t *testing.T) {
 	t.Logf("the planted bug was caught: %s", FormatCounts(Kinds, got))
 }
 
-// plantedBinDir is a folder with the checkout's binaries, but an agent
-// built with the planted bug.
-func plantedBinDir(t *testing.T) string {
-	root, err := sandbox.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	entries, err := os.ReadDir(filepath.Join(root, "bin"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range entries {
-		if e.Name() == "flotilla-agent" {
-			continue
-		}
-		if err := os.Symlink(filepath.Join(root, "bin", e.Name()), filepath.Join(dir, e.Name())); err != nil {
-			t.Fatal(err)
-		}
-	}
-	build := exec.Command("go", "build", "-tags", "flotilla_planted_bug", "-o", filepath.Join(dir, "flotilla-agent"), "./cmd/agent")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building the agent with the planted bug: %v\n%s", err, out)
-	}
-	return dir
-}
 
 // result of a run.
 type result struct {
@@ -368,9 +340,12 @@ func TestPlantedBugBuilds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	vet := exec.Command("go", "vet", "-tags", "flotilla_planted_bug", "./pkg/reservation")
-	vet.Dir = root
-	if out, err := vet.CombinedOutput(); err != nil {
-		t.Fatalf("pkg/reservation with -tags flotilla_planted_bug: %v\n%s", err, out)
+	// The scenario test plants flotilla_planted_unjudged.
+	for _, tag := range []string{"flotilla_planted_bug", "flotilla_planted_unjudged"} {
+		vet := exec.Command("go", "vet", "-tags", tag, "./pkg/reservation")
+		vet.Dir = root
+		if out, err := vet.CombinedOutput(); err != nil {
+			t.Fatalf("pkg/reservation with -tags %s: %v\n%s", tag, err, out)
+		}
 	}
 }

@@ -3,15 +3,12 @@ package scenario
 import (
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/flotilla-dev/flotilla/test/chaos"
-	"github.com/flotilla-dev/flotilla/test/sandbox"
 )
 
 // ShortSeeds run in make test: fleets with a self target spanning
@@ -112,7 +109,7 @@ func TestScenarioPlantedUnjudged(t *testing.T) {
 	}
 	sc := plantedScenario(seed)
 	t.Logf("scenario:\n%s", sc)
-	out := runScenario(t, sc, plantedConfig(plantedBinDir(t)))
+	out := runScenario(t, sc, plantedConfig(chaos.PlantedBinDir(t, "flotilla_planted_unjudged")))
 	t.Logf("scenario summary: %s", out.summary)
 	got := CountKinds(out.violations)
 	if got[Skew] == 0 {
@@ -174,35 +171,4 @@ func TestScenarioPlantedScriptPasses(t *testing.T) {
 	for _, v := range out.violations {
 		t.Errorf("violation: %s", v)
 	}
-}
-
-// plantedBinDir is a folder with the checkout's binaries, but an agent
-// built with -tags flotilla_planted_unjudged.
-func plantedBinDir(t *testing.T) string {
-	root, err := sandbox.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(root, "pkg", "reservation", "planted_unjudged.go")); err != nil {
-		t.Logf("pkg/reservation/planted_unjudged.go is not there yet: the tag changes nothing, and the test is expected to fail")
-	}
-	dir := t.TempDir()
-	entries, err := os.ReadDir(filepath.Join(root, "bin"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range entries {
-		if e.Name() == "flotilla-agent" {
-			continue
-		}
-		if err := os.Symlink(filepath.Join(root, "bin", e.Name()), filepath.Join(dir, e.Name())); err != nil {
-			t.Fatal(err)
-		}
-	}
-	build := exec.Command("go", "build", "-tags", "flotilla_planted_unjudged", "-o", filepath.Join(dir, "flotilla-agent"), "./cmd/agent")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building the agent with the planted bug: %v\n%s", err, out)
-	}
-	return dir
 }
