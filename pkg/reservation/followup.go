@@ -1,0 +1,169 @@
+package reservation
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/flotilla-dev/flotilla/pkg/candidate"
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
+)
+
+// soonest is the earlier of two waits, where 0 is none.
+func soonest(a, b time.Duration) time.Duration {
+	if a == 0 || (b != 0 && b < a) {
+		return b
+	}
+	return a
+}
+
+// applyDenials denies the candidates that cannot be elected now and lifts
+// the denials of those that may be again (see Denials). Lifting is written
+// at once: a pod may wait for it. Denying waits until the election has
+// stood for DenyAfter with the same candidates to deny, so that the short
+// waits of a burst (an election bound a moment later) cost no write; it
+// returns how long until then.
+func (c *Controller) applyDenials(ctx context.Context, pod *corev1.Pod, election protocol.Election, observed []Observed) time.Duration {
+	deny, lift := Denials(string(pod.UID), election, observed)
+	if c.DenyAfter <= 0 {
+		deny = nil
+	}
+	write := func(target string, value *string) {
+		t, ok := c.Targets.Get(target)
+		if !ok {
+			return
+		}
+		name := candidate.CandidateNameOf(pod, c.SourceCluster, t.Name)
+		if err := t.AnnotateAgain(ctx, t.NamespaceFor(pod.Namespace), name, map[string]*string{protocol.DeniedAnnotation: value}); err != nil {
+			logr.FromContextOrDiscard(ctx).Info("Writing a denial failed; will retry", "target", target, "deny", value != nil, "error", err.Error())
+		}
+	}
+	for _, target := range lift {
+		write(target, nil)
+	}
+	if len(deny) == 0 {
+		c.denySince.forget(pod.UID)
+		return 0
+	}
+	since := c.denySince.since(pod.UID, election.Encode()+" "+strings.Join(deny, ","))
+	if wait := c.DenyAfter - time.Since(since); wait > 0 {
+		return wait
+	}
+	value := protocol.Denial{SourceUID: string(pod.UID), Generation: election.Generation}.Encode()
+	for _, target := range deny {
+		write(target, &value)
+	}
+	logr.FromContextOrDiscard(ctx).V(2).Info("Denied candidates that cannot be elected now", "targets", deny, "election", election.Encode())
+	return 0
+}
+
+// steadyClock remembers, per pod UID, since when a state named by a key
+// has held as this process saw it; forgotten on restart, when the wait
+// starts again.
+type steadyClock struct{ m sync.Map }
+
+type steadySince struct {
+	key string
+	at  time.Time
+}
+
+// since is when uid was first seen in state key, now if it was in another.
+func (s *steadyClock) since(uid types.UID, key string) time.Time {
+	v, loaded := s.m.LoadOrStore(uid, steadySince{key, time.Now()})
+	held := v.(steadySince)
+	if loaded && held.key != key {
+		held = steadySince{key, time.Now()}
+		s.m.Store(uid, held)
+	}
+	return held.at
+}
+
+func (s *steadyClock) forget(uid types.UID) { s.m.Delete(uid) }
+
+// sweep forgets the pods first seen in their state more than maxAge ago.
+func (s *steadyClock) sweep(now time.Time, maxAge time.Duration) {
+	s.m.Range(func(k, v any) bool {
+		if now.Sub(v.(steadySince).at) > maxAge {
+			s.m.Delete(k)
+		}
+		return true
+	})
+}
+
+// revokeIfStalled revokes the elected candidate once the pod has waited
+// ElectionTimeout on it, counted from when this process first saw the
+// election: a target that answers but never binds (its scheduler gone, or
+// a reservation no scheduler holds) would hold the pod for ever. The
+// candidate is deleted only if it has not bound nor changed since the
+// cache saw it (Target.Revoke); its absence then releases the election.
+// It returns how long until the timeout, 0 when there is nothing to wait
+// for.
+func (c *Controller) revokeIfStalled(ctx context.Context, pod *corev1.Pod, election protocol.Election, placements []candidate.Placement) time.Duration {
+	if c.ElectionTimeout <= 0 {
+		return 0
+	}
+	i := slices.IndexFunc(placements, func(p candidate.Placement) bool { return p.Target.Name == election.Target })
+	if i < 0 {
+		return 0
+	}
+	p := placements[i]
+	if p.Candidate == nil || p.Candidate.DeletionTimestamp != nil || p.Candidate.Spec.NodeName != "" {
+		return 0
+	}
+	since := c.electedSince.since(pod.UID, election.Encode())
+	if wait := c.ElectionTimeout - time.Since(since); wait > 0 {
+		return wait
+	}
+	revoked, err := p.Target.Revoke(ctx, p.Candidate)
+	if err != nil {
+		logr.FromContextOrDiscard(ctx).Info("Revoking a stalled election failed; will retry", "target", election.Target, "error", err.Error())
+		return retryUnhealthy
+	}
+	if revoked {
+		c.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, ReasonElectionRevoked, "Elect",
+			"Target %s did not bind the candidate elected %s ago (election %d); deleted it before it could bind, to elect another target",
+			election.Target, c.ElectionTimeout, election.Generation)
+	}
+	// Its deletion, or the change that kept it, brings the pod back.
+	return 0
+}
+
+// repinAfter is how long a candidate must have stood pinned to a domain
+// the spread closed before it is deleted to be sent again, pinned where
+// the spread now allows: in a burst the verdicts flip with every sibling
+// elected, and a candidate deleted on every flip costs far more than one
+// that waits a moment.
+const repinAfter = 3 * time.Second
+
+// repin deletes the stale candidates (plan.stalePins) once they have stood
+// stale for repinAfter, so that the next reconcile sends them again,
+// pinned to a domain still open; it returns how long until then.
+func (c *Controller) repin(ctx context.Context, pod *corev1.Pod, stale []candidate.Placement) time.Duration {
+	if len(stale) == 0 {
+		c.repinSince.forget(pod.UID)
+		return 0
+	}
+	names := make([]string, len(stale))
+	for i, p := range stale {
+		names[i] = p.Target.Name + "=" + strings.Join(candidate.PinnedDomain(p.Candidate), "/")
+	}
+	since := c.repinSince.since(pod.UID, strings.Join(names, ","))
+	if wait := repinAfter - time.Since(since); wait > 0 {
+		return wait
+	}
+	for _, p := range stale {
+		if _, err := p.Target.Revoke(ctx, p.Candidate); err != nil {
+			logr.FromContextOrDiscard(ctx).Info("Deleting a candidate pinned to a closed domain failed; will retry", "target", p.Target.Name, "error", err.Error())
+			return retryUnhealthy
+		}
+	}
+	logr.FromContextOrDiscard(ctx).V(2).Info("Deleted candidates pinned to domains the spread closed, to pin them again", "candidates", names)
+	// Their deletion brings the pod back.
+	return 0
+}

@@ -1,0 +1,376 @@
+package reservation
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/flotilla-dev/flotilla/pkg/candidate"
+	"github.com/flotilla-dev/flotilla/pkg/objects"
+	"github.com/flotilla-dev/flotilla/pkg/placement"
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
+	"github.com/flotilla-dev/flotilla/pkg/target"
+)
+
+// round is one reconcile of a source pod that waits for a place: what it
+// observed, and what it owes its workload's siblings.
+type round struct {
+	pod      *corev1.Pod
+	election protocol.Election
+	// targets serve the pod's namespace; uninvited are those of them whose
+	// invitation does not cover it.
+	targets   []*target.Target
+	uninvited []*target.Target
+	pl        plan
+	// placed are the domains of the pod's siblings as counted at fan-out.
+	placed     []placement.Domain
+	placements []candidate.Placement
+	observed   []Observed
+	// missing is an object the pod references that the source lacks.
+	missing *objects.MissingError
+	// unhealthy is set when something failed, or may change without an
+	// event: the pod is looked at again after retryUnhealthy.
+	unhealthy bool
+	count     siblingCount
+	// unlock releases the workload's lock, held (locked) from the count
+	// under it until the election is written.
+	unlock func()
+	locked bool
+}
+
+// place takes one round for a pod that waits for a place:
+//   - observe: fan out to the targets the plan selects and look at what
+//     each reports about its candidate (fanOut, look);
+//   - decide: Decide on those observations, judged by the policy against
+//     a count of the siblings made under the workload's lock whenever the
+//     decision elects (elect);
+//   - apply: the election before the allowance, then the binding, the
+//     reports, and when to look again (apply).
+func (c *Controller) place(ctx context.Context, r *round) (reconcile.Result, error) {
+	r.unlock = func() {}
+	defer func() { r.unlock() }()
+	defer r.count.end(false)
+	if err := c.fanOut(ctx, r); err != nil {
+		return reconcile.Result{}, err
+	}
+	c.look(ctx, r)
+	d, err := c.elect(ctx, r)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	return c.apply(ctx, r, d)
+}
+
+// fanOut plans where the pod may go, says why it may go nowhere when that
+// is so, and sends a candidate to each target the plan selects. r.placements
+// then holds every target's candidate, those the plan leaves out included:
+// a bound one must be adopted, and the others are never elected.
+func (c *Controller) fanOut(ctx context.Context, r *round) error {
+	pod := r.pod
+	invited, uninvited := candidate.Invited(pod, r.targets)
+	r.uninvited = uninvited
+	pl, problem, err := c.planFor(ctx, pod, invited)
+	if err != nil {
+		return err
+	}
+	r.pl = pl
+	if problem != "" {
+		c.reportProblem(pod, problem)
+	}
+	prep, missing := c.objectsOf(ctx, pod)
+	r.missing = missing
+	c.reportWhyWaiting(ctx, r, len(invited))
+	if err := c.cleanUpOthers(ctx, pod, r.targets); err != nil {
+		logr.FromContextOrDiscard(ctx).Info("Deleting candidates of an earlier pod of the same name failed; will retry", "error", err.Error())
+		r.unhealthy = true
+	}
+	if r.pl.policy.Spreads() {
+		if key := workloadOf(pod); key != "" {
+			r.count.begin(&c.waiters, pod.Namespace+"/"+key, client.ObjectKeyFromObject(pod))
+		}
+		// Counted without the workload's lock: only which targets get a
+		// candidate depends on it; the election counts again under it.
+		if r.placed, err = c.siblingDomains(ctx, pod, &r.pl); err != nil {
+			return err
+		}
+		c.prepareFanOut(&r.pl, r.placed)
+	}
+	if len(r.pl.excluded) > 0 && len(r.pl.selected) == 0 && len(invited) > 0 {
+		// Spread may allow a target again once siblings move: look again.
+		// Unschedulable, as kube-scheduler says of a pod its filters
+		// leave no node for; the Event says it was the policy (or the
+		// targets' summaries, or a target held back).
+		if why := r.pl.exclusions(); c.setUnschedulable(ctx, pod, unschedulableMessage(why, nil, len(r.targets))) {
+			c.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, ReasonPolicyUnsatisfiable, "Fan out", "%s", why)
+		}
+		r.unhealthy = true
+	}
+	eligible := candidate.ToFanOut(pod, c.SourceCluster, r.pl.selected, c.MaxCandidates, c.prospects(&r.pl), r.election.Elected())
+	r.placements = candidate.FanOut(ctx, pod, c.SourceCluster, eligible, prep, r.pl.shaper())
+	c.reportFanOut(pod, r.placements, &r.pl)
+	r.placements = append(r.placements, c.leftOut(pod, invited, eligible, &r.pl)...)
+	return nil
+}
+
+// reportWhyWaiting says why the pod waits before any target is asked,
+// when the reason is already known: an object it needs is missing, no
+// target it may go to invites its namespace, or no target serves it.
+func (c *Controller) reportWhyWaiting(ctx context.Context, r *round, invited int) {
+	pod := r.pod
+	switch {
+	case r.missing != nil:
+		// The object's appearance brings the pod back.
+		c.reportUnscheduled(ctx, pod, ReasonObjectMissing, "Fan out", r.missing.Error()+"; no target gets a candidate until it exists")
+	case len(r.uninvited) > 0 && invited == 0:
+		// No target may take the pod here: that is why it waits. When
+		// some target may, the pod waits for it, and the skipped ones
+		// are named only if none of those can run it either.
+		c.reportUninvited(ctx, pod, r.uninvited, len(r.targets))
+	case len(r.targets) == 0:
+		// No silent wait: say so, as kube-scheduler says of a cluster
+		// without a node. A target added later looks at the pod again.
+		why := unschedulableMessage("no target of this cluster takes pods of namespace "+pod.Namespace, nil, 0)
+		if c.setUnschedulable(ctx, pod, why) {
+			c.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, "NoTargetAvailable", "Elect", "%s", why)
+		}
+	}
+}
+
+// look turns each placement into what the election looks at, and makes
+// sure of the election the decision starts from: a bound candidate
+// allowed by a later election than the cached one is checked against the
+// API server, and an elected candidate that the cache says is gone is
+// read live before its election is released.
+func (c *Controller) look(ctx context.Context, r *round) {
+	r.observed = make([]Observed, 0, len(r.placements))
+	for _, p := range r.placements {
+		o := observe(p)
+		if why, ok := r.pl.leftOut[p.Target.Name]; ok {
+			o.Excluded = why
+		}
+		if o.Err != nil && r.missing == nil {
+			r.unhealthy = true
+		}
+		var refused *objects.RefusedError
+		if errors.As(p.Err, &refused) {
+			c.Recorder.Eventf(r.pod, nil, corev1.EventTypeWarning, ReasonObjectConflict, "Fan out", "%v", refused)
+		}
+		if p.AdoptErr != nil {
+			logr.FromContextOrDiscard(ctx).Info("Tying copies to their candidate failed; will retry", "target", p.Target.Name, "error", p.AdoptErr.Error())
+			r.unhealthy = true
+		}
+		r.observed = append(r.observed, o)
+	}
+	if newerAllowance(string(r.pod.UID), r.election, r.observed) {
+		r.election = c.freshElection(ctx, r.pod, r.election)
+	}
+	if r.election.Elected() {
+		r.observed = c.confirmRelease(ctx, r.pod, r.election, r.observed)
+		if !slices.ContainsFunc(r.observed, func(o Observed) bool { return o.Target == r.election.Target }) {
+			// Its target is not configured, but its object is there
+			// (draining, or not started yet): look again.
+			r.unhealthy = true
+		}
+	}
+}
+
+// elect decides. Under a spread, siblings elect one at a time, each on a
+// count that includes the others' elections (this agent's unacknowledged
+// writes too): a first election is decided under the workload's lock from
+// the start, so that a burst of siblings waits its turn rather than
+// deciding on a count that is stale by then, and any other decision that
+// elects (the elected reservation ended, or its target reserved anew) is
+// decided again under the lock.
+func (c *Controller) elect(ctx context.Context, r *round) (Decision, error) {
+	in := Input{SourceUID: string(r.pod.UID), Election: r.election, Observed: r.observed, Now: time.Now()}
+	in.Policy = c.judgement(r.pod, &r.pl, r.placed, r.observed)
+	serialized := in.Policy != nil && r.pl.policy.Spreads() && workloadOf(r.pod) != ""
+	if serialized && !r.election.Elected() && anyReserved(r.observed) {
+		if err := c.countLocked(ctx, r, in.Policy); err != nil {
+			return Decision{}, err
+		}
+	}
+	d := decide(in)
+	if d.Elects() && serialized && !r.locked {
+		if err := c.countLocked(ctx, r, in.Policy); err != nil {
+			return Decision{}, err
+		}
+		d = decide(in)
+	}
+	r.observed = d.Observed
+	return d, nil
+}
+
+// countLocked takes the workload's lock, held until the election is
+// written (r.unlock), and counts the pod's siblings again into j.
+func (c *Controller) countLocked(ctx context.Context, r *round, j *Judgement) error {
+	r.unlock, r.locked = c.locks.lock(r.pod.Namespace+"/"+workloadOf(r.pod)), true
+	placed, err := c.siblingDomains(ctx, r.pod, &r.pl)
+	if err != nil {
+		return err
+	}
+	j.Placed = placed
+	return nil
+}
+
+// apply carries out d: the election, durably, before the allowance (the
+// workload's siblings may count it from then on); the binding of a pod
+// whose elected candidate bound; why no target runs the pod; and the
+// follow-ups that wait (revoking a stalled election, denials, repins).
+func (c *Controller) apply(ctx context.Context, r *round, d Decision) (reconcile.Result, error) {
+	log := logr.FromContextOrDiscard(ctx)
+	pod, election := r.pod, r.election
+	if d.Wait > 0 {
+		r.count.end(r.pl.narrowedBySpread())
+		return reconcile.Result{RequeueAfter: d.Wait}, nil
+	}
+	r.endCount()
+	for _, v := range d.Violations {
+		log.Error(errors.New("candidate bound without election"), "Protocol violation", "target", v, "election", election.Encode())
+		c.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, "ProtocolViolation", "Elect", "Target %s bound a candidate it was not allowed to bind; it will be deleted", v)
+	}
+	err := applyElection(ctx, c, pod, d, func() {
+		r.unlock()
+		r.unlock = func() {}
+		c.wakeSiblings(pod)
+	})
+	if apierrors.IsConflict(err) && d.Elect != nil {
+		// The decision was made on a stale copy of the pod (often our own
+		// previous write not yet in the cache). The newer version
+		// triggers another reconcile; nothing was allowed.
+		log.V(4).Info("Election lost a race with a newer pod version", "election", d.Elect.Encode())
+		return reconcile.Result{}, nil
+	}
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	switch {
+	case d.Elects():
+		// No Event: one write per pod less in the source; the Scheduled
+		// event names the winner.
+		log.V(2).Info("Elected", "target", d.Elect.Target, "node", nodeOf(r.observed, d.Elect.Target), "election", d.Elect.Generation)
+	case d.Elect != nil:
+		c.Recorder.Eventf(pod, nil, corev1.EventTypeNormal, "ElectionWithdrawn", "Elect", "The elected candidate in target %s was unreserved; election %d is open again", election.Target, d.Elect.Generation)
+	}
+	if d.Bound != "" {
+		return c.bind(ctx, pod, d.Bound, nodeOf(r.observed, d.Bound), election.Generation, candidatesIn(r.observed), r.targets)
+	}
+	if d.Elect == nil && d.Allow == nil && r.missing == nil && !election.Elected() {
+		c.reportNoTarget(ctx, r)
+	}
+	return r.after(c.followUp(ctx, r, d)), nil
+}
+
+// reportNoTarget says, once per message, why no target runs the pod when
+// every target answered and none reserved it.
+func (c *Controller) reportNoTarget(ctx context.Context, r *round) {
+	reasons := Reasons(r.observed)
+	if reasons == "" {
+		return
+	}
+	if why := unschedulableMessage(reasons, uninvitedReasons(r.pod, r.uninvited), len(r.targets)); c.setUnschedulable(ctx, r.pod, why) {
+		c.Recorder.Eventf(r.pod, nil, corev1.EventTypeWarning, "NoTargetAvailable", "Elect", "No target can run this pod: %s", reasons)
+	}
+}
+
+// followUp does what waits on the election as d leaves it: revoking it
+// once it stalled, denying the candidates that cannot be elected, deleting
+// candidates pinned to domains the spread closed. It returns how long
+// until one of them is due (0: none).
+func (c *Controller) followUp(ctx context.Context, r *round, d Decision) time.Duration {
+	var wake time.Duration
+	if d.Elect == nil && r.election.Elected() {
+		wake = c.revokeIfStalled(ctx, r.pod, r.election, r.placements)
+	}
+	now := r.election
+	if d.Elect != nil {
+		now = *d.Elect
+	}
+	wake = soonest(wake, c.applyDenials(ctx, r.pod, now, r.observed))
+	if r.pl.policy.Spreads() {
+		wake = soonest(wake, c.repin(ctx, r.pod, r.pl.stalePins(r.placements, now.Target)))
+	}
+	return wake
+}
+
+// endCount ends the round's count of the siblings: a pod the spread
+// narrowed (a target excluded, or every reservation it holds) waits for a
+// sibling to move.
+func (r *round) endCount() {
+	if r.pl.policy != nil && !r.election.Elected() && excludedReservation(r.observed) {
+		// Siblings moving may allow it: look again when one does, or
+		// after a while for a pod of no workload.
+		if !r.count.counting() {
+			r.unhealthy = true
+		}
+		r.count.end(true)
+	}
+	r.count.end(r.pl.narrowedBySpread())
+}
+
+// after is when to look at the pod again, wake being the soonest a
+// follow-up is due (0: on the next change only).
+func (r *round) after(wake time.Duration) reconcile.Result {
+	if r.count.moved {
+		// A sibling moved while this pod counted: count again now.
+		return reconcile.Result{Requeue: true}
+	}
+	if r.unhealthy {
+		wake = soonest(wake, retryUnhealthy)
+	}
+	if r.count.waiting {
+		// A sibling that moves wakes it at once; should none move (every
+		// sibling waiting on the others, a candidate gone unnoticed), it
+		// is looked at again all the same: no pod waits for ever unseen.
+		wake = soonest(wake, narrowedRecheck)
+	}
+	return reconcile.Result{RequeueAfter: wake}
+}
+
+// siblingCount is a pod's part in its workload's spreadWaiters: begun
+// before it counts its siblings, ended once it knows whether the spread
+// narrowed it.
+type siblingCount struct {
+	waiters *spreadWaiters
+	// key is the workload's; empty when the pod does not count (or has
+	// ended its count).
+	key  string
+	pod  types.NamespacedName
+	seen uint64
+	// waiting: the count ended narrowed; a sibling that moves wakes it.
+	waiting bool
+	// moved: a sibling moved while it counted; it should count again now.
+	moved bool
+}
+
+func (s *siblingCount) begin(w *spreadWaiters, key string, pod types.NamespacedName) {
+	s.waiters, s.key, s.pod = w, key, pod
+	s.seen = w.begin(key)
+}
+
+func (s *siblingCount) counting() bool { return s.key != "" }
+
+// end ends the count, once: narrowed, the pod waits for a sibling to move.
+func (s *siblingCount) end(narrowed bool) {
+	if s.key == "" {
+		return
+	}
+	key := s.key
+	s.key = ""
+	if !narrowed {
+		s.waiters.done(key, s.pod, true)
+		return
+	}
+	s.waiting = true
+	if s.waiters.wait(key, s.pod, s.seen) {
+		s.moved = true
+	}
+}
