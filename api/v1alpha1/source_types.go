@@ -135,7 +135,7 @@ type ServiceAccountRef struct {
 }
 
 // SourceQuota is what a source's pods may hold at once in this cluster;
-// the target's scheduler enforces it (docs/invitations.md, Quotas).
+// the target's scheduler enforces it (docs/invite-a-source.md, Quotas).
 type SourceQuota struct {
 	// CPU requested by the source's pods.
 	// +optional

@@ -75,7 +75,8 @@ func writeConditions(w io.Writer, conds []metav1.Condition) {
 	tw.Flush()
 }
 
-// hint is what to do about a condition reason, as docs/invitations.md says.
+// hint is what to do about a condition reason, as docs/invite-a-source.md
+// (invitation status) and docs/join-a-target.md (target status) say.
 func hint(reason string) string {
 	switch reason {
 	case v1alpha1.ReasonConnecting:

@@ -164,7 +164,7 @@ func TestTenantBorrowsNothing(t *testing.T) {
 			}
 		}
 		// Its candidates share names with those of the self ClusterTarget
-		// in the tenant's namespace (see docs/invitations.md).
+		// in the tenant's namespace (see docs/join-a-target.md, Overlapping targets).
 		if err := tenantKube.CoreV1().Pods(tenantNS).Delete(ctx, probe.Name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
