@@ -770,7 +770,7 @@ func (r *MeshReport) Markdown() string {
 	if f.Lost > 0 {
 		fmt.Fprintf(&b, "**%d of the Flotilla run's %d pods were deleted before they ran** (see the Events below: `TaintManagerEviction` is kube-controller-manager evicting source pods from a virtual node tainted NotReady); its rates to bound and to Running count the pods that were bound (Running).\n\n", f.Lost, f.Pods)
 	}
-	fmt.Fprintf(&b, "**Flotilla mesh ÷ one baseline cluster: %.2f× to bound, %.2f× to Running** (issue #13's target for N=3: ≥ 2×).", h.VsBaselineBound, h.VsBaselineRunning)
+	fmt.Fprintf(&b, "**Flotilla mesh ÷ one baseline cluster: %.2f× to bound, %.2f× to Running** (the goal for N=3: ≥ 2×).", h.VsBaselineBound, h.VsBaselineRunning)
 	if r.AloneLeftOut == "" {
 		fmt.Fprintf(&b, " **Flotilla mesh ÷ the %d clusters alone: %.2f× to bound, %.2f× to Running.**", c.Mesh, h.VsAloneBound, h.VsAloneRunning)
 	}

@@ -20,7 +20,7 @@ import (
 )
 
 // TestInspectableState places one pod from src into c2 and reads what the
-// source's agent and the target's scheduler tell of it (issue #12): the
+// source's agent and the target's scheduler tell of it: the
 // agent's counters for c2 (one candidate created, one allowance), one
 // election and one binding observed, c2 reachable, and its /debug/state
 // (leader, c2 healthy and synced with one cached candidate, no election
