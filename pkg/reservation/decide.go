@@ -82,7 +82,9 @@ func (d Decision) Elects() bool { return d.Elect != nil && d.Elect.Elected() }
 // preferences, or why it may not be elected. A reservation counts in the
 // domain of the node its target reserved (Observed.Domain); one whose
 // domain is not known is excluded by a DoNotSchedule constraint, as
-// kube-scheduler filters out a node without the constraint's key.
+// kube-scheduler filters out a node without the constraint's key; under
+// ScheduleAnyway alone it may be elected, and scores as such a node does:
+// lowest.
 func judge(j *Judgement, observed []Observed) []Observed {
 	out := slices.Clone(observed)
 	if j == nil {
@@ -99,7 +101,7 @@ func judge(j *Judgement, observed []Observed) []Observed {
 			out[i].Bonus = pref
 			continue
 		}
-		if o.Domain == nil {
+		if o.Domain == nil && filters(j.Constraints) {
 			out[i].Excluded = "its domain is not known (its target did not report the node's labels, and its candidate was not pinned to one domain)"
 			continue
 		}
@@ -112,6 +114,12 @@ func judge(j *Judgement, observed []Observed) []Observed {
 		out[i].Bonus = v.Total - out[i].State.Score
 	}
 	return out
+}
+
+// filters reports whether a constraint is DoNotSchedule: one that filters
+// rather than only scores.
+func filters(constraints []placement.Constraint) bool {
+	return slices.ContainsFunc(constraints, func(c placement.Constraint) bool { return c.WhenUnsatisfiable == placement.DoNotSchedule })
 }
 
 // windowOpen reports whether the scoring window still waits for more

@@ -112,6 +112,30 @@ func TestDecideJudgesEveryElection(t *testing.T) {
 	}
 }
 
+// TestDecideUnknownDomainUnderScheduleAnyway: a reservation whose domain
+// is not known is passed over only by a constraint that filters; under
+// ScheduleAnyway it may be elected, scored as kube-scheduler scores a node
+// without the key (lowest), so a reservation in a known domain wins.
+func TestDecideUnknownDomainUnderScheduleAnyway(t *testing.T) {
+	anyway := zoneSpread()
+	anyway.Constraints[0].WhenUnsatisfiable = placement.ScheduleAnyway
+	for _, tt := range []struct {
+		name     string
+		observed []Observed
+		want     string
+	}{
+		{name: "alone, it is elected", observed: []Observed{in("t1", "n1", "", 90)}, want: "t1"},
+		{name: "beside one in the emptier zone, the known one wins", observed: []Observed{in("t1", "n1", "", 90), in("t2", "n2", "b", 50)}, want: "t2"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			d := decide(Input{SourceUID: uid, Observed: tt.observed, Policy: anyway})
+			if !d.Elects() || d.Elect.Target != tt.want {
+				t.Fatalf("elected %+v, want %s (observed %+v)", d.Elect, tt.want, d.Observed)
+			}
+		})
+	}
+}
+
 // TestDecideWithoutPolicyIsTheProtocol: with no policy, a decision is the
 // protocol's step alone; the judgement adds nothing and removes nothing.
 func TestDecideWithoutPolicyIsTheProtocol(t *testing.T) {
