@@ -25,14 +25,13 @@ import (
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
 )
 
-// Labels on every object made for an invitation.
+// Labels on every object made for an invitation, spelled in pkg/protocol
+// (the invitation handshake) and named here too for the agent's tests.
 const (
-	// InvitationLabel names the invitation: "<kind>.<namespace>.<name>"
-	// hashed to fit a label value.
-	InvitationLabel = protocol.Prefix + "invitation"
-	// ManagedNamespaceLabel marks a namespace the agent created for an
-	// invitation.
-	ManagedNamespaceLabel = protocol.Prefix + "created-for"
+	// InvitationLabel is protocol.InvitationLabel.
+	InvitationLabel = protocol.InvitationLabel
+	// ManagedNamespaceLabel is protocol.ManagedNamespaceLabel.
+	ManagedNamespaceLabel = protocol.ManagedNamespaceLabel
 )
 
 // Invitation is a Source or ClusterSource as the controller sees it.
@@ -123,7 +122,7 @@ func (inv Invitation) subject() rbacv1.Subject {
 func (inv Invitation) meta(namespace string) metav1.ObjectMeta {
 	return metav1.ObjectMeta{
 		Name: inv.objectName(), Namespace: namespace,
-		Labels: map[string]string{InvitationLabel: inv.ID(), "app.kubernetes.io/managed-by": "flotilla"},
+		Labels: map[string]string{protocol.InvitationLabel: inv.ID(), "app.kubernetes.io/managed-by": "flotilla"},
 	}
 }
 

@@ -247,7 +247,7 @@ func (c *Controller) reconcile(ctx context.Context, req reconcile.Request, obj c
 	c.Summaries.Set(inv.SummaryName(), summary.Invitation{
 		Name: inv.Ref(), Namespaces: covered, CreateNamespaces: inv.Spec.CreateNamespaces, KeepSourceLabels: inv.Spec.KeepSourceLabels,
 		Quota:  quotaOf(inv.Spec.Quota),
-		Labels: map[string]string{InvitationLabel: inv.ID()},
+		Labels: map[string]string{protocol.InvitationLabel: inv.ID()},
 	})
 	if c.NoScheduler {
 		// Access stays granted, so that turning the scheduler on is all
@@ -332,7 +332,7 @@ func (c *Controller) ensureNamespaces(ctx context.Context, inv Invitation) ([]st
 			continue
 		}
 		ns = &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: podSecurityLabels(inv, map[string]string{
-			ManagedNamespaceLabel: inv.ID(), "app.kubernetes.io/managed-by": "flotilla",
+			protocol.ManagedNamespaceLabel: inv.ID(), "app.kubernetes.io/managed-by": "flotilla",
 		})}}
 		if err := c.Client.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
 			return nil, fmt.Errorf("creating invited namespace %s: %w", name, err)
@@ -460,7 +460,7 @@ func (c *Controller) apply(ctx context.Context, inv Invitation, namespaces []str
 		c.streams.set(inv, namespaces)
 	}
 	// RBAC in namespaces the invitation no longer covers.
-	sel := client.MatchingLabels{InvitationLabel: inv.ID()}
+	sel := client.MatchingLabels{protocol.InvitationLabel: inv.ID()}
 	roles := &metav1.PartialObjectMetadataList{}
 	roles.SetGroupVersionKind(rbacList("RoleBindingList"))
 	if err := c.Reader.List(ctx, roles, sel); err != nil {
@@ -532,7 +532,7 @@ func (c *Controller) ensureKubeconfig(ctx context.Context, inv Invitation) error
 		return err
 	}
 	if err == nil {
-		if exp, ok := secret.Annotations[ExpiresAnnotation]; ok {
+		if exp, ok := secret.Annotations[protocol.InvitationExpiresAnnotation]; ok {
 			if t, perr := time.Parse(time.RFC3339, exp); perr == nil && time.Until(t) > life/2 {
 				return nil
 			}
@@ -552,8 +552,8 @@ func (c *Controller) ensureKubeconfig(ctx context.Context, inv Invitation) error
 	}
 	want := &corev1.Secret{ObjectMeta: inv.meta(ns)}
 	want.Name = inv.KubeconfigSecretName()
-	want.Annotations = map[string]string{ExpiresAnnotation: tr.Status.ExpirationTimestamp.UTC().Format(time.RFC3339)}
-	want.Data = map[string][]byte{KubeconfigKey: data, SummaryKey: []byte(inv.SummaryName())}
+	want.Annotations = map[string]string{protocol.InvitationExpiresAnnotation: tr.Status.ExpirationTimestamp.UTC().Format(time.RFC3339)}
+	want.Data = map[string][]byte{protocol.InvitationKubeconfigKey: data, protocol.InvitationSummaryKey: []byte(inv.SummaryName())}
 	if apierrors.IsNotFound(err) {
 		return c.Client.Create(ctx, want)
 	}
@@ -561,14 +561,15 @@ func (c *Controller) ensureKubeconfig(ctx context.Context, inv Invitation) error
 	return c.Client.Update(ctx, want)
 }
 
-// Keys of the kubeconfig Secret a source receives.
+// Keys of the kubeconfig Secret a source receives, spelled in pkg/protocol
+// (the invitation handshake) and named here too for the agent's tests.
 const (
-	// KubeconfigKey holds the kubeconfig.
-	KubeconfigKey = "kubeconfig"
-	// SummaryKey holds the name of the ClusterSummary the source reads.
-	SummaryKey = "summary"
-	// ExpiresAnnotation is when the Secret's token expires (RFC 3339).
-	ExpiresAnnotation = protocol.Prefix + "token-expires"
+	// KubeconfigKey is protocol.InvitationKubeconfigKey.
+	KubeconfigKey = protocol.InvitationKubeconfigKey
+	// SummaryKey is protocol.InvitationSummaryKey.
+	SummaryKey = protocol.InvitationSummaryKey
+	// ExpiresAnnotation is protocol.InvitationExpiresAnnotation.
+	ExpiresAnnotation = protocol.InvitationExpiresAnnotation
 )
 
 // Kubeconfig renders a kubeconfig for a source. Its context's namespace is
@@ -634,7 +635,7 @@ func (c *Controller) revoke(ctx context.Context, inv Invitation) error {
 	del(inv.Policy())
 	rbs := &metav1.PartialObjectMetadataList{}
 	rbs.SetGroupVersionKind(rbacList("RoleBindingList"))
-	if err := c.Reader.List(ctx, rbs, client.MatchingLabels{InvitationLabel: inv.ID()}); err != nil {
+	if err := c.Reader.List(ctx, rbs, client.MatchingLabels{protocol.InvitationLabel: inv.ID()}); err != nil {
 		errs = append(errs, err)
 	}
 	for _, rb := range rbs.Items {
@@ -719,13 +720,13 @@ func (s sweeper) sweep(ctx context.Context) error {
 		live[Invitation{Kind: "ClusterSource", Name: cs.Name}.ID()] = true
 	}
 	summaries := &v1alpha1.ClusterSummaryList{}
-	if err := s.c.Client.List(ctx, summaries, client.HasLabels{InvitationLabel}); err != nil {
+	if err := s.c.Client.List(ctx, summaries, client.HasLabels{protocol.InvitationLabel}); err != nil {
 		return err
 	}
 	var errs []error
 	for i := range summaries.Items {
 		sum := &summaries.Items[i]
-		if !live[sum.Labels[InvitationLabel]] {
+		if !live[sum.Labels[protocol.InvitationLabel]] {
 			if err := s.c.Client.Delete(ctx, sum); err != nil && !apierrors.IsNotFound(err) {
 				errs = append(errs, err)
 			}

@@ -1,5 +1,10 @@
 package protocol
 
+import (
+	"encoding/json"
+	"fmt"
+)
+
 const (
 	// PlacementPolicyAnnotation on a pod names the PlacementPolicy of its
 	// namespace that governs it, whatever the policies' selectors say.
@@ -10,3 +15,17 @@ const (
 	// several domains.
 	DomainAnnotation = Prefix + "domain"
 )
+
+// ParsePinnedDomain reads the value of DomainAnnotation: the values of the
+// policy's spread keys, in order. An empty value is no pin (nil); a value
+// that is not a JSON array of strings is an error.
+func ParsePinnedDomain(v string) ([]string, error) {
+	if v == "" {
+		return nil, nil
+	}
+	var values []string
+	if err := json.Unmarshal([]byte(v), &values); err != nil {
+		return nil, fmt.Errorf("pinned domain %q: want a JSON array of label values: %w", v, err)
+	}
+	return values, nil
+}
