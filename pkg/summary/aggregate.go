@@ -14,10 +14,6 @@ import (
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
 )
 
-// CapacityTypeLabel is the node label Flotilla reads a node's capacity type
-// from, with the values on-demand and spot.
-const CapacityTypeLabel = "node.kubernetes.io/capacity"
-
 // DefaultTopologyKeys are the keys a summary reports free totals for: region,
 // zone and capacity type, the keys a target's scheduler reports a
 // reservation's node's values of (spelled once, in pkg/protocol).

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/flotilla-dev/flotilla/api/v1alpha1"
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
 )
 
 // quantities compare by value: "1Gi" and "1024Mi" are the same memory.
@@ -261,16 +262,16 @@ func TestAggregate(t *testing.T) {
 		{
 			name: "topology: keys in the order given (duplicates once), values sorted, nodes without the key left out, absent keys omitted",
 			nodes: []*corev1.Node{
-				node("n1", withLabel(corev1.LabelTopologyZone, "c"), withLabel(CapacityTypeLabel, "spot")),
-				node("n2", withLabel(corev1.LabelTopologyZone, "b"), withLabel(CapacityTypeLabel, "on-demand")),
+				node("n1", withLabel(corev1.LabelTopologyZone, "c"), withLabel(protocol.DefaultCapacityNodeLabel, "spot")),
+				node("n2", withLabel(corev1.LabelTopologyZone, "b"), withLabel(protocol.DefaultCapacityNodeLabel, "on-demand")),
 				node("n3", withLabel(corev1.LabelTopologyZone, "b"), withoutLabel(corev1.LabelTopologyRegion)),
 			},
 			pods: []*corev1.Pod{pod("n2", "1", "1Gi")},
-			keys: []string{CapacityTypeLabel, corev1.LabelTopologyZone, "", "example.com/absent", corev1.LabelTopologyRegion, CapacityTypeLabel},
+			keys: []string{protocol.DefaultCapacityNodeLabel, corev1.LabelTopologyZone, "", "example.com/absent", corev1.LabelTopologyRegion, protocol.DefaultCapacityNodeLabel},
 			want: v1alpha1.ClusterSummaryStatus{
 				Nodes: 3, Allocatable: rl("12", "24Gi", "30"), Free: rl("11", "23Gi", "29"), LargestFree: rl("4", "8Gi", "10"),
 				Topology: []v1alpha1.TopologySummary{
-					{Key: CapacityTypeLabel, Values: []v1alpha1.TopologyValue{
+					{Key: protocol.DefaultCapacityNodeLabel, Values: []v1alpha1.TopologyValue{
 						{Value: "on-demand", Nodes: 1, Free: rl("3", "7Gi", "9")},
 						{Value: "spot", Nodes: 1, Free: rl("4", "8Gi", "10")},
 					}},
@@ -329,7 +330,7 @@ func TestAggregateDeterministic(t *testing.T) {
 	zones := []string{"a", "b", "c"}
 	for i := range 30 {
 		name := "n" + itoa(i)
-		nodes = append(nodes, node(name, withLabel(corev1.LabelTopologyZone, zones[i%3]), withLabel(CapacityTypeLabel, []string{"spot", "on-demand"}[i%2])))
+		nodes = append(nodes, node(name, withLabel(corev1.LabelTopologyZone, zones[i%3]), withLabel(protocol.DefaultCapacityNodeLabel, []string{"spot", "on-demand"}[i%2])))
 		for j := range i % 4 {
 			pods = append(pods, pod(name, itoa(100*(j+1))+"m", itoa(j+1)+"00Mi"))
 		}
