@@ -25,10 +25,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/flotilla-dev/flotilla/api/v1alpha1"
-	"github.com/flotilla-dev/flotilla/pkg/candidate"
 	"github.com/flotilla-dev/flotilla/pkg/kubeconfig"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
-	"github.com/flotilla-dev/flotilla/pkg/reservation"
 )
 
 // targetTimeout bounds what explain asks of one target, so one that does
@@ -382,7 +380,7 @@ func answerFor(t targetInfo, pod *corev1.Pod, el protocol.Election, cand *corev1
 	a := Answer{Target: t.name, Kind: t.kind, Namespace: t.namespaceFor(pod.Namespace), Elected: el.Target == t.name}
 	if cand != nil {
 		a.Candidate = cand.Name
-		if d := candidate.PinnedDomain(cand); d != nil {
+		if d, err := protocol.ParsePinnedDomain(cand.Annotations[protocol.DomainAnnotation]); err == nil && d != nil {
 			a.Domain = showDomain(d)
 		}
 		candidateAnswer(&a, cand)
@@ -469,7 +467,7 @@ func skipReason(t targetInfo, pod *corev1.Pod) string {
 		// Unschedulable names the targets that do not invite the pod's
 		// namespace among its reasons; NotInvited is how agents before it
 		// said so.
-		if c.Type != corev1.PodScheduled || (c.Reason != corev1.PodReasonUnschedulable && c.Reason != reservation.ReasonNotInvited) {
+		if c.Type != corev1.PodScheduled || (c.Reason != corev1.PodReasonUnschedulable && c.Reason != protocol.ReasonNotInvited) {
 			continue
 		}
 		msg := strings.TrimPrefix(c.Message, "Skipped: ")

@@ -15,13 +15,13 @@ import (
 
 	"github.com/flotilla-dev/flotilla/api/v1alpha1"
 	"github.com/flotilla-dev/flotilla/pkg/placement"
-	"github.com/flotilla-dev/flotilla/pkg/policy"
+	"github.com/flotilla-dev/flotilla/pkg/placementpolicy"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
 	"github.com/flotilla-dev/flotilla/pkg/workload"
 )
 
 // PolicyExplanation is what the PlacementPolicy that governs a pod makes
-// of its targets now, computed as the agent computes it (pkg/policy,
+// of its targets now, computed as the agent computes it (pkg/placementpolicy,
 // pkg/placement) from the source cluster's objects.
 type PolicyExplanation struct {
 	// Name is the governing policy; "" when none governs the pod.
@@ -72,7 +72,7 @@ func (c *clients) explainPlacement(ctx context.Context, e *Explanation, pod *cor
 		}
 		return
 	}
-	res := policy.Choose(pod, list.Items)
+	res := placementpolicy.Choose(pod, list.Items)
 	if res.Policy != nil && res.Policy.Spec.CapacityType != nil && res.Policy.Spec.CapacityType.NodeLabel != "" {
 		keys = append(keys, res.Policy.Spec.CapacityType.NodeLabel)
 	}
@@ -106,14 +106,14 @@ func (c *clients) explainPlacement(ctx context.Context, e *Explanation, pod *cor
 // agent's fan-out does: selection and fallback groups, then the spread
 // against the siblings already placed. It fills each answer's Policy,
 // Domain and Bonus, and returns nil when no policy is meant for the pod.
-func explainPolicy(pod *corev1.Pod, res policy.Resolved, views []policyView, siblings []corev1.Pod, answers []Answer) *PolicyExplanation {
+func explainPolicy(pod *corev1.Pod, res placementpolicy.Resolved, views []policyView, siblings []corev1.Pod, answers []Answer) *PolicyExplanation {
 	if res.Policy == nil {
 		if res.Problem == "" {
 			return nil
 		}
 		return &PolicyExplanation{Problem: res.Problem}
 	}
-	compiled, err := policy.Compile(res.Policy)
+	compiled, err := placementpolicy.Compile(res.Policy)
 	if err != nil {
 		return &PolicyExplanation{Name: res.Policy.Name, Problem: fmt.Sprintf("PlacementPolicy %s is not used: %v", res.Policy.Name, err)}
 	}

@@ -13,7 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/flotilla-dev/flotilla/api/v1alpha1"
-	"github.com/flotilla-dev/flotilla/pkg/policy"
+	"github.com/flotilla-dev/flotilla/pkg/placementpolicy"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
 )
 
@@ -91,7 +91,7 @@ func TestExplainPolicy(t *testing.T) {
 		}(), // another workload
 	}
 	answers := []Answer{{Target: "c1"}, {Target: "c2"}, {Target: "c3"}, {Target: "c4"}, {Target: "c5"}}
-	pe := explainPolicy(&pod, policy.Resolved{Policy: &pol}, views, siblings, answers)
+	pe := explainPolicy(&pod, placementpolicy.Resolved{Policy: &pol}, views, siblings, answers)
 
 	wantPolicy := &PolicyExplanation{
 		Name:     "web",
@@ -130,17 +130,17 @@ func TestExplainPolicy(t *testing.T) {
 
 	// The earlier group all unschedulable: the fallback group is used.
 	answers = []Answer{{Target: "c1", Answer: AnswerUnschedulable}, {Target: "c2", Answer: AnswerUnschedulable}, {Target: "c3", Answer: AnswerUnschedulable}, {Target: "c4"}, {Target: "c5"}}
-	explainPolicy(&pod, policy.Resolved{Policy: &pol}, views, siblings, answers)
+	explainPolicy(&pod, placementpolicy.Resolved{Policy: &pol}, views, siblings, answers)
 	if answers[3].Policy != "selected" {
 		t.Errorf("c4 with the first group unschedulable: %q, want selected", answers[3].Policy)
 	}
 
 	// A problem: the pod is placed as if no policy applied.
-	pe = explainPolicy(&pod, policy.Resolved{Problem: "two policies"}, views, siblings, answers)
+	pe = explainPolicy(&pod, placementpolicy.Resolved{Problem: "two policies"}, views, siblings, answers)
 	if pe == nil || pe.Problem != "two policies" {
 		t.Errorf("problem: %+v", pe)
 	}
-	if explainPolicy(&pod, policy.Resolved{}, views, siblings, answers) != nil {
+	if explainPolicy(&pod, placementpolicy.Resolved{}, views, siblings, answers) != nil {
 		t.Error("no policy: want nil")
 	}
 }
@@ -220,7 +220,7 @@ func TestExplainCountsSiblingsWhereTheyRun(t *testing.T) {
 		in(replica("c", "flotilla-wide", ""), "eu-1b"),
 		replica("d", "flotilla-wide", ""), // no node reported: the target's labels only
 	}
-	pe := explainPolicy(&pod, policy.Resolved{Policy: &pol}, []policyView{wide}, siblings, []Answer{{Target: "wide"}})
+	pe := explainPolicy(&pod, placementpolicy.Resolved{Policy: &pol}, []policyView{wide}, siblings, []Answer{{Target: "wide"}})
 	if want := map[string]int{"eu/eu-1a": 1, "eu/eu-1b": 2, "eu/(none)": 1}; !cmp.Equal(pe.Siblings, want) {
 		t.Errorf("siblings %v, want %v", pe.Siblings, want)
 	}

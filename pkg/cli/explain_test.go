@@ -13,7 +13,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
-	"github.com/flotilla-dev/flotilla/pkg/reservation"
 )
 
 func candidateWith(state string, mutate func(*corev1.Pod)) *corev1.Pod {
@@ -66,6 +65,16 @@ func TestAnswerFor(t *testing.T) {
 			want: Answer{Answer: AnswerReserved, Node: "n-2", Score: ptr.To[int64](0), Reason: "allowed to bind: the source elected it", Elected: true},
 		},
 		{
+			name: "pinned to a domain", target: t1, pod: pending,
+			cand: candidateWith("", func(p *corev1.Pod) { p.Annotations[protocol.DomainAnnotation] = `["eu","eu-1a"]` }),
+			want: Answer{Answer: AnswerWaiting, Domain: "eu/eu-1a", Reason: "the target's scheduler has not reported on it yet"},
+		},
+		{
+			name: "an unreadable pin", target: t1, pod: pending,
+			cand: candidateWith("", func(p *corev1.Pod) { p.Annotations[protocol.DomainAnnotation] = `{"zone":"eu-1a"}` }),
+			want: Answer{Answer: AnswerWaiting, Reason: "the target's scheduler has not reported on it yet"},
+		},
+		{
 			name: "unschedulable", target: t1, pod: pending,
 			cand: candidateWith("", unschedulable("0/1 nodes are available: 1 Insufficient cpu.")),
 			want: Answer{Answer: AnswerUnschedulable, Reason: "0/1 nodes are available: 1 Insufficient cpu."},
@@ -93,7 +102,7 @@ func TestAnswerFor(t *testing.T) {
 			name: "not invited, as the agent told the pod", target: t1, pod: &corev1.Pod{
 				ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web"},
 				Status: corev1.PodStatus{Conditions: []corev1.PodCondition{{
-					Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: reservation.ReasonNotInvited,
+					Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: protocol.ReasonNotInvited,
 					Message: "Skipped: target t0 does not invite this cluster into namespace shop; target t1 does not invite this cluster into namespace shop",
 				}}},
 			},

@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/flotilla-dev/flotilla/api/v1alpha1"
-	"github.com/flotilla-dev/flotilla/pkg/invitation"
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
 )
 
 type inviteOptions struct {
@@ -321,8 +321,8 @@ func identityName(id v1alpha1.SourceIdentity) string {
 // manifest join reads: its two keys and the token's expiry, nothing of the
 // target's object (namespace, uid, resourceVersion).
 func invitationManifest(secret *corev1.Secret, source, target string) ([]byte, error) {
-	if len(secret.Data[invitation.KubeconfigKey]) == 0 {
-		return nil, fmt.Errorf("Secret %s/%s has no key %q: the target's agent has not written it yet; run invite again", secret.Namespace, secret.Name, invitation.KubeconfigKey)
+	if len(secret.Data[protocol.InvitationKubeconfigKey]) == 0 {
+		return nil, fmt.Errorf("Secret %s/%s has no key %q: the target's agent has not written it yet; run invite again", secret.Namespace, secret.Name, protocol.InvitationKubeconfigKey)
 	}
 	out := &corev1.Secret{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
@@ -330,14 +330,14 @@ func invitationManifest(secret *corev1.Secret, source, target string) ([]byte, e
 		Type:       corev1.SecretTypeOpaque,
 		Data:       map[string][]byte{},
 	}
-	for _, k := range []string{invitation.KubeconfigKey, invitation.SummaryKey} {
+	for _, k := range []string{protocol.InvitationKubeconfigKey, protocol.InvitationSummaryKey} {
 		if v, ok := secret.Data[k]; ok {
 			out.Data[k] = v
 		}
 	}
 	expires := ""
-	if v, ok := secret.Annotations[invitation.ExpiresAnnotation]; ok {
-		out.Annotations = map[string]string{invitation.ExpiresAnnotation: v}
+	if v, ok := secret.Annotations[protocol.InvitationExpiresAnnotation]; ok {
+		out.Annotations = map[string]string{protocol.InvitationExpiresAnnotation: v}
 		expires = " (its token expires " + v + "; the source renews it once joined)"
 	}
 	body, err := yaml.Marshal(out)

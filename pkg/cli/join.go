@@ -18,8 +18,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/flotilla-dev/flotilla/api/v1alpha1"
-	"github.com/flotilla-dev/flotilla/pkg/invitation"
 	"github.com/flotilla-dev/flotilla/pkg/kubeconfig"
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
 )
 
 // SecretPrefix names the Secret join writes: flotilla-target-<target>.
@@ -144,12 +144,12 @@ func readInvitation(data []byte) (invitationFile, error) {
 			v, ok := secret.Data[key]
 			return v, ok
 		}
-		kc, ok := get(invitation.KubeconfigKey)
+		kc, ok := get(protocol.InvitationKubeconfigKey)
 		if !ok || len(kc) == 0 {
-			return f, fmt.Errorf("the Secret has no key %q: use the file 'kubectl flotilla invite' wrote", invitation.KubeconfigKey)
+			return f, fmt.Errorf("the Secret has no key %q: use the file 'kubectl flotilla invite' wrote", protocol.InvitationKubeconfigKey)
 		}
 		f.kubeconfig = kc
-		if s, ok := get(invitation.SummaryKey); ok {
+		if s, ok := get(protocol.InvitationSummaryKey); ok {
 			f.summary = strings.TrimSpace(string(s))
 		}
 	case head.Kind == "Config" || head.Clusters != nil:
@@ -230,9 +230,9 @@ func runJoin(ctx context.Context, kube *kubeFlags, o *joinOptions, name string, 
 // writeTargetSecret creates or replaces the kubeconfig Secret; it keeps
 // only the keys join writes.
 func writeTargetSecret(ctx context.Context, c *clients, namespace, name string, f invitationFile) error {
-	data := map[string][]byte{invitation.KubeconfigKey: f.kubeconfig}
+	data := map[string][]byte{protocol.InvitationKubeconfigKey: f.kubeconfig}
 	if f.summary != "" {
-		data[invitation.SummaryKey] = []byte(f.summary)
+		data[protocol.InvitationSummaryKey] = []byte(f.summary)
 	}
 	secrets := c.kube.CoreV1().Secrets(namespace)
 	existing, err := secrets.Get(ctx, name, metav1.GetOptions{})
@@ -265,7 +265,7 @@ func writeTargetSecret(ctx context.Context, c *clients, namespace, name string, 
 // the Secret, with the labels and mapping given.
 func applyClusterTarget(ctx context.Context, c *clients, name, secretNS, secretName string, spec joinSpec, stderr io.Writer) (*v1alpha1.ClusterTarget, error) {
 	ref := &v1alpha1.SecretKeyRef{
-		LocalSecretKeyRef: v1alpha1.LocalSecretKeyRef{Name: secretName, Key: invitation.KubeconfigKey},
+		LocalSecretKeyRef: v1alpha1.LocalSecretKeyRef{Name: secretName, Key: protocol.InvitationKubeconfigKey},
 		Namespace:         secretNS,
 	}
 	ct := &v1alpha1.ClusterTarget{}

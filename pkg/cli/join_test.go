@@ -7,14 +7,24 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
-	"github.com/flotilla-dev/flotilla/pkg/invitation"
 	"github.com/flotilla-dev/flotilla/pkg/kubeconfig"
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
 )
 
+// testKubeconfig is a kubeconfig as a target's agent writes one for an
+// invited ServiceAccount: one cluster, a token, the first invited
+// namespace.
 func testKubeconfig(t *testing.T) []byte {
 	t.Helper()
-	kc, err := invitation.Kubeconfig("https://t1.example:6443", []byte("-----BEGIN CERTIFICATE-----\n"), "a-token", []string{"shop"})
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["target"] = &clientcmdapi.Cluster{Server: "https://t1.example:6443", CertificateAuthorityData: []byte("-----BEGIN CERTIFICATE-----\n")}
+	cfg.AuthInfos["source"] = &clientcmdapi.AuthInfo{Token: "a-token"}
+	cfg.Contexts["target"] = &clientcmdapi.Context{Cluster: "target", AuthInfo: "source", Namespace: "shop"}
+	cfg.CurrentContext = "target"
+	kc, err := clientcmd.Write(*cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,10 +37,10 @@ func TestInvitationManifestRoundTrip(t *testing.T) {
 	secret := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: "flotilla-source-c1-kubeconfig", Namespace: "flotilla-system", UID: "123", ResourceVersion: "9",
-			Annotations: map[string]string{invitation.ExpiresAnnotation: "2030-01-01T00:00:00Z", "other": "x"},
-			Labels:      map[string]string{invitation.InvitationLabel: "clustersource.c1"},
+			Annotations: map[string]string{protocol.InvitationExpiresAnnotation: "2030-01-01T00:00:00Z", "other": "x"},
+			Labels:      map[string]string{protocol.InvitationLabel: "clustersource.c1"},
 		},
-		Data: map[string][]byte{invitation.KubeconfigKey: kc, invitation.SummaryKey: []byte("flotilla-clustersource.c1")},
+		Data: map[string][]byte{protocol.InvitationKubeconfigKey: kc, protocol.InvitationSummaryKey: []byte("flotilla-clustersource.c1")},
 	}
 	manifest, err := invitationManifest(secret, "c1", "t1")
 	if err != nil {
