@@ -102,8 +102,11 @@ type Answer struct {
 	// "selected", or "excluded: " and why (selector, affinity, fallback
 	// group, spread); "" when no policy governs the pod.
 	Policy string `json:"policy,omitempty"`
-	// Domain is the topology domain the target counts in for the pod (its
-	// candidate's pinned one, or the target's own), values joined by "/".
+	// Domain is the topology domain the target counts in for the pod,
+	// values joined by "/": for the elected target, that of the node its
+	// reservation holds or runs on, as the target reported it at the
+	// election; else (or when not reported) the one its candidate was
+	// pinned to, or the target's own.
 	Domain string `json:"domain,omitempty"`
 	// Bonus is what the policy adds to the target's reservation score in
 	// the election: the spread score times its weight, plus preferences.

@@ -166,6 +166,20 @@ func explainPolicy(pod *corev1.Pod, res placementpolicy.Resolved, views []policy
 	}
 
 	keys := compiled.Keys()
+	// The elected target counts the pod where its reservation is: the
+	// domain its target reported, before the pin or the target's labels.
+	for name, a := range answerOf {
+		if !a.Elected {
+			continue
+		}
+		cl, ok := byName[name]
+		if !ok {
+			cl = placement.Cluster{Name: name}
+		}
+		if d, ok := electedDomain(pod, cl, keys); ok {
+			a.Domain = showDomain(d)
+		}
+	}
 	var known []placement.Domain
 	seen := map[string]bool{}
 	var options []placement.Option
@@ -245,18 +259,7 @@ func siblingDomains(pod *corev1.Pod, siblings []corev1.Pod, views []policyView, 
 		if !ok {
 			continue
 		}
-		if reported, err := protocol.ParseDomain(s.Annotations[protocol.ElectedDomainAnnotation]); err == nil && reported != nil {
-			// The node its target reserved, as the target reported it at
-			// the election; the virtual node's labels (the Target's own,
-			// those common to its nodes) stand for the keys it lacks.
-			d := make(placement.Domain, len(keys))
-			for i, k := range keys {
-				if v, ok := cl.Labels[k]; ok {
-					d[i] = v
-				} else {
-					d[i] = reported[k]
-				}
-			}
+		if d, ok := electedDomain(s, cl, keys); ok {
 			out = append(out, d)
 			continue
 		}
@@ -268,6 +271,28 @@ func siblingDomains(pod *corev1.Pod, siblings []corev1.Pod, views []policyView, 
 		out = append(out, domains[0])
 	}
 	return out, unknown
+}
+
+// electedDomain is the domain of the node that holds or runs a source
+// pod's elected reservation in cl, at keys: the node's labels as its target
+// reported them at the election (the pod's elected-domain annotation), the
+// virtual node's labels (the Target's own, those common to its nodes)
+// standing for the keys it lacks. ok is false when the pod carries no
+// readable report.
+func electedDomain(pod *corev1.Pod, cl placement.Cluster, keys []string) (placement.Domain, bool) {
+	reported, err := protocol.ParseDomain(pod.Annotations[protocol.ElectedDomainAnnotation])
+	if err != nil || reported == nil {
+		return nil, false
+	}
+	d := make(placement.Domain, len(keys))
+	for i, k := range keys {
+		if v, ok := cl.Labels[k]; ok {
+			d[i] = v
+		} else {
+			d[i] = reported[k]
+		}
+	}
+	return d, true
 }
 
 // allUnschedulable reports whether every one of clusters answered that it

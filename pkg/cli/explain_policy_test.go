@@ -225,3 +225,74 @@ func TestExplainCountsSiblingsWhereTheyRun(t *testing.T) {
 		t.Errorf("siblings %v, want %v", pe.Siblings, want)
 	}
 }
+
+// TestExplainShowsWhereTheElectedPodRuns: the elected target's DOMAIN is
+// that of the node its target reported at the election (the pod's
+// elected-domain annotation), before the domain its candidate was pinned
+// to or the target's labels; without a readable report, those stand.
+func TestExplainShowsWhereTheElectedPodRuns(t *testing.T) {
+	pol := v1alpha1.PlacementPolicy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web"},
+		Spec: v1alpha1.PlacementPolicySpec{
+			PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+			SpreadConstraints: []v1alpha1.SpreadConstraint{
+				{TopologyKey: testRegion, MaxSkew: 1, WhenUnsatisfiable: v1alpha1.ScheduleAnyway},
+				{TopologyKey: testZone, MaxSkew: 1, WhenUnsatisfiable: v1alpha1.ScheduleAnyway},
+			},
+		},
+	}
+	// wide spans two zones of eu; one is in us-east-1a only.
+	wide := policyView{target: targetInfo{name: "wide", virtualNode: "flotilla-wide"}, labels: map[string]string{testRegion: "eu"}}
+	one := view("one", "us-east", "us-east-1a", nil)
+	reportedIn := func(zone string) string {
+		return protocol.EncodeDomain(map[string]string{testRegion: "elsewhere", testZone: zone})
+	}
+	for _, tc := range []struct {
+		name     string
+		elected  string
+		reported string // the pod's elected-domain annotation
+		answers  []Answer
+		want     map[string]string // target: DOMAIN
+	}{
+		{
+			name: "reported zone, not the pinned one", elected: "wide", reported: reportedIn("eu-1b"),
+			answers: []Answer{{Target: "wide", Elected: true, Domain: "eu/eu-1a"}, {Target: "one"}},
+			want:    map[string]string{"wide": "eu/eu-1b", "one": "us-east/us-east-1a"},
+		},
+		{
+			name: "reported, no candidate pinned", elected: "wide", reported: reportedIn("eu-1a"),
+			answers: []Answer{{Target: "wide", Elected: true}, {Target: "one"}},
+			want:    map[string]string{"wide": "eu/eu-1a", "one": "us-east/us-east-1a"},
+		},
+		{
+			name: "the target's own labels win over the report", elected: "one", reported: reportedIn("us-east-1c"),
+			answers: []Answer{{Target: "wide", Domain: "eu/eu-1a"}, {Target: "one", Elected: true}},
+			want:    map[string]string{"wide": "eu/eu-1a", "one": "us-east/us-east-1a"},
+		},
+		{
+			name: "nothing reported: the pin", elected: "wide",
+			answers: []Answer{{Target: "wide", Elected: true, Domain: "eu/eu-1a"}, {Target: "one"}},
+			want:    map[string]string{"wide": "eu/eu-1a", "one": "us-east/us-east-1a"},
+		},
+		{
+			name: "an unreadable report: the pin", elected: "wide", reported: `{"zone":`,
+			answers: []Answer{{Target: "wide", Elected: true, Domain: "eu/eu-1a"}, {Target: "one"}},
+			want:    map[string]string{"wide": "eu/eu-1a", "one": "us-east/us-east-1a"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := replica("me", "", tc.elected)
+			if tc.reported != "" {
+				pod.Annotations[protocol.ElectedDomainAnnotation] = tc.reported
+			}
+			explainPolicy(&pod, placementpolicy.Resolved{Policy: &pol}, []policyView{wide, one}, nil, tc.answers)
+			got := map[string]string{}
+			for _, a := range tc.answers {
+				got[a.Target] = a.Domain
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("DOMAIN (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
