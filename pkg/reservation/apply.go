@@ -107,6 +107,9 @@ func (c *Controller) writeElection(ctx context.Context, pod *corev1.Pod, e proto
 	c.elections.Store(pod.UID, writtenElection{value: e.Encode(), domain: written, at: time.Now()})
 	if e.Elected() {
 		electionSeconds.Observe(sinceCreation(pod))
+		if domain != nil {
+			c.electedDomains.Store(pod.UID, electedDomain{target: e.Target, domain: domain, at: time.Now()})
+		}
 	}
 	return nil
 }

@@ -115,6 +115,11 @@ type Controller struct {
 	// (by UID) until the cache shows it: a reconcile on an older copy would
 	// only lose the optimistic-concurrency race, at the cost of a write.
 	elections sync.Map
+	// electedDomains holds, per pod UID, the domain of the node of the
+	// pod's last elected reservation, as its target reported it: once
+	// released, it still counts among the domains a re-election judges
+	// against (forgotten on restart and when the pod is placed).
+	electedDomains sync.Map
 	// electedSince is since when this process has seen each pod wait on its
 	// election, for ElectionTimeout.
 	electedSince steadyClock
@@ -128,6 +133,13 @@ type Controller struct {
 	waiters spreadWaiters
 	// changes sends pods to the queue.
 	changes chan<- event.TypedGenericEvent[*corev1.Pod]
+}
+
+// electedDomain is a domain of a pod's last election.
+type electedDomain struct {
+	target string
+	domain map[string]string
+	at     time.Time
 }
 
 type writtenElection struct {
@@ -312,6 +324,7 @@ func (c *Controller) objectsOf(ctx context.Context, pod *corev1.Pod) (candidate.
 // forget drops what this process remembers of a placed pod.
 func (c *Controller) forget(uid types.UID) {
 	c.firstReserved.Delete(uid)
+	c.electedDomains.Delete(uid)
 	c.problems.Delete(uid)
 	c.electedSince.forget(uid)
 	c.denySince.forget(uid)
@@ -327,6 +340,12 @@ func (c *Controller) sweep() {
 	c.firstReserved.Range(func(k, v any) bool {
 		if now.Sub(v.(time.Time)) > staleWindow {
 			c.firstReserved.Delete(k)
+		}
+		return true
+	})
+	c.electedDomains.Range(func(k, v any) bool {
+		if now.Sub(v.(electedDomain).at) > rememberDomainFor {
+			c.electedDomains.Delete(k)
 		}
 		return true
 	})

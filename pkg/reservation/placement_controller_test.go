@@ -227,6 +227,30 @@ func TestSpreadJudgesTheReElection(t *testing.T) {
 	}
 }
 
+// TestSpreadRemembersTheReleasedDomain: targets without zone labels (and
+// no summary) make zones known only as their schedulers report nodes. The
+// pod's reservation in zone b is elected, then released; zone b is then
+// known only from the pod's own election, and still counts: the
+// reservation in zone a, which a sibling holds already, is not elected.
+func TestSpreadRemembersTheReleasedDomain(t *testing.T) {
+	h := newHarness(t, twoTargets(), zoneSpread())
+	pod := h.newSourcePod("web-new", ofWorkload)
+	h.reconcile(pod)
+	h.placedSibling("web-placed", "t1", "a", true)
+	h.reserve(pod, "t2", onNode{name: "b1", zone: "b", score: 10})
+	h.reconcile(pod)
+	if e := h.election(pod); e.Target != "t2" {
+		t.Fatalf("first election %s, want t2 (zone b)", e.Encode())
+	}
+	h.unreserve(pod, "t2", "rejected due to timeout after waiting 30s at plugin Flotilla")
+	h.reserve(pod, "t1", onNode{name: "a1", zone: "a", score: 90})
+	h.reconcile(pod)
+	h.reconcile(pod)
+	if e := h.election(pod); e.Target == "t1" || h.allowance(pod, "t1") != "" {
+		t.Fatalf("re-elected t1 in zone a (%s, allowance %q): zone b, released, was forgotten", e.Encode(), h.allowance(pod, "t1"))
+	}
+}
+
 // TestUnschedulableEverywhere: a pod that no target can run says so as
 // kube-scheduler says it of a pod no node can run: PodScheduled=False,
 // reason Unschedulable, with each target's reason in the message.

@@ -3,6 +3,7 @@ package reservation
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -613,6 +614,9 @@ func (c *Controller) judgement(pod *corev1.Pod, p *plan, placed []placement.Doma
 	}
 	j.Constraints, j.Weight = p.policy.Constraints, p.policy.Weight
 	keys := p.policy.Keys()
+	if d, ok := c.rememberedDomain(pod, p, keys); ok {
+		j.Known = append(slices.Clip(j.Known), d)
+	}
 	for i, o := range observed {
 		if !o.Exists || o.State.Phase != protocol.PhaseReserved {
 			continue
@@ -629,6 +633,35 @@ func (c *Controller) judgement(pod *corev1.Pod, p *plan, placed []placement.Doma
 	}
 	return j
 }
+
+// rememberedDomain is the domain of the pod's last election, when it was
+// elected lately in a target whose domains are known only from what its
+// scheduler reports (no labels, no summary): once that reservation is
+// released, the report may be the only sign the domain exists, and a
+// re-election must still count it, empty as it may be. A target whose
+// domains are known needs none: a domain it no longer offers (its nodes
+// gone) must not count, as kube-scheduler counts no zone without nodes.
+func (c *Controller) rememberedDomain(pod *corev1.Pod, p *plan, keys []string) (placement.Domain, bool) {
+	v, ok := c.electedDomains.Load(pod.UID)
+	if !ok {
+		return nil, false
+	}
+	e := v.(electedDomain)
+	t, ok := c.Targets.Get(e.target)
+	if !ok || time.Since(e.at) > rememberDomainFor {
+		return nil, false
+	}
+	cl := p.clusterOf(t)
+	if domainsKnown(cl, keys) {
+		return nil, false
+	}
+	return nodeDomainsOf(t, cl).of(e.domain, keys), true
+}
+
+// rememberDomainFor bounds how long a released election's domain counts:
+// long enough for the re-elections that follow a Permit timeout, short
+// enough that a domain gone meanwhile holds no pod back for long.
+const rememberDomainFor = 5 * time.Minute
 
 // exclusions describes the targets the policy keeps the pod from.
 func (p *plan) exclusions() string {
