@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"strings"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -104,11 +103,11 @@ func (c *Controller) writeElection(ctx context.Context, pod *corev1.Pod, e proto
 	if _, err := c.Kube.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, &update, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("recording election %s on %s/%s: %w", e.Encode(), pod.Namespace, pod.Name, err)
 	}
-	c.elections.Store(pod.UID, writtenElection{value: e.Encode(), domain: written, at: time.Now()})
+	c.elections.Store(pod.UID, writtenElection{value: e.Encode(), domain: written, at: c.now()})
 	if e.Elected() {
 		electionSeconds.Observe(sinceCreation(pod))
 		if domain != nil {
-			c.electedDomains.Store(pod.UID, electedDomain{target: e.Target, domain: domain, at: time.Now()})
+			c.electedDomains.Store(pod.UID, electedDomain{target: e.Target, domain: domain, at: c.now()})
 		}
 	}
 	return nil

@@ -14,6 +14,7 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -91,6 +92,9 @@ type Controller struct {
 	// (local.Topology.Values), for the spread of a self target, which
 	// publishes no summary; ok false, or nil, leaves them unknown.
 	SelfTopology func(keys []string) (values map[string][]string, ok bool)
+	// Clock tells the time of every wait the controller counts (election
+	// timeout, denials, repins, the scoring window); nil is the real one.
+	Clock clock.PassiveClock
 	// ElectionTimeout is how long an elected candidate may stay unbound
 	// while its target answers before the source revokes it (deletes it
 	// unless it has bound meanwhile) and elects another; 0 never does.
@@ -149,6 +153,14 @@ type writtenElection struct {
 	at     time.Time
 }
 
+// now is the controller's clock's time.
+func (c *Controller) now() time.Time {
+	if c.Clock == nil {
+		return time.Now()
+	}
+	return c.Clock.Now()
+}
+
 // staleElection reports whether the cached pod predates an election this
 // process wrote less than staleWindow ago.
 func (c *Controller) staleElection(pod *corev1.Pod) bool {
@@ -157,7 +169,7 @@ func (c *Controller) staleElection(pod *corev1.Pod) bool {
 		return false
 	}
 	w := v.(writtenElection)
-	if pod.Annotations[protocol.ElectionAnnotation] == w.value || time.Since(w.at) > staleWindow {
+	if pod.Annotations[protocol.ElectionAnnotation] == w.value || c.now().Sub(w.at) > staleWindow {
 		c.elections.Delete(pod.UID)
 		return false
 	}
@@ -336,7 +348,7 @@ func (c *Controller) forget(uid types.UID) {
 func (c *Controller) sweep() {
 	// The maps are keyed by UID: entries of pods deleted before they were
 	// placed are swept when they grow old.
-	now := time.Now()
+	now := c.now()
 	c.firstReserved.Range(func(k, v any) bool {
 		if now.Sub(v.(time.Time)) > staleWindow {
 			c.firstReserved.Delete(k)

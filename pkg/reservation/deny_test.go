@@ -76,15 +76,16 @@ func TestDecideNeverElectsADeniedReservation(t *testing.T) {
 // does, and starts again when it changes or is forgotten.
 func TestSteadyClock(t *testing.T) {
 	var c steadyClock
-	first := c.since("a", "1/c1/n1")
-	if again := c.since("a", "1/c1/n1"); !again.Equal(first) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	first := c.since("a", "1/c1/n1", t0)
+	if again := c.since("a", "1/c1/n1", t0.Add(time.Minute)); !again.Equal(first) {
 		t.Errorf("the same state restarted the clock: %v, then %v", first, again)
 	}
-	if other := c.since("b", "1/c1/n1"); other.Before(first) {
-		t.Errorf("another pod's clock started before the first: %v < %v", other, first)
+	if other := c.since("b", "1/c1/n1", t0.Add(2*time.Minute)); !other.Equal(t0.Add(2 * time.Minute)) {
+		t.Errorf("another pod's clock started at %v, want when it was first seen", other)
 	}
-	if moved := c.since("a", "2/c2/n2"); moved.Before(first) {
-		t.Errorf("a new state kept the old time %v", moved)
+	if moved := c.since("a", "2/c2/n2", t0.Add(3*time.Minute)); !moved.Equal(t0.Add(3 * time.Minute)) {
+		t.Errorf("a new state kept the old time: %v", moved)
 	}
 	c.sweep(first.Add(2*time.Hour), time.Hour)
 	count := 0

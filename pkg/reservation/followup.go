@@ -51,8 +51,8 @@ func (c *Controller) applyDenials(ctx context.Context, pod *corev1.Pod, election
 		c.denySince.forget(pod.UID)
 		return 0
 	}
-	since := c.denySince.since(pod.UID, election.Encode()+" "+strings.Join(deny, ","))
-	if wait := c.DenyAfter - time.Since(since); wait > 0 {
+	since := c.denySince.since(pod.UID, election.Encode()+" "+strings.Join(deny, ","), c.now())
+	if wait := c.DenyAfter - c.now().Sub(since); wait > 0 {
 		return wait
 	}
 	value := protocol.Denial{SourceUID: string(pod.UID), Generation: election.Generation}.Encode()
@@ -74,11 +74,11 @@ type steadySince struct {
 }
 
 // since is when uid was first seen in state key, now if it was in another.
-func (s *steadyClock) since(uid types.UID, key string) time.Time {
-	v, loaded := s.m.LoadOrStore(uid, steadySince{key, time.Now()})
+func (s *steadyClock) since(uid types.UID, key string, now time.Time) time.Time {
+	v, loaded := s.m.LoadOrStore(uid, steadySince{key, now})
 	held := v.(steadySince)
 	if loaded && held.key != key {
-		held = steadySince{key, time.Now()}
+		held = steadySince{key, now}
 		s.m.Store(uid, held)
 	}
 	return held.at
@@ -116,8 +116,8 @@ func (c *Controller) revokeIfStalled(ctx context.Context, pod *corev1.Pod, elect
 	if p.Candidate == nil || p.Candidate.DeletionTimestamp != nil || p.Candidate.Spec.NodeName != "" {
 		return 0
 	}
-	since := c.electedSince.since(pod.UID, election.Encode())
-	if wait := c.ElectionTimeout - time.Since(since); wait > 0 {
+	since := c.electedSince.since(pod.UID, election.Encode(), c.now())
+	if wait := c.ElectionTimeout - c.now().Sub(since); wait > 0 {
 		return wait
 	}
 	revoked, err := p.Target.Revoke(ctx, p.Candidate)
@@ -153,8 +153,8 @@ func (c *Controller) repin(ctx context.Context, pod *corev1.Pod, stale []candida
 	for i, p := range stale {
 		names[i] = p.Target.Name + "=" + strings.Join(candidate.PinnedDomain(p.Candidate), "/")
 	}
-	since := c.repinSince.since(pod.UID, strings.Join(names, ","))
-	if wait := repinAfter - time.Since(since); wait > 0 {
+	since := c.repinSince.since(pod.UID, strings.Join(names, ","), c.now())
+	if wait := repinAfter - c.now().Sub(since); wait > 0 {
 		return wait
 	}
 	for _, p := range stale {

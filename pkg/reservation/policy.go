@@ -109,7 +109,7 @@ func (c *Controller) leftOut(pod *corev1.Pod, invited, eligible []*target.Target
 func (c *Controller) planFor(ctx context.Context, pod *corev1.Pod, invited []*target.Target) (p plan, problem string, err error) {
 	// Targets that cannot run the pod, or take no new pod now, are left
 	// out before any policy groups or counts them.
-	invited = p.dropHeldBack(invited, time.Now())
+	invited = p.dropHeldBack(invited, c.now())
 	invited = p.dropUnfit(pod, invited)
 	p.selected = invited
 	if c.Policies == nil {
@@ -605,7 +605,7 @@ func (c *Controller) judgement(pod *corev1.Pod, p *plan, placed []placement.Doma
 	if w := p.policy.Window; w != nil {
 		j.Window = &Window{Candidates: w.Candidates, Timeout: w.Timeout}
 		if anyReserved(observed) {
-			first, _ := c.firstReserved.LoadOrStore(pod.UID, time.Now())
+			first, _ := c.firstReserved.LoadOrStore(pod.UID, c.now())
 			j.Window.FirstReserved = first.(time.Time)
 		}
 	}
@@ -648,7 +648,7 @@ func (c *Controller) rememberedDomain(pod *corev1.Pod, p *plan, keys []string) (
 	}
 	e := v.(electedDomain)
 	t, ok := c.Targets.Get(e.target)
-	if !ok || time.Since(e.at) > rememberDomainFor {
+	if !ok || c.now().Sub(e.at) > rememberDomainFor {
 		return nil, false
 	}
 	cl := p.clusterOf(t)

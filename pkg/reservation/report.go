@@ -155,7 +155,7 @@ const ReasonPolicyNotApplied = "PolicyNotApplied"
 
 // reportProblem tells the pod's owner, once, why a policy does not govern it.
 func (c *Controller) reportProblem(pod *corev1.Pod, problem string) {
-	if prev, ok := c.problems.Swap(pod.UID, reported{problem, time.Now()}); ok && prev.(reported).msg == problem {
+	if prev, ok := c.problems.Swap(pod.UID, reported{problem, c.now()}); ok && prev.(reported).msg == problem {
 		return
 	}
 	c.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, ReasonPolicyNotApplied, "Fan out", "%s; placed as if no policy selected it", problem)

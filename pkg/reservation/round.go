@@ -190,7 +190,7 @@ func (c *Controller) look(ctx context.Context, r *round) {
 // elects (the elected reservation ended, or its target reserved anew) is
 // decided again under the lock.
 func (c *Controller) elect(ctx context.Context, r *round) (Decision, error) {
-	in := Input{SourceUID: string(r.pod.UID), Election: r.election, Observed: r.observed, Now: time.Now()}
+	in := Input{SourceUID: string(r.pod.UID), Election: r.election, Observed: r.observed, Now: c.now()}
 	in.Policy = c.judgement(r.pod, &r.pl, r.placed, r.observed)
 	serialized := in.Policy != nil && r.pl.policy.Spreads() && workloadOf(r.pod) != ""
 	if serialized && !r.election.Elected() && anyReserved(r.observed) {
