@@ -44,7 +44,7 @@ func (c *Controller) freshElection(ctx context.Context, pod *corev1.Pod, cached 
 // A target that is not configured any more is released once its object is
 // gone: deleting it drained it (its candidates that did not run a pod were
 // deleted), or its finalizer was removed by hand, which leaves what it holds
-// to its operator (docs/invitations.md). While the object is there (being
+// to its operator (docs/join-a-target.md). While the object is there (being
 // drained, or the agent starting) the election waits.
 func (c *Controller) confirmRelease(ctx context.Context, pod *corev1.Pod, election protocol.Election, observed []Observed) []Observed {
 	i := slices.IndexFunc(observed, func(o Observed) bool { return o.Target == election.Target })

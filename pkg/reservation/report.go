@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/flotilla-dev/flotilla/pkg/candidate"
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
 	"github.com/flotilla-dev/flotilla/pkg/target"
 )
 
@@ -177,11 +178,11 @@ const ReasonFannedOut = "FannedOut"
 
 // ReasonNotInvited is the reason of the PodScheduled condition and Event of
 // a pod whose namespace a target's invitation does not cover.
-const ReasonNotInvited = "NotInvited"
+const ReasonNotInvited = protocol.ReasonNotInvited
 
 // ReasonObjectMissing is the reason of the PodScheduled condition and Event
 // of a pod that references a ConfigMap or Secret the source does not hold.
-const ReasonObjectMissing = "ObjectMissing"
+const ReasonObjectMissing = protocol.ReasonObjectMissing
 
 // ReasonObjectConflict is the reason of the Event of a pod whose candidate
 // a target did not get because it refused the copy of an object the pod
