@@ -56,6 +56,11 @@ type Placement struct {
 	// reports a reservation, the node it holds.
 	Node  string
 	Bound bool
+	// Target is the candidate's target label; Reserved and Nonce are the
+	// node its target's scheduler reserved, and the reservation's nonce,
+	// whether or not it is allowed yet: the source's election of that
+	// nonce counts it there (ObserveElection).
+	Target, Reserved, Nonce string
 	// Required is the candidate's required node affinity; Requests what it
 	// asks of a node.
 	Required    *corev1.NodeSelector
@@ -72,10 +77,14 @@ func PlacementOf(cluster string, p *corev1.Pod) (Placement, bool) {
 		Cluster: cluster, UID: string(p.UID), SourceUID: p.Labels[protocol.SourceUIDLabel],
 		App: AppOf(p), Node: p.Spec.NodeName, Bound: p.Spec.NodeName != "", Terminating: p.DeletionTimestamp != nil,
 	}
-	if !pl.Bound && p.Annotations[protocol.AllowedAnnotation] != "" {
+	pl.Target = p.Labels[protocol.TargetLabel]
+	if !pl.Bound {
 		var st protocol.State
 		if err := decodeState(p.Annotations[protocol.StateAnnotation], &st); err == nil && st.Phase == protocol.PhaseReserved {
-			pl.Node = st.Node
+			pl.Reserved, pl.Nonce = st.Node, st.Nonce
+			if p.Annotations[protocol.AllowedAnnotation] != "" {
+				pl.Node = st.Node
+			}
 		}
 	}
 	if a := p.Spec.Affinity; a != nil && a.NodeAffinity != nil {
@@ -120,8 +129,9 @@ func AppOf(p *corev1.Pod) string {
 // domains included). Levels are judged as Flotilla's joint spread is
 // defined: regions against all regions, a zone against the zones of its
 // region. A pod counts in the domain of the real node that runs it, or of
-// the node its elected candidate holds (bound or elected, as the agent
-// must count it); terminating pods do not count. It is safe for
+// the node its elected candidate holds (bound, or reserved under the
+// election its source records, as the agent must count it); terminating
+// pods do not count. It is safe for
 // concurrent use.
 type SpreadChecker struct {
 	mu       sync.Mutex
@@ -129,6 +139,8 @@ type SpreadChecker struct {
 	live     map[string]bool
 	policies map[string]Policy
 	current  map[string]Placement // by cluster/uid
+	// elections are the source pods' elections, by source UID.
+	elections map[string]protocol.Election
 	judged   map[string]bool
 	sticky   []chaos.Violation
 	reported map[string]bool
@@ -143,7 +155,8 @@ func NewSpreadChecker(nodes map[NodeRef]FleetNode, policies map[string]Policy) *
 		live[ref.Cluster] = true
 	}
 	return &SpreadChecker{nodes: nodes, live: live, policies: policies,
-		current: map[string]Placement{}, judged: map[string]bool{}, reported: map[string]bool{}}
+		current: map[string]Placement{}, judged: map[string]bool{}, reported: map[string]bool{},
+		elections: map[string]protocol.Election{}}
 }
 
 // SetLive says which clusters a live target still reaches: the others'
@@ -152,6 +165,33 @@ func (sc *SpreadChecker) SetLive(clusters map[string]bool) {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
 	sc.live = clusters
+}
+
+// ObserveElection feeds one observed election of a source pod (its
+// annotation as written): from the moment it names a reservation, the pod
+// counts in that reservation's node, as the source counts it when it
+// elects the pod's siblings, before the allowance reaches the candidate.
+func (sc *SpreadChecker) ObserveElection(sourceUID, election string, deleted bool) {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	e, err := protocol.ParseElection(election)
+	if deleted || err != nil || !e.Elected() {
+		delete(sc.elections, sourceUID)
+		return
+	}
+	sc.elections[sourceUID] = e
+}
+
+// countedNode is the node a candidate counts on: bound, allowed, or
+// reserved under its source's election.
+func (sc *SpreadChecker) countedNode(o Placement) string {
+	if o.Node != "" || o.Reserved == "" {
+		return o.Node
+	}
+	if e, ok := sc.elections[o.SourceUID]; ok && e.Nonce == o.Nonce && protocol.TargetLabelValue(e.Target) == o.Target {
+		return o.Reserved
+	}
+	return ""
 }
 
 // Observe feeds one observed state of a candidate.
@@ -239,10 +279,11 @@ func (sc *SpreadChecker) judge(p Placement, pol Policy) (chaos.Violation, bool) 
 	// The workload's pods per domain, one per source pod.
 	perSource := map[string][]string{}
 	for _, o := range sc.current {
-		if o.App != p.App || o.Terminating || o.Node == "" {
+		node := sc.countedNode(o)
+		if o.App != p.App || o.Terminating || node == "" {
 			continue
 		}
-		n, ok := sc.nodes[NodeRef{o.Cluster, o.Node}]
+		n, ok := sc.nodes[NodeRef{o.Cluster, node}]
 		if !ok {
 			continue
 		}

@@ -83,6 +83,35 @@ func TestSpreadChecker(t *testing.T) {
 		}
 	})
 
+	t.Run("a reservation counts from its source's election, before its allowance", func(t *testing.T) {
+		// pod-9 is elected on e2 (its election names the reservation);
+		// its allowance is not on the candidate yet. e1 then takes a
+		// second pod: e1 2, e2 1, u1 1 is within maxSkew.
+		reserved := Placement{Cluster: "c", UID: "cand-9", SourceUID: "pod-9", App: "web", Target: protocol.TargetLabelValue("t1"), Reserved: "e2", Nonce: "n9"}
+		for _, tc := range []struct {
+			name     string
+			election protocol.Election
+			want     int
+		}{
+			{"elected", protocol.Election{Generation: 1, Target: "t1", Nonce: "n9"}, 0},
+			{"another reservation elected", protocol.Election{Generation: 1, Target: "t1", Nonce: "n8"}, 1},
+			{"another target elected", protocol.Election{Generation: 1, Target: "t2", Nonce: "n9"}, 1},
+			{"no election", protocol.Election{}, 1},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				sc := NewSpreadChecker(nodes, map[string]Policy{"web": zone})
+				sc.ObserveElection("pod-9", tc.election.Encode(), false)
+				sc.Observe(reserved, false)
+				sc.Observe(bound(1, "e1"), false)
+				sc.Observe(bound(2, "u1"), false)
+				sc.Observe(bound(3, "e1"), false)
+				if vs := sc.Violations(); len(vs) != tc.want {
+					t.Fatalf("violations %v, want %d", vs, tc.want)
+				}
+			})
+		}
+	})
+
 	t.Run("a cluster no target reaches no longer counts", func(t *testing.T) {
 		two := map[NodeRef]FleetNode{}
 		for ref, n := range nodes {
