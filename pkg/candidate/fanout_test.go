@@ -3,14 +3,31 @@ package candidate
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/rest"
 
 	"github.com/flotilla-dev/flotilla/pkg/target"
 )
+
+// targets are n targets t1..tn whose API servers do not answer, never
+// started: their caches are empty.
+func targets(t *testing.T, n int) []*target.Target {
+	t.Helper()
+	var out []*target.Target
+	for i := range n {
+		tg, err := target.New(target.Config{Name: fmt.Sprintf("t%d", i+1), REST: &rest.Config{Host: "https://127.0.0.1:1"}, SourceCluster: "src"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, tg)
+	}
+	return out
+}
 
 // preparer records the targets it prepared and refuses those in refuse.
 type preparer struct {

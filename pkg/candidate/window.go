@@ -11,45 +11,116 @@ import (
 	"github.com/flotilla-dev/flotilla/pkg/target"
 )
 
-// Eligible returns the targets that get a candidate of the source pod. With
-// limit <= 0 that is every target. Otherwise the pod keeps the targets that
-// hold its candidates, the first targets of its order join them until it
-// has limit, and the set widens by limit for as long as every target in it has
-// failed the pod: its candidate is unschedulable there, or the target is
-// unreachable. The set is computed from what the targets hold and report,
-// so it survives agent restarts without any state of its own.
+// View is what the fan-out decisions know of one target for one source
+// pod: what the target holds of the pod and what it answered, as plain
+// values. ViewsOf reads them from live targets; the decisions (Eligible,
+// ToFanOut, Holding, AllFailed, Invited) are functions of views alone.
+type View struct {
+	// Name is the target's name: the rendezvous order hashes it, ties are
+	// broken by it, and Pick finds the target by it.
+	Name string
+	// Serves is whether the target takes pods of the pod's namespace: a
+	// namespaced Target takes only its own namespace's.
+	Serves bool
+	// Covers is whether the target's invitation covers the namespace the
+	// pod's candidate would go to there (after its namespace mapping);
+	// true for a target that was not invited, whose namespaces are open.
+	Covers bool
+	// Holds is whether the target holds a candidate of the pod (of its
+	// UID, not being deleted) or this agent has just created one there.
+	Holds bool
+	// Failed is whether the target has failed the pod: it is unreachable,
+	// or its candidate of the pod says it is unschedulable.
+	Failed bool
+	// Weight is the target's share of the pod's first candidates against
+	// the others' (Prospect.Weight); zero or less weighs as 1, so views
+	// without weights are all alike.
+	Weight float64
+}
+
+// ViewsOf reads the targets' views for the source pod, in the targets'
+// order; prospect weighs them (nil: all alike). It is the only part of the
+// fan-out decisions that reads a live target.
+func ViewsOf(source *corev1.Pod, sourceCluster string, targets []*target.Target, prospect func(*target.Target) Prospect) []View {
+	views := make([]View, len(targets))
+	for i, t := range targets {
+		ns, name := t.NamespaceFor(source.Namespace), CandidateNameOf(source, sourceCluster, t.Name)
+		v := View{
+			Name:   t.Name,
+			Serves: t.Serves(source.Namespace),
+			Covers: t.Covers(ns),
+			Holds:  t.Holds(ns, name, source.UID),
+			Failed: t.Err() != nil,
+			Weight: 1,
+		}
+		if !v.Failed {
+			c, ok := t.Candidate(ns, name)
+			v.Failed = ok && target.Unschedulable(c) != ""
+		}
+		if prospect != nil {
+			v.Weight = prospect(t).Weight()
+		}
+		views[i] = v
+	}
+	return views
+}
+
+// Pick is the targets the views name, in the views' order.
+func Pick(targets []*target.Target, views []View) []*target.Target {
+	byName := make(map[string]*target.Target, len(targets))
+	for _, t := range targets {
+		if _, ok := byName[t.Name]; !ok {
+			byName[t.Name] = t
+		}
+	}
+	var out []*target.Target
+	for _, v := range views {
+		if t, ok := byName[v.Name]; ok {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// Eligible returns the targets that get a candidate of the pod of UID uid.
+// With limit <= 0 that is every target. Otherwise the pod keeps the targets
+// that hold its candidates, the first targets of its order join them until
+// it has limit, and the set widens by limit for as long as every target in
+// it has failed the pod: its candidate is unschedulable there, or the
+// target is unreachable. The set is computed from what the targets hold
+// and report, so it survives agent restarts without any state of its own.
 //
 // The order is a weighted rendezvous hash of the pod's UID: the weights are
-// the targets' prospects (see Prospect; nil: all alike), so each pod draws
-// its targets at random in proportion to them, pods spread over the
-// targets, and the promising ones get more. A pod's choice holds once its
-// candidates are there, however the weights change after.
+// the targets' prospects (View.Weight), so each pod draws its targets at
+// random in proportion to them, pods spread over the targets, and the
+// promising ones get more. A pod's choice holds once its candidates are
+// there, however the weights change after.
 //
 // Targets that do not serve the pod's namespace (a namespaced Target of
 // another namespace) are never eligible.
-func Eligible(source *corev1.Pod, sourceCluster string, targets []*target.Target, limit int, prospect func(*target.Target) Prospect) []*target.Target {
-	targets = serving(targets, source.Namespace)
-	if limit <= 0 || limit >= len(targets) {
-		return targets
+func Eligible(views []View, uid string, limit int) []View {
+	views = serving(views)
+	if limit <= 0 || limit >= len(views) {
+		return views
 	}
-	var chosen, rest []*target.Target
-	for _, t := range targets {
-		if t.Holds(t.NamespaceFor(source.Namespace), CandidateNameOf(source, sourceCluster, t.Name), source.UID) {
-			chosen = append(chosen, t)
+	var chosen, rest []View
+	for _, v := range views {
+		if v.Holds {
+			chosen = append(chosen, v)
 		} else {
-			rest = append(rest, t)
+			rest = append(rest, v)
 		}
 	}
-	if len(chosen) >= limit && !AllFailed(chosen, source, sourceCluster) {
+	if len(chosen) >= limit && !AllFailed(chosen) {
 		// The pod's draw was made: no need to weigh the others.
 		return chosen
 	}
-	rest = rendezvous(string(source.UID), rest, prospect)
+	rest = rendezvous(uid, rest)
 	take := max(limit-len(chosen), 0)
 	for len(rest) > 0 {
 		n := min(take, len(rest))
 		chosen, rest = append(chosen, rest[:n]...), rest[n:]
-		if !AllFailed(chosen, source, sourceCluster) {
+		if !AllFailed(chosen) {
 			break
 		}
 		take = limit
@@ -57,70 +128,66 @@ func Eligible(source *corev1.Pod, sourceCluster string, targets []*target.Target
 	return chosen
 }
 
-// ToFanOut is where the source pod's candidates go now: while one of its
+// ToFanOut is where the pod's candidates go now: while one of its
 // candidates stands elected (elected), only the targets that hold one
 // already, for that candidate is reserved or bound, and a cache that has
 // not yet seen the pod bound and its other candidates deleted must not
 // draw the pod again; otherwise Eligible.
-func ToFanOut(source *corev1.Pod, sourceCluster string, targets []*target.Target, limit int, prospect func(*target.Target) Prospect, elected bool) []*target.Target {
+func ToFanOut(views []View, uid string, limit int, elected bool) []View {
 	if elected {
-		return Holding(source, sourceCluster, targets)
+		return Holding(views)
 	}
-	return Eligible(source, sourceCluster, targets, limit, prospect)
+	return Eligible(views, uid, limit)
 }
 
-// Holding are the targets that hold a candidate of the source pod (or
-// that this agent has just created one in).
-func Holding(source *corev1.Pod, sourceCluster string, targets []*target.Target) []*target.Target {
-	var out []*target.Target
-	for _, t := range targets {
-		if t.Holds(t.NamespaceFor(source.Namespace), CandidateNameOf(source, sourceCluster, t.Name), source.UID) {
-			out = append(out, t)
+// Holding are the targets that hold a candidate of the pod (or that this
+// agent has just created one in).
+func Holding(views []View) []View {
+	var out []View
+	for _, v := range views {
+		if v.Holds {
+			out = append(out, v)
 		}
 	}
 	return out
 }
 
 // AllFailed reports whether every target is unreachable or has said it
-// cannot schedule its candidate of the source pod.
-func AllFailed(targets []*target.Target, source *corev1.Pod, sourceCluster string) bool {
-	for _, t := range targets {
-		if t.Err() != nil {
-			continue
-		}
-		c, ok := t.Candidate(t.NamespaceFor(source.Namespace), CandidateNameOf(source, sourceCluster, t.Name))
-		if !ok || target.Unschedulable(c) == "" {
+// cannot schedule its candidate of the pod (true of no target).
+func AllFailed(views []View) bool {
+	for _, v := range views {
+		if !v.Failed {
 			return false
 		}
 	}
 	return true
 }
 
-// Invited splits the targets that serve the source pod's namespace by
-// whether their invitation covers the namespace its candidate would go to;
-// a target that is not invited there is skipped, never asked. A namespaced
+// Invited splits the targets that serve the pod's namespace by whether
+// their invitation covers the namespace its candidate would go to; a
+// target that is not invited there is skipped, never asked. A namespaced
 // Target of another namespace is in neither: the pod is none of its
 // business, so it gets no candidate through it and hears nothing of it.
-func Invited(source *corev1.Pod, targets []*target.Target) (invited, not []*target.Target) {
-	for _, t := range targets {
-		if !t.Serves(source.Namespace) {
+func Invited(views []View) (invited, not []View) {
+	for _, v := range views {
+		if !v.Serves {
 			continue
 		}
-		if t.Covers(t.NamespaceFor(source.Namespace)) {
-			invited = append(invited, t)
+		if v.Covers {
+			invited = append(invited, v)
 		} else {
-			not = append(not, t)
+			not = append(not, v)
 		}
 	}
 	return invited, not
 }
 
-// serving filters the targets that take pods of a source namespace.
-func serving(targets []*target.Target, sourceNamespace string) []*target.Target {
-	out := targets[:0:0]
-	for _, t := range targets {
-		if t.Serves(sourceNamespace) {
-			out = append(out, t)
+// serving filters the targets that take pods of the pod's namespace.
+func serving(views []View) []View {
+	out := views[:0:0]
+	for _, v := range views {
+		if v.Serves {
+			out = append(out, v)
 		}
 	}
 	return out
@@ -130,37 +197,35 @@ func serving(targets []*target.Target, sourceNamespace string) []*target.Target 
 // target draws u in (0, 1) from a hash of the key and its name, and the
 // order is by ln(u) ÷ weight, highest first. That orders the targets as a
 // draw without replacement in proportion to their weights would, and is
-// the plain rendezvous order by u when the weights are equal.
-func rendezvous(key string, targets []*target.Target, prospect func(*target.Target) Prospect) []*target.Target {
-	weights := make([]float64, len(targets))
-	for i, t := range targets {
-		weights[i] = 1
-		if prospect != nil {
-			weights[i] = prospect(t).Weight()
-		}
-	}
+// the plain rendezvous order by u when the weights are equal. Ties go by
+// name, so the order does not depend on the order of views.
+func rendezvous(key string, views []View) []View {
 	type scored struct {
-		t     *target.Target
+		v     View
 		score float64
 	}
-	s := make([]scored, len(targets))
-	for i, t := range targets {
+	s := make([]scored, len(views))
+	for i, v := range views {
+		w := v.Weight
+		if w <= 0 {
+			w = 1
+		}
 		// A cryptographic hash: FNV's high bits barely depend on the last
 		// bytes, and target names often differ only there ("t1", "t2").
-		sum := sha256.Sum256([]byte(key + "\x00" + t.Name))
+		sum := sha256.Sum256([]byte(key + "\x00" + v.Name))
 		// 53 bits, as many as a float64 holds exactly; +1 keeps u above 0.
 		u := (float64(binary.BigEndian.Uint64(sum[:8])>>11) + 1) / (1 << 53)
-		s[i] = scored{t, math.Log(u) / weights[i]}
+		s[i] = scored{v, math.Log(u) / w}
 	}
 	sort.Slice(s, func(i, j int) bool {
 		if s[i].score != s[j].score {
 			return s[i].score > s[j].score
 		}
-		return s[i].t.Name < s[j].t.Name
+		return s[i].v.Name < s[j].v.Name
 	})
-	out := make([]*target.Target, len(s))
+	out := make([]View, len(s))
 	for i := range s {
-		out[i] = s[i].t
+		out[i] = s[i].v
 	}
 	return out
 }

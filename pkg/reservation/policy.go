@@ -157,7 +157,7 @@ func (c *Controller) planFor(ctx context.Context, pod *corev1.Pod, invited []*ta
 		for _, cl := range g {
 			p.selected = append(p.selected, byName[cl.Name])
 		}
-		if i == len(groups)-1 || !candidate.AllFailed(p.selected, pod, c.SourceCluster) {
+		if i == len(groups)-1 || !candidate.AllFailed(candidate.ViewsOf(pod, c.SourceCluster, p.selected, nil)) {
 			for _, later := range groups[i+1:] {
 				for _, cl := range later {
 					p.excluded[cl.Name] = fmt.Sprintf("in fallback group %d, not needed while an earlier group can run the pod", i+2)

@@ -75,7 +75,8 @@ func (c *Controller) place(ctx context.Context, r *round) (reconcile.Result, err
 // a bound one must be adopted, and the others are never elected.
 func (c *Controller) fanOut(ctx context.Context, r *round) error {
 	pod := r.pod
-	invited, uninvited := candidate.Invited(pod, r.targets)
+	in, out := candidate.Invited(candidate.ViewsOf(pod, c.SourceCluster, r.targets, nil))
+	invited, uninvited := candidate.Pick(r.targets, in), candidate.Pick(r.targets, out)
 	r.uninvited = uninvited
 	pl, problem, err := c.planFor(ctx, pod, invited)
 	if err != nil {
@@ -113,7 +114,8 @@ func (c *Controller) fanOut(ctx context.Context, r *round) error {
 		}
 		r.unhealthy = true
 	}
-	eligible := candidate.ToFanOut(pod, c.SourceCluster, r.pl.selected, c.MaxCandidates, c.prospects(&r.pl), r.election.Elected())
+	views := candidate.ViewsOf(pod, c.SourceCluster, r.pl.selected, c.prospects(&r.pl))
+	eligible := candidate.Pick(r.pl.selected, candidate.ToFanOut(views, string(pod.UID), c.MaxCandidates, r.election.Elected()))
 	r.placements = candidate.FanOut(ctx, pod, c.SourceCluster, eligible, prep, r.pl.shaper())
 	c.reportFanOut(pod, r.placements, &r.pl)
 	r.placements = append(r.placements, c.leftOut(pod, invited, eligible, &r.pl)...)
