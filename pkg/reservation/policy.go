@@ -268,8 +268,7 @@ func (c *Controller) prospects(p *plan) func(*target.Target) candidate.Prospect 
 	if c.MaxCandidates <= 0 || len(p.selected) <= c.MaxCandidates {
 		return nil
 	}
-	// Weighed on the first call only: a pod that holds its candidates
-	// already is not drawn again (candidate.Eligible).
+	// Weighed once per fan-out, on the first call.
 	var ps map[string]candidate.Prospect
 	return func(t *target.Target) candidate.Prospect {
 		if ps == nil {

@@ -114,7 +114,13 @@ func (c *Controller) fanOut(ctx context.Context, r *round) error {
 		}
 		r.unhealthy = true
 	}
-	views := candidate.ViewsOf(pod, c.SourceCluster, r.pl.selected, c.prospects(&r.pl))
+	// A pod that stands elected is not drawn again: its targets need no
+	// weighing.
+	prospects := c.prospects(&r.pl)
+	if r.election.Elected() {
+		prospects = nil
+	}
+	views := candidate.ViewsOf(pod, c.SourceCluster, r.pl.selected, prospects)
 	eligible := candidate.Pick(r.pl.selected, candidate.ToFanOut(views, string(pod.UID), c.MaxCandidates, r.election.Elected()))
 	r.placements = candidate.FanOut(ctx, pod, c.SourceCluster, eligible, prep, r.pl.shaper())
 	c.reportFanOut(pod, r.placements, &r.pl)
