@@ -1,0 +1,88 @@
+package reservation_test
+
+import (
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
+)
+
+// electedIn elects the pod's candidate in t1 (t2 reserves too, with a
+// lower score) and returns the election.
+func electedIn(h *harness, podName string) (*corev1.Pod, protocol.Election) {
+	h.t.Helper()
+	pod := h.newSourcePod(podName)
+	h.reconcile(pod)
+	h.reserve(pod, "t1", onNode{name: "n1", score: 90})
+	h.reserve(pod, "t2", onNode{name: "n2", score: 10})
+	h.reconcile(pod)
+	e := h.election(pod)
+	if e.Target != "t1" {
+		h.t.Fatalf("election %s, want t1 (the better score)", e.Encode())
+	}
+	return pod, e
+}
+
+// TestStalledElectionIsRevokedAfterTheTimeout: an elected candidate that
+// its target neither binds nor gives up is deleted once ElectionTimeout
+// has passed on the controller's clock, not before, and the pod is then
+// elected elsewhere; until then the controller asks to look again when
+// the timeout is due.
+func TestStalledElectionIsRevokedAfterTheTimeout(t *testing.T) {
+	h := newHarness(t, twoTargets())
+	clock := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	h.c.Clock, h.c.ElectionTimeout = clock, time.Minute
+	pod, _ := electedIn(h, "web-0")
+
+	res := h.reconcile(pod)
+	if res.RequeueAfter <= 0 || res.RequeueAfter > time.Minute {
+		t.Errorf("waiting on the election: look again after %v, want within the minute of the timeout", res.RequeueAfter)
+	}
+	clock.Step(59 * time.Second)
+	h.reconcile(pod)
+	if h.candidate(pod, "t1") == nil {
+		t.Fatal("the elected candidate was revoked before the election timeout")
+	}
+
+	clock.Step(2 * time.Second)
+	h.reconcile(pod)
+	if c := h.candidate(pod, "t1"); c != nil && c.DeletionTimestamp == nil {
+		t.Fatal("the elected candidate, unbound past the election timeout, was not revoked")
+	}
+	h.reconcile(pod)
+	h.reconcile(pod)
+	if e := h.election(pod); e.Target != "t2" || e.Generation < 2 {
+		t.Errorf("election %s after t1's candidate was revoked, want a later one of t2", e.Encode())
+	}
+}
+
+// TestOtherCandidatesDeniedAfterDenyAfter: the candidates that cannot be
+// elected while another stands elected are denied (so they hold no node)
+// only once the election has stood DenyAfter on the controller's clock.
+func TestOtherCandidatesDeniedAfterDenyAfter(t *testing.T) {
+	h := newHarness(t, twoTargets())
+	clock := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	h.c.Clock, h.c.DenyAfter = clock, 10*time.Second
+	pod, e := electedIn(h, "web-0")
+
+	res := h.reconcile(pod)
+	if got := h.candidate(pod, "t2").Annotations[protocol.DeniedAnnotation]; got != "" {
+		t.Fatalf("t2's candidate denied (%q) before the election stood DenyAfter", got)
+	}
+	if res.RequeueAfter <= 0 || res.RequeueAfter > 10*time.Second {
+		t.Errorf("look again after %v, want within DenyAfter", res.RequeueAfter)
+	}
+
+	clock.Step(11 * time.Second)
+	h.reconcile(pod)
+	want := protocol.Denial{SourceUID: string(pod.UID), Generation: e.Generation}.Encode()
+	if got := h.candidate(pod, "t2").Annotations[protocol.DeniedAnnotation]; got != want {
+		t.Errorf("t2's candidate denial %q after DenyAfter, want %q", got, want)
+	}
+	if got := h.candidate(pod, "t1").Annotations[protocol.DeniedAnnotation]; got != "" {
+		t.Errorf("the elected candidate was denied: %q", got)
+	}
+}
