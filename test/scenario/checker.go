@@ -56,10 +56,10 @@ type Placement struct {
 	// reports a reservation, the node it holds.
 	Node  string
 	Bound bool
-	// Target is the candidate's target label; Reserved and Nonce are the
-	// node its target's scheduler reserved, and the reservation's nonce,
-	// whether or not it is allowed yet: the source's election of that
-	// nonce counts it there (ObserveElection).
+	// Target is the candidate's target label; Nonce is its target's last
+	// report's, and Reserved the node a Reserved report names, allowed or
+	// not: the source's election of that nonce counts it there
+	// (ObserveElection).
 	Target, Reserved, Nonce string
 	// Required is the candidate's required node affinity; Requests what it
 	// asks of a node.
@@ -78,10 +78,11 @@ func PlacementOf(cluster string, p *corev1.Pod) (Placement, bool) {
 		App: AppOf(p), Node: p.Spec.NodeName, Bound: p.Spec.NodeName != "", Terminating: p.DeletionTimestamp != nil,
 	}
 	pl.Target = p.Labels[protocol.TargetLabel]
-	if !pl.Bound {
-		var st protocol.State
-		if err := decodeState(p.Annotations[protocol.StateAnnotation], &st); err == nil && st.Phase == protocol.PhaseReserved {
-			pl.Reserved, pl.Nonce = st.Node, st.Nonce
+	var st protocol.State
+	if err := decodeState(p.Annotations[protocol.StateAnnotation], &st); err == nil {
+		pl.Nonce = st.Nonce
+		if !pl.Bound && st.Phase == protocol.PhaseReserved {
+			pl.Reserved = st.Node
 			if p.Annotations[protocol.AllowedAnnotation] != "" {
 				pl.Node = st.Node
 			}
@@ -122,17 +123,23 @@ func AppOf(p *corev1.Pod) string {
 	return ""
 }
 
-// SpreadChecker judges every binding of a delegate against its workload's
-// DoNotSchedule spread, as kube-scheduler judges a placement: after it,
-// the delegate's domain may hold at most maxSkew more of the workload's
+// SpreadChecker judges every election of a source pod against its
+// workload's DoNotSchedule spread, as kube-scheduler's filter judges a pod
+// when it schedules it, counting the pods it has assumed: with it, the
+// elected node's domain may hold at most maxSkew more of the workload's
 // pods than the emptiest domain the pod could run in (empty and full
-// domains included). Levels are judged as Flotilla's joint spread is
+// domains included). An election is judged once the checker has seen the
+// reservation it names and the reservations of the siblings' elections, so
+// that a watch of one cluster lagging another's does not count a sibling
+// nowhere. A sibling whose election is withdrawn later (its target never
+// bound it) leaves the elections made before as they were judged: a
+// binding is not judged again, since no scheduler can foresee a
+// withdrawal. Levels are judged as Flotilla's joint spread is
 // defined: regions against all regions, a zone against the zones of its
 // region. A pod counts in the domain of the real node that runs it, or of
 // the node its elected candidate holds (bound, or reserved under the
 // election its source records, as the agent must count it); terminating
-// pods do not count. It is safe for
-// concurrent use.
+// pods do not count. It is safe for concurrent use.
 type SpreadChecker struct {
 	mu       sync.Mutex
 	nodes    map[NodeRef]FleetNode
@@ -140,11 +147,16 @@ type SpreadChecker struct {
 	policies map[string]Policy
 	current  map[string]Placement // by cluster/uid
 	// elections are the source pods' elections, by source UID.
-	elections map[string]protocol.Election
+	elections map[string]seenElection
+	// judged are the elections judged, by source UID, generation, target
+	// and nonce.
 	judged   map[string]bool
 	sticky   []chaos.Violation
 	reported map[string]bool
-	bindings int
+	// judgedCount counts the elections judged.
+	judgedCount int
+	// seq numbers the elections in the order seen.
+	seq uint64
 }
 
 // NewSpreadChecker judges the DoNotSchedule policies of policies (by
@@ -156,7 +168,7 @@ func NewSpreadChecker(nodes map[NodeRef]FleetNode, policies map[string]Policy) *
 	}
 	return &SpreadChecker{nodes: nodes, live: live, policies: policies,
 		current: map[string]Placement{}, judged: map[string]bool{}, reported: map[string]bool{},
-		elections: map[string]protocol.Election{}}
+		elections: map[string]seenElection{}}
 }
 
 // SetLive says which clusters a live target still reaches: the others'
@@ -171,7 +183,7 @@ func (sc *SpreadChecker) SetLive(clusters map[string]bool) {
 // annotation as written): from the moment it names a reservation, the pod
 // counts in that reservation's node, as the source counts it when it
 // elects the pod's siblings, before the allowance reaches the candidate.
-func (sc *SpreadChecker) ObserveElection(sourceUID, election string, deleted bool) {
+func (sc *SpreadChecker) ObserveElection(sourceUID, app, election string, deleted bool) {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
 	e, err := protocol.ParseElection(election)
@@ -179,8 +191,29 @@ func (sc *SpreadChecker) ObserveElection(sourceUID, election string, deleted boo
 		delete(sc.elections, sourceUID)
 		return
 	}
-	sc.elections[sourceUID] = e
+	if prev, ok := sc.elections[sourceUID]; !ok || prev.Election != e {
+		sc.seq++
+		sc.elections[sourceUID] = seenElection{Election: e, app: app, at: time.Now(), seq: sc.seq}
+	}
+	sc.judgeElections()
 }
+
+// seenElection is a source pod's election as the checker saw it.
+type seenElection struct {
+	protocol.Election
+	app string
+	// at is when the checker saw it first; seq its place in the order
+	// the source's elections were seen (one watch: the order they were
+	// written in).
+	at  time.Time
+	seq uint64
+}
+
+// resolveWithin bounds how long an election whose reservation the checker
+// has not seen holds back the judgement of its siblings' elections: a
+// watch that lags is seen within it; a candidate deleted before the
+// checker saw its reservation never is.
+const resolveWithin = 5 * time.Second
 
 // countedNode is the node a candidate counts on: bound, allowed, or
 // reserved under its source's election.
@@ -204,31 +237,88 @@ func (sc *SpreadChecker) Observe(p Placement, deleted bool) {
 		return
 	}
 	sc.current[id] = p
-	if !p.Bound || p.Terminating || sc.judged[id] {
-		return
+	sc.judgeElections()
+}
+
+// electedNode is the candidate an election names and the node it holds
+// there (bound, or reserved); ok false while the checker has not seen it.
+func (sc *SpreadChecker) electedNode(sourceUID string, e protocol.Election) (Placement, bool) {
+	for _, o := range sc.current {
+		if o.SourceUID != sourceUID || o.Terminating || o.Nonce != e.Nonce || o.Target != protocol.TargetLabelValue(e.Target) {
+			continue
+		}
+		if o.Bound {
+			return o, true
+		}
+		if o.Reserved != "" {
+			o.Node = o.Reserved
+			return o, true
+		}
 	}
-	sc.judged[id] = true
-	sc.bindings++
-	pol, ok := sc.policies[p.App]
-	if !ok || pol.When != DoNotSchedule {
-		return
+	return Placement{}, false
+}
+
+// judgeElections judges each election not judged yet whose reservation,
+// and whose siblings' elected reservations, the checker has seen.
+func (sc *SpreadChecker) judgeElections() {
+	now := time.Now()
+	unresolved := map[string]bool{} // workloads with an election not seen yet
+	elected := map[string]Placement{}
+	for uid, e := range sc.elections {
+		o, ok := sc.electedNode(uid, e.Election)
+		if !ok {
+			if now.Sub(e.at) < resolveWithin && !sc.judged[electionKey(uid, e.Election)] {
+				unresolved[e.app] = true
+			}
+			continue
+		}
+		elected[uid] = o
 	}
-	if v, bad := sc.judge(p, pol); bad {
-		sc.report(string(v.Kind)+"/"+id, v)
+	uids := make([]string, 0, len(elected))
+	for uid := range elected {
+		uids = append(uids, uid)
+	}
+	// In the order they were made, each counting only the elections made
+	// before it, as the source counted them.
+	sort.Slice(uids, func(i, j int) bool { return sc.elections[uids[i]].seq < sc.elections[uids[j]].seq })
+	for _, uid := range uids {
+		o := elected[uid]
+		if unresolved[o.App] {
+			continue
+		}
+		e := sc.elections[uid]
+		key := electionKey(uid, e.Election)
+		if sc.judged[key] {
+			continue
+		}
+		sc.judged[key] = true
+		sc.judgedCount++
+		pol, ok := sc.policies[o.App]
+		if !ok || pol.When != DoNotSchedule {
+			continue
+		}
+		if v, bad := sc.judge(o, pol, e.seq); bad {
+			sc.report(string(v.Kind)+"/"+key, v)
+		}
 	}
 }
 
-// Bindings is how many bindings were judged.
-func (sc *SpreadChecker) Bindings() int {
+func electionKey(uid string, e protocol.Election) string {
+	return fmt.Sprintf("%s/%d/%s/%s", uid, e.Generation, e.Target, e.Nonce)
+}
+
+// Judged is how many elections were judged.
+func (sc *SpreadChecker) Judged() int {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
-	return sc.bindings
+	return sc.judgedCount
 }
 
 // Violations so far.
 func (sc *SpreadChecker) Violations() []chaos.Violation {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
+	sc.judgeElections()
 	return append([]chaos.Violation(nil), sc.sticky...)
 }
 
@@ -253,8 +343,11 @@ func domainOf(labels map[string]string, keys []string) ([]string, bool) {
 	return out, true
 }
 
-func (sc *SpreadChecker) judge(p Placement, pol Policy) (chaos.Violation, bool) {
-	where := fmt.Sprintf("delegate of pod uid %s (workload %s) bound on %s in %s", p.SourceUID, p.App, p.Node, p.Cluster)
+// judge judges p's domain, counting the pods elected no later than
+// election seq (and the bound or allowed ones whose election the checker
+// did not see).
+func (sc *SpreadChecker) judge(p Placement, pol Policy, seq uint64) (chaos.Violation, bool) {
+	where := fmt.Sprintf("pod uid %s (workload %s) elected on %s in %s", p.SourceUID, p.App, p.Node, p.Cluster)
 	node, known := sc.nodes[NodeRef{p.Cluster, p.Node}]
 	if !known {
 		return chaos.Violation{}, false
@@ -281,6 +374,9 @@ func (sc *SpreadChecker) judge(p Placement, pol Policy) (chaos.Violation, bool) 
 	for _, o := range sc.current {
 		node := sc.countedNode(o)
 		if o.App != p.App || o.Terminating || node == "" {
+			continue
+		}
+		if e, ok := sc.elections[o.SourceUID]; ok && e.seq > seq {
 			continue
 		}
 		n, ok := sc.nodes[NodeRef{o.Cluster, node}]

@@ -25,7 +25,15 @@ func fleetNodes(zones map[string][2]string) map[NodeRef]FleetNode {
 }
 
 func bound(i int, node string) Placement {
-	return Placement{Cluster: "c", UID: fmt.Sprintf("cand-%d", i), SourceUID: fmt.Sprintf("pod-%d", i), App: "web", Node: node, Bound: true}
+	return Placement{Cluster: "c", UID: fmt.Sprintf("cand-%d", i), SourceUID: fmt.Sprintf("pod-%d", i), App: "web", Node: node, Bound: true,
+		Target: protocol.TargetLabelValue("t"), Nonce: fmt.Sprintf("n%d", i)}
+}
+
+// place plays pod i elected on node, its candidate bound there: the
+// checker sees the candidate, then the election that names it.
+func place(sc *SpreadChecker, i int, node string) {
+	sc.Observe(bound(i, node), false)
+	sc.ObserveElection(fmt.Sprintf("pod-%d", i), "web", protocol.Election{Generation: 1, Target: "t", Nonce: fmt.Sprintf("n%d", i)}.Encode(), false)
 }
 
 func TestSpreadChecker(t *testing.T) {
@@ -54,7 +62,7 @@ func TestSpreadChecker(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			sc := NewSpreadChecker(nodes, map[string]Policy{"web": tc.policy})
 			for i, n := range tc.placed {
-				sc.Observe(bound(i, n), false)
+				place(sc, i, n)
 			}
 			vs := sc.Violations()
 			switch {
@@ -68,47 +76,68 @@ func TestSpreadChecker(t *testing.T) {
 
 	t.Run("a pod deleted no longer counts; an elected one counts where it holds its node", func(t *testing.T) {
 		sc := NewSpreadChecker(nodes, map[string]Policy{"web": zone})
-		sc.Observe(bound(0, "e1"), false)
+		place(sc, 0, "e1")
 		sc.Observe(bound(0, "e1"), true)
+		sc.ObserveElection("pod-0", "web", "", true)
 		sc.Observe(Placement{Cluster: "c", UID: "cand-9", SourceUID: "pod-9", App: "web", Node: "e2"}, false)
-		sc.Observe(bound(1, "e1"), false)
-		sc.Observe(bound(2, "u1"), false)
-		sc.Observe(bound(3, "e1"), false)
+		place(sc, 1, "e1")
+		place(sc, 2, "u1")
+		place(sc, 3, "e1")
 		if vs := sc.Violations(); len(vs) != 0 {
 			t.Fatalf("violations %v, want none (e1 2, e2 1 elected, u1 1)", vs)
 		}
-		sc.Observe(bound(4, "e1"), false)
+		place(sc, 4, "e1")
 		if vs := sc.Violations(); len(vs) != 1 || vs[0].Kind != Skew {
 			t.Fatalf("violations %v, want a skew: e1 3 against 1", vs)
 		}
 	})
 
 	t.Run("a reservation counts from its source's election, before its allowance", func(t *testing.T) {
-		// pod-9 is elected on e2 (its election names the reservation);
-		// its allowance is not on the candidate yet. e1 then takes a
-		// second pod: e1 2, e2 1, u1 1 is within maxSkew.
-		reserved := Placement{Cluster: "c", UID: "cand-9", SourceUID: "pod-9", App: "web", Target: protocol.TargetLabelValue("t1"), Reserved: "e2", Nonce: "n9"}
+		// pod-9 holds a reservation on e2 in t1, and one on u1 in t2;
+		// neither is allowed yet. Elected on e2, e1 then takes a second
+		// pod within maxSkew (e1 2, e2 1, u1 1); elected elsewhere (or
+		// not at all), e2 is empty and e1's second pod is a skew (and,
+		// with pod-9 on u1, u1's second too).
+		onE2 := Placement{Cluster: "c", UID: "cand-9", SourceUID: "pod-9", App: "web", Target: protocol.TargetLabelValue("t1"), Reserved: "e2", Nonce: "n9"}
+		onU1 := Placement{Cluster: "c", UID: "cand-9b", SourceUID: "pod-9", App: "web", Target: protocol.TargetLabelValue("t2"), Reserved: "u1", Nonce: "n8"}
 		for _, tc := range []struct {
 			name     string
 			election protocol.Election
 			want     int
 		}{
 			{"elected", protocol.Election{Generation: 1, Target: "t1", Nonce: "n9"}, 0},
-			{"another reservation elected", protocol.Election{Generation: 1, Target: "t1", Nonce: "n8"}, 1},
-			{"another target elected", protocol.Election{Generation: 1, Target: "t2", Nonce: "n9"}, 1},
+			{"another target's reservation elected", protocol.Election{Generation: 1, Target: "t2", Nonce: "n8"}, 2},
 			{"no election", protocol.Election{}, 1},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				sc := NewSpreadChecker(nodes, map[string]Policy{"web": zone})
-				sc.ObserveElection("pod-9", tc.election.Encode(), false)
-				sc.Observe(reserved, false)
-				sc.Observe(bound(1, "e1"), false)
-				sc.Observe(bound(2, "u1"), false)
-				sc.Observe(bound(3, "e1"), false)
+				sc.Observe(onE2, false)
+				sc.Observe(onU1, false)
+				sc.ObserveElection("pod-9", "web", tc.election.Encode(), false)
+				place(sc, 1, "e1")
+				place(sc, 2, "u1")
+				place(sc, 3, "e1")
 				if vs := sc.Violations(); len(vs) != tc.want {
 					t.Fatalf("violations %v, want %d", vs, tc.want)
 				}
 			})
+		}
+	})
+
+	t.Run("an election is judged once its siblings' elected reservations are seen", func(t *testing.T) {
+		// pod-1's election on e1 is seen before its candidate (another
+		// cluster's watch lags): pod-2's election on e1 waits for it,
+		// then is judged after it, a skew (e1 2 against 0); pod-1's, first,
+		// is none.
+		sc := NewSpreadChecker(nodes, map[string]Policy{"web": zone})
+		sc.ObserveElection("pod-1", "web", protocol.Election{Generation: 1, Target: "t", Nonce: "n1"}.Encode(), false)
+		place(sc, 2, "e1")
+		if n := sc.Judged(); n != 0 {
+			t.Fatalf("%d elections judged while a sibling's reservation is not seen, want 0", n)
+		}
+		sc.Observe(bound(1, "e1"), false)
+		if vs := sc.Violations(); len(vs) != 1 || vs[0].Kind != Skew {
+			t.Fatalf("violations %v, want one skew", vs)
 		}
 	})
 
@@ -121,7 +150,7 @@ func TestSpreadChecker(t *testing.T) {
 		sc := NewSpreadChecker(two, map[string]Policy{"web": zone})
 		sc.SetLive(map[string]bool{"c": true})
 		for i, n := range []string{"e1", "e2", "u1", "e1", "e2", "u1"} {
-			sc.Observe(bound(i, n), false)
+			place(sc, i, n)
 		}
 		if vs := sc.Violations(); len(vs) != 0 {
 			t.Fatalf("violations %v, want none", vs)

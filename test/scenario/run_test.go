@@ -117,8 +117,8 @@ func runScenario(t *testing.T, sc Scenario, cfg runConfig) outcome {
 	for _, wa := range watches {
 		gaps += wa.Gaps()
 	}
-	summary := fmt.Sprintf("seed=%d up=%s total=%s phases settled in %v | faults %v | observed transitions=%d bound=%d (spread-judged %d) unjudged=%d watch-gaps=%d | final Flotilla/kube-scheduler %s | violations %s",
-		sc.Seed, up.Round(time.Second), time.Since(start).Round(time.Second), phaseTimes, w.faults, transitions, bound, w.spread.Bindings(), unjudged, gaps,
+	summary := fmt.Sprintf("seed=%d up=%s total=%s phases settled in %v | faults %v | observed transitions=%d bound=%d elections-spread-judged=%d unjudged=%d watch-gaps=%d | final Flotilla/kube-scheduler %s | violations %s",
+		sc.Seed, up.Round(time.Second), time.Since(start).Round(time.Second), phaseTimes, w.faults, transitions, bound, w.spread.Judged(), unjudged, gaps,
 		formatPlaced(final), chaos.FormatCounts(AllKinds, CountKinds(violations)))
 	if bound == 0 && anyReplicas(sc) {
 		violations = append(violations, chaos.Violation{Kind: chaos.Stuck, Detail: "no candidate was ever seen bound: the run placed nothing"})

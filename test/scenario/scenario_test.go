@@ -144,13 +144,14 @@ func envDuration(name string, def time.Duration) time.Duration {
 
 // plantedConfig revokes an unbound election after 20 s instead of 1m
 // (FLOTILLA_SCENARIO_ELECTION_TIMEOUT; FLOTILLA_SCENARIO_FREEZE sets the
-// freeze, 40 s):
-// while the other target's candidates still hold their reservations in
-// Permit (30 s), so the revoked elections move to them at once, which is
-// where the planted agent skips the policy.
+// freeze, 40 s), and denies no candidate (a denial would end the other
+// target's reservations at 10 s): the other target's candidates still
+// hold their reservations in Permit (30 s) when the elections are revoked,
+// so those move to them at once, which is where the planted agent skips
+// the policy.
 func plantedConfig(binDir string) runConfig {
 	timeout := envDuration("FLOTILLA_SCENARIO_ELECTION_TIMEOUT", 20*time.Second)
-	return runConfig{settle: 3 * time.Minute, binDir: binDir, agentArgs: []string{"--election-timeout=" + timeout.String()}}
+	return runConfig{settle: 3 * time.Minute, binDir: binDir, agentArgs: []string{"--election-timeout=" + timeout.String(), "--deny-after=0"}}
 }
 
 // TestScenarioPlantedScriptPasses runs the planted test's script with the

@@ -117,7 +117,7 @@ func (w *Watch) feed(p *corev1.Pod, deleted bool) {
 		}
 	} else if s, ok := chaos.SourceOf(w.Cluster, p); ok {
 		w.Checker.ObserveSource(s, deleted)
-		w.Spread.ObserveElection(s.UID, s.Election, deleted)
+		w.Spread.ObserveElection(s.UID, s.App, s.Election, deleted)
 	}
 }
 
