@@ -132,7 +132,7 @@ func firstChoice(t *testing.T, pod *corev1.Pod, clusters []*sandbox.Cluster) str
 		}
 		ts = append(ts, tg)
 	}
-	got := flotillacandidate.Eligible(pod, "src", ts, 1, nil)
+	got := flotillacandidate.Eligible(flotillacandidate.ViewsOf(pod, "src", ts, nil), string(pod.UID), 1)
 	return strings.TrimSpace(got[0].Name)
 }
 
