@@ -102,6 +102,29 @@ func (c *clients) explainPlacement(ctx context.Context, e *Explanation, pod *cor
 	e.Policy = explainPolicy(pod, res, views, siblings, e.Targets)
 }
 
+// PolicyTarget is a target as the policy explanation sees it: its name (as
+// elections name it), its virtual node, and the labels placement sees (the
+// virtual node's, the target's own over them).
+type PolicyTarget struct {
+	Name        string
+	VirtualNode string
+	Labels      map[string]string
+}
+
+// ExplainPolicy is the policy part of `kubectl flotilla explain` from
+// plain values: the PlacementPolicies of the pod's namespace, its targets,
+// the pods of its namespace (its siblings among them) and each target's
+// answer. It fills each answer's Policy, Domain and Bonus as the agent's
+// plan (pkg/placementpolicy) makes them, and returns what the policy is;
+// nil when no policy is meant for the pod.
+func ExplainPolicy(pod *corev1.Pod, policies []v1alpha1.PlacementPolicy, targets []PolicyTarget, pods []corev1.Pod, answers []Answer) *PolicyExplanation {
+	views := make([]policyView, len(targets))
+	for i, t := range targets {
+		views[i] = policyView{target: targetInfo{name: t.Name, virtualNode: t.VirtualNode}, labels: t.Labels}
+	}
+	return explainPolicy(pod, placementpolicy.Choose(pod, policies), views, pods, answers)
+}
+
 // explainPolicy judges each target by the policy resolved for pod, as the
 // agent's fan-out does: selection and fallback groups, then the spread
 // against the siblings already placed. It fills each answer's Policy,
@@ -125,100 +148,77 @@ func explainPolicy(pod *corev1.Pod, res placementpolicy.Resolved, views []policy
 	for i := range answers {
 		answerOf[answers[i].Target] = &answers[i]
 	}
-	clusters := make([]placement.Cluster, 0, len(views))
+	targets := make([]placementpolicy.Target, 0, len(views))
 	byName := make(map[string]placement.Cluster, len(views))
 	for _, v := range views {
 		cl := placement.Cluster{Name: v.target.name, Labels: v.labels}
-		clusters = append(clusters, cl)
+		a := answerOf[cl.Name]
+		// A later fallback group is used only once every target of the
+		// earlier ones answered that it cannot run the pod.
+		targets = append(targets, placementpolicy.Target{Cluster: cl, Failed: a != nil && a.Answer == AnswerUnschedulable})
 		byName[cl.Name] = cl
 	}
-	groups, excluded := placement.Select(compiled.Selector, clusters)
-	for name, why := range excluded {
-		if a := answerOf[name]; a != nil {
-			a.Policy = "excluded: " + why
-		}
-	}
-	// A later fallback group is used only once every target of the earlier
-	// ones answered that it cannot run the pod, as the agent widens them.
-	var selected []placement.Cluster
-	for i, g := range groups {
-		selected = append(selected, g...)
-		if i == len(groups)-1 || !allUnschedulable(selected, answerOf) {
-			for _, later := range groups[i+1:] {
-				for _, cl := range later {
-					if a := answerOf[cl.Name]; a != nil {
-						a.Policy = fmt.Sprintf("excluded: in fallback group %d, not needed while an earlier group can run the pod", i+2)
-					}
-				}
-			}
-			break
-		}
-	}
-	if !compiled.Spreads() {
-		for _, cl := range selected {
-			if a := answerOf[cl.Name]; a != nil {
-				bonus := placement.PreferenceScore(compiled.Selector, cl)
-				a.Bonus = &bonus
-				a.Policy = "selected"
-			}
-		}
-		return pe
-	}
-
+	// The agent's own plan: the same selection, fallback and spread.
+	plan := placementpolicy.Select(compiled, targets)
 	keys := compiled.Keys()
-	// The elected target counts the pod where its reservation is: the
-	// domain its target reported, before the pin or the target's labels.
-	for name, a := range answerOf {
-		if !a.Elected {
-			continue
-		}
-		cl, ok := byName[name]
-		if !ok {
-			cl = placement.Cluster{Name: name}
-		}
-		if d, ok := electedDomain(pod, cl, keys); ok {
-			a.Domain = showDomain(d)
-		}
-	}
-	var known []placement.Domain
-	seen := map[string]bool{}
-	var options []placement.Option
-	for _, cl := range selected {
-		for _, d := range placement.Domains(cl, keys) {
-			if !seen[d.Key()] {
-				seen[d.Key()] = true
-				known = append(known, d)
+	var placed []placement.Domain
+	if compiled.Spreads() {
+		// The elected target counts the pod where its reservation is: the
+		// domain its target reported, before the pin or the target's
+		// labels.
+		for name, a := range answerOf {
+			if !a.Elected {
+				continue
 			}
-			options = append(options, placement.Option{Cluster: cl.Name, Domain: d, Score: placement.PreferenceScore(compiled.Selector, cl)})
+			cl, ok := byName[name]
+			if !ok {
+				cl = placement.Cluster{Name: name}
+			}
+			if d, ok := electedDomain(pod, cl, keys); ok {
+				a.Domain = showDomain(d)
+			}
 		}
-	}
-	placed, unknown := siblingDomains(pod, siblings, views, byName, keys)
-	pe.UnknownSiblings = unknown
-	if len(placed) > 0 {
-		pe.Siblings = map[string]int{}
-		for _, d := range placed {
-			pe.Siblings[showDomain(d)]++
+		var unknown int
+		placed, unknown = siblingDomains(pod, siblings, views, byName, keys)
+		pe.UnknownSiblings = unknown
+		if len(placed) > 0 {
+			pe.Siblings = map[string]int{}
+			for _, d := range placed {
+				pe.Siblings[showDomain(d)]++
+			}
 		}
+		plan.Spread(compiled, placed)
 	}
-	best, why := placement.BestPerCluster(placement.Evaluate(compiled.Constraints, compiled.Weight, known, placed, options))
-	for _, cl := range selected {
-		a := answerOf[cl.Name]
+	for name, why := range plan.Excluded {
+		a := answerOf[name]
 		if a == nil {
 			continue
 		}
-		v, ok := best[cl.Name]
-		if !ok {
-			a.Policy = "excluded: spread: " + why[cl.Name]
-			if domains := placement.Domains(cl, keys); len(domains) == 1 && a.Domain == "" {
-				a.Domain = showDomain(domains[0])
-			}
+		a.Policy = "excluded: " + why
+		if domains := placement.Domains(byName[name], keys); compiled.Spreads() && len(domains) == 1 && a.Domain == "" {
+			a.Domain = showDomain(domains[0])
+		}
+	}
+	for _, name := range plan.Selected {
+		a := answerOf[name]
+		if a == nil {
 			continue
 		}
-		total := v.Total
-		a.Bonus = &total
 		a.Policy = "selected"
-		if a.Domain == "" {
-			a.Domain = showDomain(v.Domain)
+		switch v, ok := plan.Best[name]; {
+		case !compiled.Spreads():
+			bonus := placement.PreferenceScore(compiled.Selector, byName[name])
+			a.Bonus = &bonus
+		case ok:
+			total := v.Total
+			a.Bonus = &total
+			if a.Domain == "" {
+				a.Domain = showDomain(v.Domain)
+			}
+		default:
+			// Its domains are not known before it reserves: unpinned, the
+			// election judges the node it reports.
+			a.Policy = "selected, unpinned (its domain is known once it reserves)"
 		}
 	}
 	return pe
@@ -293,17 +293,6 @@ func electedDomain(pod *corev1.Pod, cl placement.Cluster, keys []string) (placem
 		}
 	}
 	return d, true
-}
-
-// allUnschedulable reports whether every one of clusters answered that it
-// cannot run the pod.
-func allUnschedulable(clusters []placement.Cluster, answers map[string]*Answer) bool {
-	for _, cl := range clusters {
-		if a := answers[cl.Name]; a == nil || a.Answer != AnswerUnschedulable {
-			return false
-		}
-	}
-	return true
 }
 
 // showDomain writes a domain as its values joined by "/", "(none)" for a

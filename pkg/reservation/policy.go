@@ -15,6 +15,7 @@ import (
 
 	"github.com/flotilla-dev/flotilla/pkg/candidate"
 	"github.com/flotilla-dev/flotilla/pkg/placement"
+	"github.com/flotilla-dev/flotilla/pkg/placementpolicy"
 	"github.com/flotilla-dev/flotilla/pkg/policy"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
 	"github.com/flotilla-dev/flotilla/pkg/target"
@@ -56,6 +57,9 @@ type plan struct {
 	// requests are what the pod asks of the node it runs on (its saved
 	// spec's).
 	requests corev1.ResourceList
+	// plan is the policy's pure plan (placementpolicy.Select, then
+	// Spread), which explain makes too.
+	plan placementpolicy.Plan
 	// domains are the domains each target spans for the policy's keys,
 	// worked out once a plan (domainOf): a spread counts every sibling.
 	domains map[string][]placement.Domain
@@ -85,7 +89,7 @@ func (c *Controller) leftOut(pod *corev1.Pod, invited, eligible []*target.Target
 		out = append(out, candidate.Placement{Target: t, Candidate: cand})
 		if p.policy != nil {
 			why := p.excluded[t.Name]
-			if strings.HasPrefix(why, spreadExclusion) {
+			if strings.HasPrefix(why, placementpolicy.SpreadExclusion) {
 				// The spread's verdict came from the count before the
 				// workload's lock; the election judges the reservation
 				// again on the count under it.
@@ -128,9 +132,9 @@ func (c *Controller) planFor(ctx context.Context, pod *corev1.Pod, invited []*ta
 	}
 	p.policy = compiled
 	p.clusters = make(map[string]placement.Cluster, len(invited))
-	all := make([]placement.Cluster, 0, len(invited))
-	byName := make(map[string]*target.Target, len(invited))
-	for _, t := range invited {
+	views := candidate.ViewsOf(pod, c.SourceCluster, invited, nil)
+	targets := make([]placementpolicy.Target, len(invited))
+	for i, t := range invited {
 		cl := ClusterOf(t)
 		if t.Self && cl.Topology == nil && compiled.Spreads() && c.SelfTopology != nil {
 			// A self target publishes no summary: its nodes are this
@@ -140,48 +144,31 @@ func (c *Controller) planFor(ctx context.Context, pod *corev1.Pod, invited []*ta
 			}
 		}
 		p.clusters[t.Name] = cl
-		all = append(all, cl)
-		byName[t.Name] = t
+		targets[i] = placementpolicy.Target{Cluster: cl, Failed: views[i].Failed}
 	}
-	groups, excluded := placement.Select(compiled.Selector, all)
+	p.plan = placementpolicy.Select(compiled, targets)
+	p.adopt(invited)
+	return p, "", nil
+}
+
+// adopt takes the pure plan's selection and exclusions into the plan,
+// among targets.
+func (p *plan) adopt(targets []*target.Target) {
 	if p.excluded == nil {
 		p.excluded = map[string]string{}
 	}
-	for name, why := range excluded {
+	for name, why := range p.plan.Excluded {
 		p.excluded[name] = why
 	}
-	// Fallback groups widen one at a time while every target so far has
-	// failed the pod, as the fan-out window does.
-	p.selected = nil
-	for i, g := range groups {
-		for _, cl := range g {
-			p.selected = append(p.selected, byName[cl.Name])
-		}
-		if i == len(groups)-1 || !candidate.AllFailed(candidate.ViewsOf(pod, c.SourceCluster, p.selected, nil)) {
-			for _, later := range groups[i+1:] {
-				for _, cl := range later {
-					p.excluded[cl.Name] = fmt.Sprintf("in fallback group %d, not needed while an earlier group can run the pod", i+2)
-				}
-			}
-			break
-		}
+	byName := make(map[string]*target.Target, len(targets))
+	for _, t := range targets {
+		byName[t.Name] = t
 	}
-	if compiled.Spreads() {
-		keys := compiled.Keys()
-		seen := map[string]bool{}
-		for _, t := range p.selected {
-			if !domainsKnown(p.clusters[t.Name], keys) {
-				continue
-			}
-			for _, d := range placement.Domains(p.clusters[t.Name], keys) {
-				if !seen[d.Key()] {
-					seen[d.Key()] = true
-					p.known = append(p.known, d)
-				}
-			}
-		}
+	p.selected = p.selected[:0:0]
+	for _, name := range p.plan.Selected {
+		p.selected = append(p.selected, byName[name])
 	}
-	return p, "", nil
+	p.known = p.plan.Known
 }
 
 // dropHeldBack returns the targets that take new pods, and records why
@@ -476,67 +463,10 @@ func (c *Controller) prepareFanOut(p *plan, placed []placement.Domain) {
 	if !p.policy.Spreads() {
 		return
 	}
-	keys := p.policy.Keys()
-	var options []placement.Option
-	unknown := map[string]bool{}
-	for _, t := range p.selected {
-		cl := p.clusters[t.Name]
-		if !domainsKnown(cl, keys) {
-			// Where its nodes are is not known before it reserves one:
-			// its candidate goes unpinned, and the election judges the
-			// node it reports.
-			unknown[t.Name] = true
-			continue
-		}
-		for _, d := range placement.Domains(cl, keys) {
-			options = append(options, placement.Option{Cluster: t.Name, Domain: d, Score: placement.PreferenceScore(p.policy.Selector, cl)})
-		}
-	}
-	verdicts := placement.Evaluate(p.policy.Constraints, p.policy.Weight, p.known, placed, options)
-	best, why := placement.BestPerCluster(verdicts)
-	p.pins = map[string]placement.Domain{}
-	p.closed = map[string]map[string]bool{}
-	for _, v := range verdicts {
-		if v.Excluded != "" {
-			if p.closed[v.Cluster] == nil {
-				p.closed[v.Cluster] = map[string]bool{}
-			}
-			p.closed[v.Cluster][v.Domain.Key()] = true
-		}
-	}
-	kept := p.selected[:0:0]
-	for _, t := range p.selected {
-		if unknown[t.Name] {
-			kept = append(kept, t)
-			continue
-		}
-		v, ok := best[t.Name]
-		if !ok {
-			p.excluded[t.Name] = spreadExclusion + why[t.Name]
-			continue
-		}
-		kept = append(kept, t)
-		if len(placement.Domains(p.clusters[t.Name], keys)) > 1 {
-			p.pins[t.Name] = v.Domain
-		}
-	}
-	p.selected = kept
-}
-
-// domainsKnown reports whether the values a cluster's nodes carry of each
-// key are known before it reserves a node: from its labels, or from its
-// summary (or, for a self target, this cluster's nodes). A target that
-// publishes no summary for this source is not known.
-func domainsKnown(cl placement.Cluster, keys []string) bool {
-	if cl.Topology != nil {
-		return true
-	}
-	for _, k := range keys {
-		if _, ok := cl.Labels[k]; !ok {
-			return false
-		}
-	}
-	return true
+	selected := p.selected
+	p.plan.Spread(p.policy, placed)
+	p.adopt(selected)
+	p.pins, p.closed = p.plan.Pins, p.plan.Closed
 }
 
 // stalePins are the pod's candidates pinned to a domain the spread has
@@ -565,15 +495,12 @@ func (p *plan) stalePins(placements []candidate.Placement, elected string) []can
 // it could otherwise go to.
 func (p *plan) narrowedBySpread() bool {
 	for _, why := range p.excluded {
-		if strings.HasPrefix(why, spreadExclusion) {
+		if strings.HasPrefix(why, placementpolicy.SpreadExclusion) {
 			return true
 		}
 	}
 	return false
 }
-
-// spreadExclusion starts the reason of a target the spread excludes.
-const spreadExclusion = "spread: "
 
 // shaper pins new candidates to the domain counted for their target.
 func (p *plan) shaper() candidate.Shaper {
@@ -651,7 +578,7 @@ func (c *Controller) rememberedDomain(pod *corev1.Pod, p *plan, keys []string) (
 		return nil, false
 	}
 	cl := p.clusterOf(t)
-	if domainsKnown(cl, keys) {
+	if placementpolicy.DomainsKnown(cl, keys) {
 		return nil, false
 	}
 	return nodeDomainsOf(t, cl).of(e.domain, keys), true

@@ -103,7 +103,6 @@ func TestChaosPlantedBug(t *testing.T) {
 	t.Logf("the planted bug was caught: %s", FormatCounts(Kinds, got))
 }
 
-
 // result of a run.
 type result struct {
 	violations []Violation

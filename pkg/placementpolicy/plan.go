@@ -1,0 +1,171 @@
+package placementpolicy
+
+import (
+	"fmt"
+
+	"github.com/flotilla-dev/flotilla/pkg/placement"
+)
+
+// Target is what a plan knows of one target of a pod, as plain values: how
+// placement sees it, and whether it failed the pod.
+type Target struct {
+	placement.Cluster
+	// Failed is set when the target is unreachable or its candidate of the
+	// pod says it cannot run it: a later fallback group is used only once
+	// every target of the earlier ones failed.
+	Failed bool
+}
+
+// SpreadExclusion begins the reason of a target the spread excludes.
+const SpreadExclusion = "spread: "
+
+// Plan is what a policy makes of a pod's targets. The agent's fan-out and
+// `kubectl flotilla explain` both make it with Select, then Spread, so
+// that what explain says is what the agent does.
+type Plan struct {
+	// Selected are the targets the pod may go to: its fallback groups in
+	// order, each widened to only once every target of the earlier ones
+	// failed the pod, by name within a group.
+	Selected []string
+	// Excluded says, per other target, why the policy keeps the pod from
+	// it; a spread's verdict begins with SpreadExclusion.
+	Excluded map[string]string
+	// Known are the domains the selected targets offer, those whose
+	// domains are known (see DomainsKnown), without duplicates.
+	Known []placement.Domain
+	// Best is, per selected target whose domains are known, the spread's
+	// verdict on the domain its candidate counts in (set by Spread).
+	Best map[string]placement.Verdict
+	// Pins are, per selected target spanning several domains, the domain
+	// its candidate is pinned to (Best's).
+	Pins map[string]placement.Domain
+	// Closed are, per target whose domains are known, the keys of its
+	// domains the spread excludes now: a candidate pinned to one can
+	// never be elected.
+	Closed map[string]map[string]bool
+	// Unpinned are the selected targets whose domains are not known
+	// before they reserve: their candidates go unpinned, and the election
+	// judges the node each reports.
+	Unpinned map[string]bool
+
+	clusters map[string]placement.Cluster
+}
+
+// Select selects the pod's targets by the policy's cluster selection and
+// fallback groups, and gathers the domains they offer.
+func Select(c *Compiled, targets []Target) Plan {
+	p := Plan{Excluded: map[string]string{}, clusters: make(map[string]placement.Cluster, len(targets))}
+	all := make([]placement.Cluster, len(targets))
+	failed := make(map[string]bool, len(targets))
+	for i, t := range targets {
+		all[i] = t.Cluster
+		failed[t.Name] = t.Failed
+		p.clusters[t.Name] = t.Cluster
+	}
+	groups, excluded := placement.Select(c.Selector, all)
+	for name, why := range excluded {
+		p.Excluded[name] = why
+	}
+	allFailed := true
+	for i, g := range groups {
+		for _, cl := range g {
+			p.Selected = append(p.Selected, cl.Name)
+			allFailed = allFailed && failed[cl.Name]
+		}
+		if i < len(groups)-1 && allFailed {
+			continue
+		}
+		for _, later := range groups[i+1:] {
+			for _, cl := range later {
+				p.Excluded[cl.Name] = fmt.Sprintf("in fallback group %d, not needed while an earlier group can run the pod", i+2)
+			}
+		}
+		break
+	}
+	if !c.Spreads() {
+		return p
+	}
+	keys := c.Keys()
+	seen := map[string]bool{}
+	for _, name := range p.Selected {
+		cl := p.clusters[name]
+		if !DomainsKnown(cl, keys) {
+			continue
+		}
+		for _, d := range placement.Domains(cl, keys) {
+			if !seen[d.Key()] {
+				seen[d.Key()] = true
+				p.Known = append(p.Known, d)
+			}
+		}
+	}
+	return p
+}
+
+// Spread judges the selected targets by the policy's spread, placed being
+// the domains of the pod's workload siblings that are bound or elected: a
+// target none of whose domains the spread allows leaves Selected for
+// Excluded; one spanning several is pinned to the best it allows. A target
+// whose domains are not known stays selected, unpinned. Without a spread
+// it changes nothing.
+func (p *Plan) Spread(c *Compiled, placed []placement.Domain) {
+	if !c.Spreads() {
+		return
+	}
+	keys := c.Keys()
+	var options []placement.Option
+	p.Unpinned = map[string]bool{}
+	for _, name := range p.Selected {
+		cl := p.clusters[name]
+		if !DomainsKnown(cl, keys) {
+			p.Unpinned[name] = true
+			continue
+		}
+		for _, d := range placement.Domains(cl, keys) {
+			options = append(options, placement.Option{Cluster: name, Domain: d, Score: placement.PreferenceScore(c.Selector, cl)})
+		}
+	}
+	verdicts := placement.Evaluate(c.Constraints, c.Weight, p.Known, placed, options)
+	best, why := placement.BestPerCluster(verdicts)
+	p.Best, p.Pins, p.Closed = best, map[string]placement.Domain{}, map[string]map[string]bool{}
+	for _, v := range verdicts {
+		if v.Excluded != "" {
+			if p.Closed[v.Cluster] == nil {
+				p.Closed[v.Cluster] = map[string]bool{}
+			}
+			p.Closed[v.Cluster][v.Domain.Key()] = true
+		}
+	}
+	kept := p.Selected[:0:0]
+	for _, name := range p.Selected {
+		if p.Unpinned[name] {
+			kept = append(kept, name)
+			continue
+		}
+		v, ok := best[name]
+		if !ok {
+			p.Excluded[name] = SpreadExclusion + why[name]
+			continue
+		}
+		kept = append(kept, name)
+		if len(placement.Domains(p.clusters[name], keys)) > 1 {
+			p.Pins[name] = v.Domain
+		}
+	}
+	p.Selected = kept
+}
+
+// DomainsKnown reports whether the domains a target offers for keys are
+// known before it reserves a node: its Topology says (a summary, or this
+// cluster's own nodes for a self target), or its labels name every key.
+func DomainsKnown(cl placement.Cluster, keys []string) bool {
+	if cl.Topology != nil {
+		return true
+	}
+	for _, k := range keys {
+		if _, ok := cl.Labels[k]; !ok {
+			return false
+		}
+	}
+	return true
+}
