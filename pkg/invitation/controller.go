@@ -292,12 +292,18 @@ func present(all, missing []string) []string {
 	return out
 }
 
+// statusConflictRetry is how soon an invitation whose status write lost a
+// race with a newer version is looked at again.
+const statusConflictRetry = time.Second
+
 func (c *Controller) report(ctx context.Context, obj client.Object, before, status *v1alpha1.SourceStatus) (reconcile.Result, error) {
 	status.ObservedGeneration = obj.GetGeneration()
 	if !equality.Semantic.DeepEqual(before, status) {
 		if err := c.Client.Status().Update(ctx, obj); err != nil {
 			if apierrors.IsConflict(err) {
-				return reconcile.Result{Requeue: true}, nil
+				// The newer version brings it back; this look is in case
+				// that was missed.
+				return reconcile.Result{RequeueAfter: statusConflictRetry}, nil
 			}
 			return reconcile.Result{}, err
 		}

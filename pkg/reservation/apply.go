@@ -146,7 +146,9 @@ func (c *Controller) bind(ctx context.Context, pod *corev1.Pod, targetName, targ
 			logr.FromContextOrDiscard(ctx).Error(err, "Source pod bound elsewhere than its elected target; keeping that binding", "node", live.Spec.NodeName, "elected", targetName)
 			c.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, "ProtocolViolation", "Bind",
 				"Target %s's candidate was bound, but the pod is bound to %s already; the candidate in %s will be deleted", targetName, live.Spec.NodeName, targetName)
-			return reconcile.Result{Requeue: true}, nil // the bound pod's reconcile cleans up
+			// The bound pod's own reconcile (its update brings it) cleans
+			// up; this look is in case that was missed.
+			return reconcile.Result{RequeueAfter: retryUnhealthy}, nil
 		}
 	default:
 		return reconcile.Result{}, fmt.Errorf("binding %s/%s to %s: %w", pod.Namespace, pod.Name, node, err)

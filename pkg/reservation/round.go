@@ -329,7 +329,7 @@ func (r *round) endCount() {
 func (r *round) after(wake time.Duration) reconcile.Result {
 	if r.count.moved {
 		// A sibling moved while this pod counted: count again now.
-		return reconcile.Result{Requeue: true}
+		return reconcile.Result{RequeueAfter: countAgain}
 	}
 	if r.unhealthy {
 		wake = soonest(wake, retryUnhealthy)
@@ -342,6 +342,10 @@ func (r *round) after(wake time.Duration) reconcile.Result {
 	}
 	return reconcile.Result{RequeueAfter: wake}
 }
+
+// countAgain is how soon a pod counts its siblings again when one moved
+// while it counted: at once, but for the queue to take the change in.
+const countAgain = 10 * time.Millisecond
 
 // siblingCount is a pod's part in its workload's spreadWaiters: begun
 // before it counts its siblings, ended once it knows whether the spread

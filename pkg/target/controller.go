@@ -700,6 +700,10 @@ func (c *Controller) renew(ctx context.Context, v view, t *Target) {
 	klog.FromContext(ctx).V(2).Info("Renewed the target's token", "target", t.Name, "expires", expires)
 }
 
+// statusConflictRetry is how soon a target whose status write lost a race
+// with a newer version is looked at again.
+const statusConflictRetry = time.Second
+
 // report writes the status if it changed, with an Event when Ready flips.
 func (c *Controller) report(ctx context.Context, v view, before *v1alpha1.TargetStatus, resync time.Duration) (reconcile.Result, error) {
 	v.status.ObservedGeneration = v.obj.GetGeneration()
@@ -708,7 +712,9 @@ func (c *Controller) report(ctx context.Context, v view, before *v1alpha1.Target
 	}
 	if err := c.Client.Status().Update(ctx, v.obj); err != nil {
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-			return reconcile.Result{Requeue: true}, nil
+			// A newer version (or its deletion) brings the target back;
+			// this look is in case that was missed.
+			return reconcile.Result{RequeueAfter: statusConflictRetry}, nil
 		}
 		return reconcile.Result{}, fmt.Errorf("updating the status of target %s: %w", v.name, err)
 	}
