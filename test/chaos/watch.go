@@ -65,6 +65,9 @@ type Watch struct {
 	Pods    func() kubernetes.Interface
 	NS      string
 	Checker *Checker
+	// Also, when set, is fed every change after the checker (another
+	// checker of the same pods).
+	Also func(p *corev1.Pod, deleted bool)
 
 	known map[types.UID]*corev1.Pod
 	gaps  atomic.Int64
@@ -171,6 +174,9 @@ func (w *Watch) feed(p *corev1.Pod, deleted bool) {
 		w.Checker.ObserveCandidate(c, deleted)
 	} else if s, ok := SourceOf(w.Cluster, p); ok {
 		w.Checker.ObserveSource(s, deleted)
+	}
+	if w.Also != nil {
+		w.Also(p, deleted)
 	}
 }
 

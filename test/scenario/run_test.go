@@ -78,10 +78,10 @@ func runScenario(t *testing.T, sc Scenario, cfg runConfig) outcome {
 
 	ctx := t.Context()
 	watchCtx, stopWatches := context.WithCancel(ctx)
-	var watches []*Watch
+	var watches []*chaos.Watch
 	var watching sync.WaitGroup
 	for _, name := range append([]string{SourceCluster}, sc.Fleet.Remotes...) {
-		wa := &Watch{Cluster: name, Client: w.clients[name], Checker: w.protocol, Spread: w.spread}
+		wa := newWatch(name, w.clients[name], w.protocol, w.spread)
 		watches = append(watches, wa)
 		watching.Go(func() { wa.Run(watchCtx) })
 	}
