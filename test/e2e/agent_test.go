@@ -5,11 +5,8 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
-	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -33,9 +30,16 @@ func TestAgentLeaderElection(t *testing.T) {
 	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{{Name: "c1", Nodes: []sandbox.NodeSpec{{}}, WithoutRelease: true}}})
 	c := s.Cluster("c1")
 	client := c.Client()
-	fwd := startForwarder(t)
+	// What a Service is to the API server here: one address in front of
+	// the replicas.
+	fwd, err := sandbox.NewForwarder()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fwd.Close)
 	// By name: the serving certificate holds DNS names only.
-	webhookURL := fmt.Sprintf("https://localhost:%d%s", fwd.port(), webhook.Path)
+	_, port, _ := net.SplitHostPort(fwd.Addr())
+	webhookURL := fmt.Sprintf("https://localhost:%s%s", port, webhook.Path)
 
 	type replica struct {
 		*sandbox.Process
@@ -86,20 +90,20 @@ func TestAgentLeaderElection(t *testing.T) {
 	if _, err := client.CoreV1().Namespaces().Create(t.Context(), ns, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	fwd.route(standby.webhook, leader.webhook)
+	fwd.Route(standby.webhook, leader.webhook)
 	waitFor(t, 30*time.Second, "the standby to admit an opted-in pod", func() (bool, string) { return admitted(t.Context(), client, ns.Name) })
-	if fwd.served(standby.webhook) == 0 {
+	if fwd.Served(standby.webhook) == 0 {
 		t.Fatal("the standby served no connection")
 	}
-	fwd.route(leader.webhook, standby.webhook)
+	fwd.Route(leader.webhook, standby.webhook)
 	waitFor(t, 30*time.Second, "the leader to admit an opted-in pod", func() (bool, string) { return admitted(t.Context(), client, ns.Name) })
-	if fwd.served(leader.webhook) == 0 {
+	if fwd.Served(leader.webhook) == 0 {
 		t.Fatal("the leader served no connection")
 	}
 
 	// The API server's connection goes to the standby before the leader
 	// dies: from then on every pod must be admitted, without retries.
-	fwd.route(standby.webhook, leader.webhook)
+	fwd.Route(standby.webhook, leader.webhook)
 	waitFor(t, 30*time.Second, "the standby to admit an opted-in pod", func() (bool, string) { return admitted(t.Context(), client, ns.Name) })
 	if err := leader.Kill(); err != nil {
 		t.Fatal(err)
@@ -182,105 +186,6 @@ func checkOneCertificate(t *testing.T, client kubernetes.Interface, addrs ...str
 			t.Errorf("webhook %s does not trust the Secret's CA", w.Name)
 		}
 	}
-}
-
-// forwarder is what a Service is to the API server here: one address in
-// front of the replicas. Each connection goes to the first backend that
-// accepts it.
-type forwarder struct {
-	ln net.Listener
-
-	mu       sync.Mutex
-	backends []string
-	gen      int // counts route changes
-	open     map[net.Conn]struct{}
-	count    map[string]int
-}
-
-func startForwarder(t *testing.T) *forwarder {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &forwarder{ln: ln, open: map[net.Conn]struct{}{}, count: map[string]int{}}
-	go func() {
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go f.forward(conn)
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		f.route()
-	})
-	return f
-}
-
-func (f *forwarder) port() int { return f.ln.Addr().(*net.TCPAddr).Port }
-
-// route sets the order backends are tried in and closes every open
-// connection, so that the API server's next call follows the new order.
-func (f *forwarder) route(backends ...string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.backends = backends
-	f.gen++
-	for conn := range f.open {
-		conn.Close()
-	}
-	clear(f.open)
-}
-
-// served is how many connections went to backend.
-func (f *forwarder) served(backend string) int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.count[backend]
-}
-
-func (f *forwarder) forward(client net.Conn) {
-	defer client.Close()
-	f.mu.Lock()
-	backends, gen := slices.Clone(f.backends), f.gen
-	f.mu.Unlock()
-	var backend net.Conn
-	var addr string
-	for _, addr = range backends {
-		conn, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			backend = conn
-			break
-		}
-	}
-	if backend == nil {
-		return
-	}
-	defer backend.Close()
-	f.mu.Lock()
-	if gen != f.gen {
-		// Routed again while this one was dialing.
-		f.mu.Unlock()
-		return
-	}
-	f.open[client], f.open[backend] = struct{}{}, struct{}{}
-	f.count[addr]++
-	f.mu.Unlock()
-	done := make(chan struct{})
-	go func() {
-		_, _ = io.Copy(backend, client)
-		backend.Close()
-		close(done)
-	}()
-	_, _ = io.Copy(client, backend)
-	client.Close()
-	<-done
-	f.mu.Lock()
-	delete(f.open, client)
-	delete(f.open, backend)
-	f.mu.Unlock()
 }
 
 // waitLeaseHolder waits until the agent lease has a holder other than not.

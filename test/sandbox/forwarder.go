@@ -9,18 +9,21 @@ import (
 
 // Forwarder is a TCP address in front of one or more backends, as a Service
 // or a network path is: each connection goes to the first backend that
-// accepts it, starting with a different one each time. It can be switched to
-// a blackhole: connections stay open, new ones are accepted, and not a byte
-// moves either way until it is healed, as when packets are dropped on the
-// way rather than refused.
+// accepts it, starting with a different one each time (or, once Routed, in
+// the order given). It can be switched to a blackhole: connections stay
+// open, new ones are accepted, and not a byte moves either way until it is
+// healed, as when packets are dropped on the way rather than refused.
 type Forwarder struct {
-	ln       net.Listener
-	backends []string
+	ln net.Listener
 
-	mu    sync.Mutex
-	next  int
-	hole  chan struct{} // closed while forwarding; open while blackholed
-	conns map[net.Conn]struct{}
+	mu       sync.Mutex
+	backends []string
+	ordered  bool
+	next     int
+	gen      int           // counts Route calls
+	hole     chan struct{} // closed while forwarding; open while blackholed
+	conns    map[net.Conn]struct{}
+	served   map[string]int
 }
 
 // NewForwarder listens on a free port of 127.0.0.1 and forwards to backends.
@@ -31,7 +34,7 @@ func NewForwarder(backends ...string) (*Forwarder, error) {
 	}
 	open := make(chan struct{})
 	close(open)
-	f := &Forwarder{ln: ln, backends: backends, hole: open, conns: map[net.Conn]struct{}{}}
+	f := &Forwarder{ln: ln, backends: backends, hole: open, conns: map[net.Conn]struct{}{}, served: map[string]int{}}
 	go func() {
 		for {
 			conn, err := ln.Accept()
@@ -49,6 +52,26 @@ func (f *Forwarder) SetBackends(backends ...string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.backends = backends
+}
+
+// Route sends every new connection to the first of backends, in this
+// order, that accepts it, and closes every open connection, so that a
+// client's next call follows the new order.
+func (f *Forwarder) Route(backends ...string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.backends, f.ordered = backends, true
+	f.gen++
+	for c := range f.conns {
+		_ = c.Close()
+	}
+}
+
+// Served is how many connections went to backend.
+func (f *Forwarder) Served(backend string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.served[backend]
 }
 
 // Addr is the address to connect to.
@@ -113,11 +136,16 @@ func (f *Forwarder) forward(client net.Conn) {
 	f.mu.Lock()
 	start := f.next
 	f.next++
-	backends := f.backends
+	if f.ordered {
+		start = 0
+	}
+	backends, gen := f.backends, f.gen
 	f.mu.Unlock()
 	var backend net.Conn
+	addr := ""
 	for i := range backends {
-		conn, err := net.DialTimeout("tcp", backends[(start+i)%len(backends)], time.Second)
+		addr = backends[(start+i)%len(backends)]
+		conn, err := net.DialTimeout("tcp", addr, time.Second)
 		if err == nil {
 			backend = conn
 			break
@@ -126,6 +154,15 @@ func (f *Forwarder) forward(client net.Conn) {
 	if backend == nil {
 		return
 	}
+	f.mu.Lock()
+	if gen != f.gen {
+		// Routed again while this one was dialing.
+		f.mu.Unlock()
+		_ = backend.Close()
+		return
+	}
+	f.served[addr]++
+	f.mu.Unlock()
 	f.track(backend, true)
 	defer f.track(backend, false)
 	defer backend.Close()
