@@ -5,9 +5,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/flotilla-dev/flotilla/api/v1alpha1"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
+	"github.com/flotilla-dev/flotilla/pkg/target"
 )
 
 // electedIn elects the pod's candidate in t1 (t2 reserves too, with a
@@ -84,5 +87,37 @@ func TestOtherCandidatesDeniedAfterDenyAfter(t *testing.T) {
 	}
 	if got := h.candidate(pod, "t1").Annotations[protocol.DeniedAnnotation]; got != "" {
 		t.Errorf("the elected candidate was denied: %q", got)
+	}
+}
+
+// TestElectionInADrainedTargetMoves: a pod elected in a target that is
+// then deleted, and not bound there, is elected elsewhere as soon as the
+// drain has deleted its candidate, though the target's object stays for
+// as long as other pods still run there.
+func TestElectionInADrainedTargetMoves(t *testing.T) {
+	h := newHarness(t, twoTargets())
+	ct := &v1alpha1.ClusterTarget{ObjectMeta: metav1.ObjectMeta{Name: "t1", Finalizers: []string{target.Finalizer}}}
+	if err := h.c.Client.Create(h.ctx, ct); err != nil {
+		t.Fatal(err)
+	}
+	pod, _ := electedIn(h, "web-0")
+
+	// The drain: t1 leaves the set and its waiting candidates go; the
+	// object stays, held by its finalizer while pods run there.
+	t1 := h.targets["t1"]
+	h.c.Targets.Remove(t1.Target)
+	if err := t1.api.CoreV1().Pods(t1.NamespaceFor(pod.Namespace)).Delete(h.ctx, h.candidate(pod, "t1").Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.reconcile(pod)
+	if e := h.election(pod); e.Target != "t1" {
+		t.Fatalf("election %s moved before the drain was done", e.Encode())
+	}
+
+	h.c.Targets.MarkDrained("t1")
+	h.reconcile(pod)
+	h.reconcile(pod)
+	if e := h.election(pod); e.Target != "t2" || e.Generation < 2 {
+		t.Errorf("election %s once t1 was drained, want a later one of t2", e.Encode())
 	}
 }

@@ -41,15 +41,17 @@ func (c *Controller) freshElection(ctx context.Context, pod *corev1.Pod, cached 
 // election, since the cache can lag behind the one that saw the
 // reservation. The live view replaces the cached one in observed.
 //
-// A target that is not configured any more is released once its object is
-// gone: deleting it drained it (its candidates that did not run a pod were
-// deleted), or its finalizer was removed by hand, which leaves what it holds
-// to its operator (docs/join-a-target.md). While the object is there (being
-// drained, or the agent starting) the election waits.
+// A target that is not configured any more is released once its drain has
+// deleted its candidates that did not run a pod (target.Set.Drained: the
+// object stays while pods still run there, which may be for ever), or once
+// its object is gone (drained before this process started, or its
+// finalizer removed by hand, which leaves what it holds to its operator:
+// docs/join-a-target.md). Until then (the drain not done yet, or the agent
+// starting) the election waits.
 func (c *Controller) confirmRelease(ctx context.Context, pod *corev1.Pod, election protocol.Election, observed []Observed) []Observed {
 	i := slices.IndexFunc(observed, func(o Observed) bool { return o.Target == election.Target })
 	if i < 0 {
-		if c.targetGone(ctx, election.Target) {
+		if c.Targets.Drained(election.Target) || c.targetGone(ctx, election.Target) {
 			observed = append(observed, Observed{Target: election.Target, Live: true})
 		}
 		return observed

@@ -572,6 +572,8 @@ func (c *Controller) drain(ctx context.Context, v view) (reconcile.Result, error
 			setCondition(v, v1alpha1.TargetReady, metav1.ConditionFalse, "Draining", "Deleting the waiting candidates: "+err.Error())
 			return c.report(ctx, v, before, notReadyResync)
 		}
+		// The pods elected there and not bound may be elected elsewhere.
+		c.Targets.MarkDrained(v.name)
 	}
 	if n := c.podsOn(node); n > 0 && r != nil {
 		setCondition(v, v1alpha1.TargetReady, metav1.ConditionFalse, "Draining",

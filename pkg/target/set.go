@@ -19,6 +19,9 @@ type Set struct {
 	byName   map[string]*Target
 	handlers []func(*corev1.Pod)
 	added    []func(*Target)
+	// drained are the targets being deleted whose candidates that run no
+	// pod are deleted (MarkDrained).
+	drained map[string]bool
 }
 
 // NewSet builds a set from targets with distinct names.
@@ -83,6 +86,7 @@ func (s *Set) ByVirtualNode(node string) (*Target, bool) {
 func (s *Set) Add(t *Target) {
 	s.mu.Lock()
 	s.byName[t.Name] = t
+	delete(s.drained, t.Name)
 	handlers := slices.Clone(s.handlers)
 	added := slices.Clone(s.added)
 	s.mu.Unlock()
@@ -101,6 +105,30 @@ func (s *Set) Remove(t *Target) {
 	if s.byName[t.Name] == t {
 		delete(s.byName, t.Name)
 	}
+}
+
+// MarkDrained records that the target of that name, deleted, is out of
+// the set and its candidates that ran no pod are deleted: an election that
+// names it and whose pod is not bound there can never bind, and may be
+// released, though the target's object stays while pods still run there.
+func (s *Set) MarkDrained(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.byName[name]; ok {
+		return
+	}
+	if s.drained == nil {
+		s.drained = map[string]bool{}
+	}
+	s.drained[name] = true
+}
+
+// Drained reports whether the target of that name was marked drained and
+// has not been added again since.
+func (s *Set) Drained(name string) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.drained[name]
 }
 
 // OnCandidate registers f for every change of a candidate in every target,
