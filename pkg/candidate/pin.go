@@ -9,12 +9,15 @@ import (
 )
 
 // Pin records on a candidate the topology domain the source counted it in
-// (the values of keys, in order) and makes its target's scheduler place it
-// only on nodes of that domain: each key with a value becomes a required
-// node affinity, added to every term the pod already requires. A key with
-// an empty value (a domain the target's labels name for all its nodes) is
-// not pinned.
-func Pin(c *corev1.Pod, keys, values []string) {
+// (the values of keys, in order) and steers its target's scheduler there.
+// A key whose constraint filters (hard[i]: DoNotSchedule) becomes a
+// required node affinity, added to every term the pod already requires: the
+// candidate goes nowhere else. A key whose constraint only scores
+// (ScheduleAnyway) becomes a preferred one: the scheduler favours the
+// domain, and places the candidate elsewhere when the domain has no room,
+// as kube-scheduler places such a pod. A key with an empty value (a domain
+// the target's labels name for all its nodes) is not pinned.
+func Pin(c *corev1.Pod, keys, values []string, hard []bool) {
 	raw, err := json.Marshal(values)
 	if err != nil {
 		return
@@ -23,13 +26,42 @@ func Pin(c *corev1.Pod, keys, values []string) {
 		c.Annotations = map[string]string{}
 	}
 	c.Annotations[protocol.DomainAnnotation] = string(raw)
-	var reqs []corev1.NodeSelectorRequirement
+	var required, preferred []corev1.NodeSelectorRequirement
 	for i, k := range keys {
-		if i < len(values) && values[i] != "" {
-			reqs = append(reqs, corev1.NodeSelectorRequirement{Key: k, Operator: corev1.NodeSelectorOpIn, Values: []string{values[i]}})
+		if i >= len(values) || values[i] == "" {
+			continue
+		}
+		r := corev1.NodeSelectorRequirement{Key: k, Operator: corev1.NodeSelectorOpIn, Values: []string{values[i]}}
+		if i < len(hard) && hard[i] {
+			required = append(required, r)
+		} else {
+			preferred = append(preferred, r)
 		}
 	}
-	RequireNodeLabels(&c.Spec, reqs)
+	RequireNodeLabels(&c.Spec, required)
+	preferNodeLabels(&c.Spec, preferred)
+}
+
+// pinWeight is the weight of a preferred pin: the most node affinity
+// gives, so that the domain wins over the other scores unless it has no
+// room.
+const pinWeight = 100
+
+// preferNodeLabels adds one preferred node affinity term of the highest
+// weight that asks for every requirement of reqs.
+func preferNodeLabels(spec *corev1.PodSpec, reqs []corev1.NodeSelectorRequirement) {
+	if len(reqs) == 0 {
+		return
+	}
+	if spec.Affinity == nil {
+		spec.Affinity = &corev1.Affinity{}
+	}
+	if spec.Affinity.NodeAffinity == nil {
+		spec.Affinity.NodeAffinity = &corev1.NodeAffinity{}
+	}
+	na := spec.Affinity.NodeAffinity
+	na.PreferredDuringSchedulingIgnoredDuringExecution = append(na.PreferredDuringSchedulingIgnoredDuringExecution,
+		corev1.PreferredSchedulingTerm{Weight: pinWeight, Preference: corev1.NodeSelectorTerm{MatchExpressions: reqs}})
 }
 
 // RequireNodeLabels adds requirements to the pod's required node affinity:

@@ -508,9 +508,13 @@ func (p *plan) shaper() candidate.Shaper {
 		return nil
 	}
 	keys := p.policy.Keys()
+	hard := make([]bool, len(p.policy.Constraints))
+	for i, c := range p.policy.Constraints {
+		hard[i] = c.WhenUnsatisfiable == placement.DoNotSchedule
+	}
 	return func(t *target.Target, cand *corev1.Pod) {
 		if d, ok := p.pins[t.Name]; ok {
-			candidate.Pin(cand, keys, d)
+			candidate.Pin(cand, keys, d, hard)
 		}
 	}
 }

@@ -70,7 +70,7 @@ func TestStalePins(t *testing.T) {
 	}
 	pinned := func(zone string, bound bool) *corev1.Pod {
 		c := &corev1.Pod{}
-		candidate.Pin(c, []string{"zone"}, []string{zone})
+		candidate.Pin(c, []string{"zone"}, []string{zone}, []bool{true})
 		if bound {
 			c.Spec.NodeName = "n1"
 		}
