@@ -121,3 +121,27 @@ func TestElectionInADrainedTargetMoves(t *testing.T) {
 		t.Errorf("election %s once t1 was drained, want a later one of t2", e.Encode())
 	}
 }
+
+// TestSpreadCountsPodsInADrainingTarget: a target being deleted takes no
+// new pod, but the pods still running on its virtual node count where they
+// run: a sibling there in zone a keeps the new pod out of zone a.
+func TestSpreadCountsPodsInADrainingTarget(t *testing.T) {
+	h := newHarness(t, []target.Config{
+		{Name: "ta", Labels: map[string]string{zoneKey: "a"}},
+		{Name: "tb", Labels: map[string]string{zoneKey: "b"}},
+		{Name: "tc", Labels: map[string]string{zoneKey: "a"}},
+	}, zoneSpread())
+	h.placedSibling("web-placed", "ta", "a", true)
+	h.c.Targets.Drain(h.targets["ta"].Target)
+	pod := h.newSourcePod("web-new", ofWorkload)
+	h.reconcile(pod)
+	if h.candidate(pod, "tc") != nil || h.candidate(pod, "tb") == nil {
+		t.Fatalf("candidates in tc (zone a) %v, in tb (zone b) %v: want only tb's, zone a holding the sibling that runs in the draining target",
+			h.candidate(pod, "tc") != nil, h.candidate(pod, "tb") != nil)
+	}
+	h.reserve(pod, "tb", onNode{name: "b1", zone: "b", score: 10})
+	h.reconcile(pod)
+	if e := h.election(pod); e.Target != "tb" {
+		t.Fatalf("election %s, want tb", e.Encode())
+	}
+}

@@ -566,7 +566,7 @@ func (c *Controller) drain(ctx context.Context, v view) (reconcile.Result, error
 	node := protocol.VirtualNodeName(v.namespace, nameOnly(v.name))
 	r := c.get(v.name)
 	if r != nil {
-		c.Targets.Remove(r.t)
+		c.Targets.Drain(r.t)
 		node = r.t.NodeName
 		if err := c.deleteWaiting(ctx, r.t); err != nil {
 			setCondition(v, v1alpha1.TargetReady, metav1.ConditionFalse, "Draining", "Deleting the waiting candidates: "+err.Error())

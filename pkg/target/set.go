@@ -19,6 +19,9 @@ type Set struct {
 	byName   map[string]*Target
 	handlers []func(*corev1.Pod)
 	added    []func(*Target)
+	// draining are the targets being deleted (Drain): out of the set, but
+	// their virtual nodes still run pods.
+	draining map[string]*Target
 	// drained are the targets being deleted whose candidates that run no
 	// pod are deleted (MarkDrained).
 	drained map[string]bool
@@ -68,11 +71,18 @@ func (s *Set) Get(name string) (*Target, bool) {
 	return t, ok
 }
 
-// ByVirtualNode returns the target a virtual node stands for.
+// ByVirtualNode returns the target a virtual node stands for, a target
+// being drained too: the pods bound to its node run there until they end,
+// and count where they run.
 func (s *Set) ByVirtualNode(node string) (*Target, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	for _, t := range s.byName {
+		if t.NodeName == node {
+			return t, true
+		}
+	}
+	for _, t := range s.draining {
 		if t.NodeName == node {
 			return t, true
 		}
@@ -86,6 +96,7 @@ func (s *Set) ByVirtualNode(node string) (*Target, bool) {
 func (s *Set) Add(t *Target) {
 	s.mu.Lock()
 	s.byName[t.Name] = t
+	delete(s.draining, t.Name)
 	delete(s.drained, t.Name)
 	handlers := slices.Clone(s.handlers)
 	added := slices.Clone(s.added)
@@ -98,13 +109,33 @@ func (s *Set) Add(t *Target) {
 	}
 }
 
-// Remove takes a target out of the set if it is still the one given.
+// Remove takes a target out of the set if it is still the one given,
+// draining or not.
 func (s *Set) Remove(t *Target) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.byName[t.Name] == t {
 		delete(s.byName, t.Name)
 	}
+	if s.draining[t.Name] == t {
+		delete(s.draining, t.Name)
+	}
+}
+
+// Drain takes a deleted target out of the set, if it is still the one
+// given: no pod gets a candidate there any more, while ByVirtualNode still
+// finds it for the pods that run there.
+func (s *Set) Drain(t *Target) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.byName[t.Name] != t {
+		return
+	}
+	delete(s.byName, t.Name)
+	if s.draining == nil {
+		s.draining = map[string]*Target{}
+	}
+	s.draining[t.Name] = t
 }
 
 // MarkDrained records that the target of that name, deleted, is out of
