@@ -187,7 +187,7 @@ func explainPolicy(pod *corev1.Pod, res placementpolicy.Resolved, views []policy
 				pe.Siblings[showDomain(d)]++
 			}
 		}
-		plan.Spread(compiled, placed)
+		plan.Spread(compiled, placed, nil)
 	}
 	for name, why := range plan.Excluded {
 		a := answerOf[name]

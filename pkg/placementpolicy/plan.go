@@ -2,6 +2,7 @@ package placementpolicy
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/flotilla-dev/flotilla/pkg/placement"
 )
@@ -106,9 +107,11 @@ func Select(c *Compiled, targets []Target) Plan {
 // the domains of the pod's workload siblings that are bound or elected: a
 // target none of whose domains the spread allows leaves Selected for
 // Excluded; one spanning several is pinned to the best it allows. A target
-// whose domains are not known stays selected, unpinned. Without a spread
-// it changes nothing.
-func (p *Plan) Spread(c *Compiled, placed []placement.Domain) {
+// whose domains are not known stays selected, unpinned. full are, per
+// target, the keys of domains where the pod's candidate found no node: a
+// domain there is pinned to no more, as long as the target has another.
+// Without a spread it changes nothing.
+func (p *Plan) Spread(c *Compiled, placed []placement.Domain, full map[string]map[string]bool) {
 	if !c.Spreads() {
 		return
 	}
@@ -126,6 +129,11 @@ func (p *Plan) Spread(c *Compiled, placed []placement.Domain) {
 		}
 	}
 	verdicts := placement.Evaluate(c.Constraints, c.Weight, p.Known, placed, options)
+	for i, v := range verdicts {
+		if v.Excluded == "" && full[v.Cluster][v.Domain.Key()] && hasOther(verdicts, v, full) {
+			verdicts[i].Excluded = fmt.Sprintf("the pod's candidate found no node in %s there", strings.Join(v.Domain, "/"))
+		}
+	}
 	best, why := placement.BestPerCluster(verdicts)
 	p.Best, p.Pins, p.Closed = best, map[string]placement.Domain{}, map[string]map[string]bool{}
 	for _, v := range verdicts {
@@ -153,6 +161,17 @@ func (p *Plan) Spread(c *Compiled, placed []placement.Domain) {
 		}
 	}
 	p.Selected = kept
+}
+
+// hasOther reports whether v's target offers another domain the spread
+// allows and where the pod's candidate has not found every node full.
+func hasOther(verdicts []placement.Verdict, v placement.Verdict, full map[string]map[string]bool) bool {
+	for _, o := range verdicts {
+		if o.Cluster == v.Cluster && o.Excluded == "" && o.Domain.Key() != v.Domain.Key() && !full[o.Cluster][o.Domain.Key()] {
+			return true
+		}
+	}
+	return false
 }
 
 // DomainsKnown reports whether the domains a target offers for keys are

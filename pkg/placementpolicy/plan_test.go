@@ -32,6 +32,7 @@ func TestPlan(t *testing.T) {
 		policy   Compiled
 		targets  []Target
 		placed   []placement.Domain
+		full     map[string]map[string]bool
 		selected []string
 		// excluded are the reasons' beginnings, per target.
 		excluded map[string]string
@@ -79,6 +80,25 @@ func TestPlan(t *testing.T) {
 			pins:     map[string]string{"ab": "b"},
 		},
 		{
+			name:     "a domain where the pod's candidate found no node is pinned to no more",
+			policy:   Compiled{Constraints: spread, Weight: 1},
+			targets:  []Target{target("ab", false, nil, map[string][]string{zoneKey: {"a", "b"}})},
+			full:     map[string]map[string]bool{"ab": {placement.Domain{"a"}.Key(): true}},
+			selected: []string{"ab"},
+			known:    []string{"a", "b"},
+			pins:     map[string]string{"ab": "b"},
+		},
+		{
+			name:     "every domain full: pinned as the spread prefers",
+			policy:   Compiled{Constraints: spread, Weight: 1},
+			targets:  []Target{target("ab", false, nil, map[string][]string{zoneKey: {"a", "b"}})},
+			placed:   []placement.Domain{{"b"}},
+			full:     map[string]map[string]bool{"ab": {placement.Domain{"a"}.Key(): true, placement.Domain{"b"}.Key(): true}},
+			selected: []string{"ab"},
+			known:    []string{"a", "b"},
+			pins:     map[string]string{"ab": "a"},
+		},
+		{
 			name:     "a target whose zones are not known goes unpinned, and offers no known domain",
 			policy:   Compiled{Constraints: spread, Weight: 1},
 			targets:  []Target{target("a", false, zone("a"), nil), target("x", false, nil, nil)},
@@ -90,7 +110,7 @@ func TestPlan(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := Select(&tc.policy, tc.targets)
-			p.Spread(&tc.policy, tc.placed)
+			p.Spread(&tc.policy, tc.placed, tc.full)
 			if !slices.Equal(p.Selected, tc.selected) {
 				t.Errorf("selected %v, want %v", p.Selected, tc.selected)
 			}

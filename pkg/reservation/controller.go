@@ -124,6 +124,12 @@ type Controller struct {
 	// released, it still counts among the domains a re-election judges
 	// against (forgotten on restart and when the pod is placed).
 	electedDomains sync.Map
+	// fullDomains holds, per pod UID, the domains (per target) where the
+	// pod's candidate, pinned there, found no node: its next candidate in
+	// that target is pinned to another domain the spread allows, as
+	// kube-scheduler tries a pod on the nodes of every allowed domain
+	// (forgotten after rememberFullFor, on restart, and once placed).
+	fullDomains sync.Map
 	// electedSince is since when this process has seen each pod wait on its
 	// election, for ElectionTimeout.
 	electedSince steadyClock
@@ -337,6 +343,7 @@ func (c *Controller) objectsOf(ctx context.Context, pod *corev1.Pod) (candidate.
 func (c *Controller) forget(uid types.UID) {
 	c.firstReserved.Delete(uid)
 	c.electedDomains.Delete(uid)
+	c.fullDomains.Delete(uid)
 	c.problems.Delete(uid)
 	c.electedSince.forget(uid)
 	c.denySince.forget(uid)
@@ -352,6 +359,12 @@ func (c *Controller) sweep() {
 	c.firstReserved.Range(func(k, v any) bool {
 		if now.Sub(v.(time.Time)) > staleWindow {
 			c.firstReserved.Delete(k)
+		}
+		return true
+	})
+	c.fullDomains.Range(func(k, v any) bool {
+		if v.(*fullMemo).stale(now) {
+			c.fullDomains.Delete(k)
 		}
 		return true
 	})

@@ -9,6 +9,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/flotilla-dev/flotilla/api/v1alpha1"
+	"github.com/flotilla-dev/flotilla/pkg/candidate"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
 	"github.com/flotilla-dev/flotilla/pkg/target"
 )
@@ -145,3 +146,44 @@ func TestSpreadCountsPodsInADrainingTarget(t *testing.T) {
 		t.Fatalf("election %s, want tb", e.Encode())
 	}
 }
+
+// TestPinMovesOffAFullDomain: a target spanning zones a and b gets the
+// pod's candidate pinned to zone a; its scheduler finds no node there. The
+// candidate is sent again, pinned to zone b, which the spread allows too,
+// as kube-scheduler tries the nodes of every domain it allows.
+func TestPinMovesOffAFullDomain(t *testing.T) {
+	h := newHarness(t, []target.Config{{Name: "home", Self: true}}, zoneSpread())
+	clock := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	h.c.Clock = clock
+	h.c.SelfTopology = func([]string) (map[string][]string, bool) {
+		return map[string][]string{zoneKey: {"a", "b"}}, true
+	}
+	pod := h.newSourcePod("web-new", ofWorkload)
+	h.reconcile(pod)
+	if got := candidate.PinnedDomain(h.candidate(pod, "home")); len(got) != 1 || got[0] != "a" {
+		t.Fatalf("first candidate pinned to %v, want zone a (the first of a tie)", got)
+	}
+	h.unschedulable(pod, "home", "0/2 nodes are available: 2 Insufficient memory.")
+	h.reconcile(pod) // sees the candidate find no node in zone a
+	h.reconcile(pod) // plans zone b: the candidate in zone a is stale
+	if c := h.candidate(pod, "home"); c == nil {
+		t.Fatal("the stale candidate was deleted at once, not after a wait")
+	}
+	clock.Step(repinAfterForTest)
+	h.reconcile(pod)
+	if c := h.candidate(pod, "home"); c != nil && c.DeletionTimestamp == nil {
+		t.Fatalf("the candidate pinned to the full zone a is still there: %v", candidate.PinnedDomain(c))
+	}
+	res := h.reconcile(pod)
+	c := h.candidate(pod, "home")
+	if c == nil {
+		t.Fatalf("no candidate sent again (look again after %v)", res.RequeueAfter)
+	}
+	if got := candidate.PinnedDomain(c); len(got) != 1 || got[0] != "b" {
+		t.Fatalf("candidate sent again pinned to %v, want zone b", got)
+	}
+}
+
+// repinAfterForTest is past the controller's wait before it sends a
+// candidate pinned to a closed domain again.
+const repinAfterForTest = 4 * time.Second

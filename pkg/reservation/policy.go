@@ -60,6 +60,9 @@ type plan struct {
 	// plan is the policy's pure plan (placementpolicy.Select, then
 	// Spread), which explain makes too.
 	plan placementpolicy.Plan
+	// full are, per target, the keys of the domains where the pod's
+	// candidate found no node lately (Controller.fullDomains).
+	full map[string]map[string]bool
 	// domains are the domains each target spans for the policy's keys,
 	// worked out once a plan (domainOf): a spread counts every sibling.
 	domains map[string][]placement.Domain
@@ -464,7 +467,7 @@ func (c *Controller) prepareFanOut(p *plan, placed []placement.Domain) {
 		return
 	}
 	selected := p.selected
-	p.plan.Spread(p.policy, placed)
+	p.plan.Spread(p.policy, placed, p.full)
 	p.adopt(selected)
 	p.pins, p.closed = p.plan.Pins, p.plan.Closed
 }

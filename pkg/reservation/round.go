@@ -102,6 +102,7 @@ func (c *Controller) fanOut(ctx context.Context, r *round) error {
 		if r.placed, err = c.siblingDomains(ctx, pod, &r.pl); err != nil {
 			return err
 		}
+		r.pl.full = c.fullFor(pod.UID)
 		c.prepareFanOut(&r.pl, r.placed)
 	}
 	if len(r.pl.excluded) > 0 && len(r.pl.selected) == 0 && len(invited) > 0 {
@@ -170,6 +171,11 @@ func (c *Controller) look(ctx context.Context, r *round) {
 		var refused *objects.RefusedError
 		if errors.As(p.Err, &refused) {
 			c.Recorder.Eventf(r.pod, nil, corev1.EventTypeWarning, ReasonObjectConflict, "Fan out", "%v", refused)
+		}
+		if o.Exists && o.Unschedulable != "" && o.State.Phase != protocol.PhaseReserved && r.pl.policy.Spreads() {
+			if pinned := candidate.PinnedDomain(p.Candidate); pinned != nil {
+				c.noteFull(r.pod.UID, p.Target.Name, placement.Domain(pinned).Key())
+			}
 		}
 		if p.AdoptErr != nil {
 			logr.FromContextOrDiscard(ctx).Info("Tying copies to their candidate failed; will retry", "target", p.Target.Name, "error", p.AdoptErr.Error())

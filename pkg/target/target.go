@@ -559,6 +559,11 @@ func (t *Target) Revoke(ctx context.Context, candidate *corev1.Pod) (revoked boo
 	err = t.client.CoreV1().Pods(candidate.Namespace).Delete(ctx, candidate.Name, metav1.DeleteOptions{
 		Preconditions: &metav1.Preconditions{UID: &candidate.UID, ResourceVersion: &candidate.ResourceVersion},
 	})
+	if err == nil || apierrors.IsNotFound(err) {
+		// A candidate sent again under the name (pinned elsewhere, say)
+		// is a new creation, not the one remembered.
+		t.writes.forget(createKey(candidate.Namespace, candidate.Name, candidate.Labels[protocol.SourceUIDLabel]))
+	}
 	switch {
 	case err == nil:
 		candidatesDeleted.WithLabelValues(t.Name).Inc()
