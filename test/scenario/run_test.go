@@ -647,7 +647,9 @@ func (w *world) settle(ctx context.Context) ([]chaos.Violation, map[string][2]in
 		for app, replicas := range w.desired {
 			expect[app] = Expect{Replicas: int(replicas), Oracle: oracle[app], Slack: Slack(*w.sc.Workload(app))}
 		}
-		last = append(Settled(snap, w.targets, expect), failed...)
+		// Every target the fleet had names its virtual node: a deleted
+		// one drains, and the pods still running there stay bound to it.
+		last = append(Settled(snap, w.sc.Fleet.Targets, expect), failed...)
 		placed = map[string][2]int{}
 		for _, s := range snap.Sources {
 			if !s.Terminating && s.NodeName != "" {
