@@ -37,6 +37,13 @@ func electedIn(h *harness, podName string) (*corev1.Pod, protocol.Election) {
 // the timeout is due.
 func TestStalledElectionIsRevokedAfterTheTimeout(t *testing.T) {
 	h := newHarness(t, twoTargets())
+	// The targets' objects exist: the election is released by what the
+	// target's API server says of the candidate, not by the target going.
+	for _, name := range []string{"t1", "t2"} {
+		if err := h.c.Client.Create(h.ctx, &v1alpha1.ClusterTarget{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	clock := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	h.c.Clock, h.c.ElectionTimeout = clock, time.Minute
 	pod, _ := electedIn(h, "web-0")

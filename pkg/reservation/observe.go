@@ -52,7 +52,13 @@ func (c *Controller) confirmRelease(ctx context.Context, pod *corev1.Pod, electi
 	i := slices.IndexFunc(observed, func(o Observed) bool { return o.Target == election.Target })
 	if i < 0 {
 		if c.Targets.Drained(election.Target) || c.targetGone(ctx, election.Target) {
-			observed = append(observed, Observed{Target: election.Target, Live: true})
+			return append(observed, Observed{Target: election.Target, Live: true})
+		}
+		if t, ok := c.Targets.Get(election.Target); ok {
+			// Configured, but the fan-out did not look at it: its cache
+			// holds no candidate of the pod (revoked, or deleted by
+			// someone). Only its API server can say so for sure.
+			return append(observed, c.observeLive(ctx, pod, t, Observed{}))
 		}
 		return observed
 	}
@@ -63,15 +69,22 @@ func (c *Controller) confirmRelease(ctx context.Context, pod *corev1.Pod, electi
 	if !ok {
 		return observed
 	}
+	observed[i] = c.observeLive(ctx, pod, t, observed[i])
+	return observed
+}
+
+// observeLive reads the pod's candidate in t from its API server: gone (or
+// another pod's of that name) is no candidate. The policy's verdict on the
+// cached view (cached.Bonus, cached.Excluded) is kept.
+func (c *Controller) observeLive(ctx context.Context, pod *corev1.Pod, t *target.Target, cached Observed) Observed {
 	live, err := t.Live(ctx, t.NamespaceFor(pod.Namespace), candidate.CandidateNameOf(pod, c.SourceCluster, t.Name))
 	if live != nil && types.UID(live.Labels[protocol.SourceUIDLabel]) != pod.UID {
 		live = nil // another pod's of that name
 	}
 	o := observe(candidate.Placement{Target: t, Candidate: live, Err: err})
 	o.Live = err == nil
-	o.Bonus, o.Excluded = observed[i].Bonus, observed[i].Excluded
-	observed[i] = o
-	return observed
+	o.Bonus, o.Excluded = cached.Bonus, cached.Excluded
+	return o
 }
 
 // targetGone reports whether the Target ("namespace/name") or ClusterTarget
