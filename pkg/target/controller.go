@@ -353,12 +353,7 @@ func (c *Controller) connect(ctx context.Context, v view) (reconcile.Result, err
 		if r != nil {
 			c.stop(v.name)
 		}
-		podCIDRs, _ := vnode.ParsePodCIDRs(v.podCIDRs) // refusedSpec checked them
-		t, err := New(Config{
-			Name: v.name, Namespace: v.namespace, Self: v.self, Labels: v.labels,
-			NamespaceMapping: v.mapping, PodCIDRs: podCIDRs, REST: cfg, SourceCluster: c.SourceCluster,
-			SummaryName: v.summary,
-		})
+		t, err := c.newTarget(v, cfg)
 		if err != nil {
 			setCondition(v, v1alpha1.TargetCredentialsValid, metav1.ConditionFalse, v1alpha1.ReasonKubeconfigInvalid, err.Error())
 			setCondition(v, v1alpha1.TargetReady, metav1.ConditionFalse, v1alpha1.ReasonKubeconfigInvalid, err.Error())
@@ -554,6 +549,16 @@ func (r *running) stop() {
 	r.t.Shutdown()
 }
 
+// newTarget prepares the target v describes, connected with cfg.
+func (c *Controller) newTarget(v view, cfg *rest.Config) (*Target, error) {
+	podCIDRs, _ := vnode.ParsePodCIDRs(v.podCIDRs) // refusedSpec checked them
+	return New(Config{
+		Name: v.name, Namespace: v.namespace, Self: v.self, Labels: v.labels,
+		NamespaceMapping: v.mapping, PodCIDRs: podCIDRs, REST: cfg, SourceCluster: c.SourceCluster,
+		SummaryName: v.summary,
+	})
+}
+
 // drain handles a deleted target: no new candidates go there, its waiting
 // candidates are deleted, and the pods running there stay mirrored until
 // they end; then its virtual node is removed and the finalizer released.
@@ -565,6 +570,21 @@ func (c *Controller) drain(ctx context.Context, v view) (reconcile.Result, error
 	before := v.status.DeepCopy()
 	node := protocol.VirtualNodeName(v.namespace, nameOnly(v.name))
 	r := c.get(v.name)
+	if r == nil && c.podsOn(node) > 0 {
+		// The agent started while the target drained: connect to it
+		// again, so that the pods that still run there stay mirrored and
+		// their delegates go with them.
+		cfg, hash, _, err := c.resolve(ctx, &v)
+		var t *Target
+		if err == nil {
+			t, err = c.newTarget(v, cfg)
+		}
+		if err != nil {
+			setCondition(v, v1alpha1.TargetReady, metav1.ConditionFalse, "Draining", "Connecting again to drain it: "+err.Error())
+			return c.report(ctx, v, before, notReadyResync)
+		}
+		r = c.start(t, hash)
+	}
 	if r != nil {
 		c.Targets.Drain(r.t)
 		node = r.t.NodeName

@@ -170,6 +170,31 @@ func TestLiveTargets(t *testing.T) {
 		if _, err := srcClient.CoreV1().Nodes().Get(ctx, "flotilla-t1", metav1.GetOptions{}); err != nil {
 			t.Fatalf("the virtual node of a draining target is gone: %v", err)
 		}
+		// An agent restarted meanwhile drains on: the node stays while
+		// pods run there.
+		if err := agent.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		if err := agent.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if err := agent.WaitReady(ctx); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 30*time.Second, "the target draining after the agent's restart", func() (bool, string) {
+			if _, err := srcClient.CoreV1().Nodes().Get(ctx, "flotilla-t1", metav1.GetOptions{}); err != nil {
+				return false, fmt.Sprintf("virtual node: %v", err)
+			}
+			ct := &v1alpha1.ClusterTarget{}
+			if err := cl.Get(ctx, client.ObjectKey{Name: "t1"}, ct); err != nil {
+				return false, err.Error()
+			}
+			c := meta.FindStatusCondition(ct.Status.Conditions, v1alpha1.TargetReady)
+			return c != nil && c.Reason == "Draining" && strings.Contains(c.Message, "2 pods") && c.LastTransitionTime.After(time.Now().Add(-time.Minute)), fmt.Sprintf("%+v", c)
+		})
+		if _, err := srcClient.CoreV1().Nodes().Get(ctx, "flotilla-t1", metav1.GetOptions{}); err != nil {
+			t.Fatalf("the virtual node of a draining target is gone after the agent's restart: %v", err)
+		}
 		// Still mirrored: deleting a source pod deletes its delegate.
 		for _, name := range []string{"early", "beside-broken"} {
 			if err := srcClient.CoreV1().Pods(placementNS).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
