@@ -53,15 +53,20 @@ func preferNodeLabels(spec *corev1.PodSpec, reqs []corev1.NodeSelectorRequiremen
 	if len(reqs) == 0 {
 		return
 	}
+	na := nodeAffinityOf(spec)
+	na.PreferredDuringSchedulingIgnoredDuringExecution = append(na.PreferredDuringSchedulingIgnoredDuringExecution,
+		corev1.PreferredSchedulingTerm{Weight: pinWeight, Preference: corev1.NodeSelectorTerm{MatchExpressions: reqs}})
+}
+
+// nodeAffinityOf is the pod's node affinity, made empty if it has none.
+func nodeAffinityOf(spec *corev1.PodSpec) *corev1.NodeAffinity {
 	if spec.Affinity == nil {
 		spec.Affinity = &corev1.Affinity{}
 	}
 	if spec.Affinity.NodeAffinity == nil {
 		spec.Affinity.NodeAffinity = &corev1.NodeAffinity{}
 	}
-	na := spec.Affinity.NodeAffinity
-	na.PreferredDuringSchedulingIgnoredDuringExecution = append(na.PreferredDuringSchedulingIgnoredDuringExecution,
-		corev1.PreferredSchedulingTerm{Weight: pinWeight, Preference: corev1.NodeSelectorTerm{MatchExpressions: reqs}})
+	return spec.Affinity.NodeAffinity
 }
 
 // RequireNodeLabels adds requirements to the pod's required node affinity:
@@ -71,13 +76,7 @@ func RequireNodeLabels(spec *corev1.PodSpec, reqs []corev1.NodeSelectorRequireme
 	if len(reqs) == 0 {
 		return
 	}
-	if spec.Affinity == nil {
-		spec.Affinity = &corev1.Affinity{}
-	}
-	if spec.Affinity.NodeAffinity == nil {
-		spec.Affinity.NodeAffinity = &corev1.NodeAffinity{}
-	}
-	na := spec.Affinity.NodeAffinity
+	na := nodeAffinityOf(spec)
 	if na.RequiredDuringSchedulingIgnoredDuringExecution == nil {
 		na.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{}
 	}
