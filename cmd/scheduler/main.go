@@ -4,6 +4,9 @@
 // expected to carry a profile named "flotilla" (the schedulerName of candidate
 // pods) next to the default profile, so one scheduler serves the cluster's
 // ordinary pods and the candidates that other clusters send it.
+//
+// The command is pkg/scheduler's; main adds only what kube-scheduler's main
+// links in: the JSON log format and the client-go and version metrics.
 package main
 
 import (
@@ -13,10 +16,10 @@ import (
 	_ "k8s.io/component-base/logs/json/register"
 	_ "k8s.io/component-base/metrics/prometheus/clientgo"
 	_ "k8s.io/component-base/metrics/prometheus/version"
+
+	"github.com/flotilla-dev/flotilla/pkg/scheduler"
 )
 
 func main() {
-	command := newCommand(plugins()...)
-	serveDebugState(command)
-	os.Exit(cli.Run(command))
+	os.Exit(cli.Run(scheduler.NewCommand()))
 }

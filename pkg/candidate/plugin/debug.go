@@ -7,7 +7,7 @@ import (
 
 // State is the scheduler's /debug/state: each profile that runs the plugin
 // registers its state under the profile's name. kube-scheduler's own mux
-// takes no extra handlers, so cmd/scheduler serves it on a listener of its
+// takes no extra handlers, so pkg/scheduler serves it on a listener of its
 // own (--flotilla-debug-bind-address).
 var State = debugstate.NewRegistry()
 

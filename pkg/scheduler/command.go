@@ -1,4 +1,4 @@
-package main
+package scheduler
 
 import (
 	"context"
@@ -18,6 +18,14 @@ import (
 	"k8s.io/kubernetes/cmd/kube-scheduler/app"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app/options"
 )
+
+// NewCommand is the scheduler's command: kube-scheduler's, with the Flotilla
+// plugin registered and its debug state served (--flotilla-debug-bind-address).
+func NewCommand() *cobra.Command {
+	command := newCommand(plugins()...)
+	serveDebugState(command)
+	return command
+}
 
 // newCommand is kube-scheduler's command (app.NewSchedulerCommand) with one
 // step between setting the scheduler up and running it: quietOnDeleted.

@@ -1,4 +1,4 @@
-package main
+package scheduler
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
-	"k8s.io/kubernetes/pkg/scheduler"
+	kubescheduler "k8s.io/kubernetes/pkg/scheduler"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/metrics"
 )
@@ -25,7 +25,7 @@ import (
 // which is when the framework rejects the waiting pod: a pod in the
 // informer's cache with deletionTimestamp set counts as deleted too. Any
 // other pod goes through the handler unchanged.
-func quietOnDeleted(sched *scheduler.Scheduler) {
+func quietOnDeleted(sched *kubescheduler.Scheduler) {
 	report := sched.FailureHandler
 	sched.FailureHandler = func(ctx context.Context, f framework.Framework, podInfo *framework.QueuedPodInfo, status *fwk.Status, nominatingInfo *fwk.NominatingInfo, start time.Time) {
 		pod := podInfo.Pod
