@@ -37,7 +37,7 @@ type config struct {
 	Pods    int     `json:"pods"`
 	Rate    float64 `json:"rate"`
 	CPU     string  `json:"cpuPerPod"`
-	// MaxCandidates is the agent's --max-candidates (0: every target).
+	// MaxCandidates is the agent's placement.maxCandidates (0: every target).
 	MaxCandidates int `json:"maxCandidates"`
 	Timeout       time.Duration
 	AgentMemLimit string `json:"agentGOMEMLIMIT,omitempty"`
@@ -97,7 +97,7 @@ func main() {
 	flag.IntVar(&cfg.Pods, "pods", 200, "Pods to create (P).")
 	flag.Float64Var(&cfg.Rate, "rate", 0, "Pods created per second; 0 creates them all at once (a burst).")
 	flag.StringVar(&cfg.CPU, "cpu", "100m", "CPU request of each pod.")
-	flag.IntVar(&cfg.MaxCandidates, "max-candidates", 2, "The agent's --max-candidates: targets that get a candidate of each pod at first (0: all; 2 is the agent's default).")
+	flag.IntVar(&cfg.MaxCandidates, "max-candidates", 2, "The agent's placement.maxCandidates (the chart's agent.maxCandidates): targets that get a candidate of each pod at first (0: all; 2 is the agent's default).")
 	flag.DurationVar(&cfg.Timeout, "timeout", 10*time.Minute, "Give up on a run after this long.")
 	keep := flag.Bool("keep", false, "Keep the sandbox folder (logs) after the run.")
 	hold := flag.Bool("hold", false, "Keep the clusters up after the run until interrupted, to look around.")
@@ -363,7 +363,7 @@ func run(cfg config, keep, hold bool) (*Report, error) {
 			return nil, err
 		}
 	}
-	agentArgs, agentEnv, pprofAddr, err := sourceAgentFlags(cfg)
+	agentRelease, pprofAddr, err := sourceAgentRelease(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -377,13 +377,13 @@ func run(cfg config, keep, hold bool) (*Report, error) {
 			}
 			targetAgents = append(targetAgents, a)
 		}
-		if agent, err = sandbox.StartAgentEnv(ctx, src, nil, agentEnv, agentArgs...); err != nil {
+		if agent, err = sandbox.StartAgentWith(ctx, src, nil, agentRelease); err != nil {
 			return nil, err
 		}
 		if err := invite(ctx, src, targets); err != nil {
 			return nil, err
 		}
-	} else if agent, err = sandbox.StartAgentEnv(ctx, src, targets, agentEnv, agentArgs...); err != nil {
+	} else if agent, err = sandbox.StartAgentWith(ctx, src, targets, agentRelease); err != nil {
 		return nil, err
 	}
 	if cfg.Spread {
@@ -487,22 +487,23 @@ func run(cfg config, keep, hold bool) (*Report, error) {
 	return report, holdOn(ctx, report, s.Dir, hold)
 }
 
-// sourceAgentFlags are the flags and environment of the agent of a source
-// cluster, from cfg, and the address of its pprof server with -profile.
-func sourceAgentFlags(cfg config) (args, env []string, pprofAddr string, err error) {
-	args = []string{fmt.Sprintf("--max-candidates=%d", cfg.MaxCandidates)}
+// sourceAgentRelease is the release of a source cluster's agent, from cfg:
+// its chart values, flags and environment, and the address of its pprof
+// server with -profile.
+func sourceAgentRelease(cfg config) (opts sandbox.ReleaseOptions, pprofAddr string, err error) {
+	opts.Set = []string{fmt.Sprintf("agent.maxCandidates=%d", cfg.MaxCandidates)}
 	if cfg.Profile {
 		ports, err := sandbox.FreePorts(1)
 		if err != nil {
-			return nil, nil, "", err
+			return opts, "", err
 		}
 		pprofAddr = fmt.Sprintf("127.0.0.1:%d", ports[0])
-		args = append(args, "--pprof-bind-address="+pprofAddr)
+		opts.AgentArgs = append(opts.AgentArgs, "--pprof-bind-address="+pprofAddr)
 	}
 	if cfg.AgentMemLimit != "" {
-		env = append(env, "GOMEMLIMIT="+cfg.AgentMemLimit)
+		opts.AgentEnv = append(opts.AgentEnv, "GOMEMLIMIT="+cfg.AgentMemLimit)
 	}
-	return args, env, pprofAddr, nil
+	return opts, pprofAddr, nil
 }
 
 // invite has each of targets, whose agents run, invite src (a

@@ -383,19 +383,19 @@ func runMesh(cfg config, keep, hold bool) (*MeshReport, error) {
 }
 
 // startMeshAgents runs every cluster's agent, each a source with the agent
-// flags of -max-candidates and -agent-gomemlimit and, with -mesh-self, its
+// configuration of -max-candidates and -agent-gomemlimit and, with -mesh-self, its
 // own cluster as a self target; then has every cluster invite every other
 // one and reach it with the invited identity (-invite, as run does with
 // its source), or with admin kubeconfigs (-invite=false).
 func startMeshAgents(ctx context.Context, cfg config, mesh []*sandbox.Cluster) (agents []*sandbox.Agent, pprofAddr string, err error) {
-	args, env, pprofAddr, err := sourceAgentFlags(cfg)
+	release, pprofAddr, err := sourceAgentRelease(cfg)
 	if err != nil {
 		return nil, "", err
 	}
 	for k, c := range mesh {
 		if k == 1 && pprofAddr != "" {
 			// Only the first cluster's agent serves its pprof (-profile).
-			args = slices.DeleteFunc(slices.Clone(args), func(a string) bool { return strings.HasPrefix(a, "--pprof-bind-address=") })
+			release.AgentArgs = slices.DeleteFunc(slices.Clone(release.AgentArgs), func(a string) bool { return strings.HasPrefix(a, "--pprof-bind-address=") })
 		}
 		var targets []*sandbox.Cluster
 		if cfg.MeshSelf {
@@ -407,7 +407,7 @@ func startMeshAgents(ctx context.Context, cfg config, mesh []*sandbox.Cluster) (
 				targets = others(mesh, c)
 			}
 		}
-		a, err := sandbox.StartAgentEnv(ctx, c, targets, env, args...)
+		a, err := sandbox.StartAgentWith(ctx, c, targets, release)
 		if err != nil {
 			return nil, "", err
 		}

@@ -53,7 +53,7 @@ func TestAdmissionRefusesWhatTheInvitedIdentityMayNotAsk(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := sandbox.StartAgent(ctx, tgt, nil, "--invitation-token-ttl=10m"); err != nil {
+	if _, err := sandbox.StartAgent(ctx, tgt, nil, "agent.invitationTokenTTL=10m"); err != nil {
 		t.Fatal(err)
 	}
 	cs := &v1alpha1.ClusterSource{ObjectMeta: metav1.ObjectMeta{Name: "src"}}

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -26,7 +28,8 @@ import (
 // API server must trust whichever replica it reaches, the standby as much as
 // the leader, through the fail-over too.
 func TestAgentLeaderElection(t *testing.T) {
-	// The agent binary with its own flags, not the chart: no release.
+	// The agent binary with a configuration file of its own, not the
+	// chart's: no release.
 	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{{Name: "c1", Nodes: []sandbox.NodeSpec{{}}, WithoutRelease: true}}})
 	c := s.Cluster("c1")
 	client := c.Client()
@@ -41,6 +44,23 @@ func TestAgentLeaderElection(t *testing.T) {
 	_, port, _ := net.SplitHostPort(fwd.Addr())
 	webhookURL := fmt.Sprintf("https://localhost:%s%s", port, webhook.Path)
 
+	// One configuration file for both, as a ConfigMap would be; only what
+	// differs between them is given per process.
+	configFile := filepath.Join(t.TempDir(), "config.yaml")
+	config := fmt.Sprintf(`apiVersion: config.flotilla.dev/v1alpha1
+kind: AgentConfiguration
+clusterName: %s
+webhook:
+  url: %s
+leaderElection:
+  leaseDuration: 4s
+  renewDeadline: 3s
+  retryPeriod: 500ms
+`, c.Name, webhookURL)
+	if err := os.WriteFile(configFile, []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
 	type replica struct {
 		*sandbox.Process
 		probe, webhook string
@@ -53,17 +73,13 @@ func TestAgentLeaderElection(t *testing.T) {
 		r := replica{probe: fmt.Sprintf("127.0.0.1:%d", ports[0]), webhook: fmt.Sprintf("127.0.0.1:%d", ports[2])}
 		r.Process, err = c.Run("agent-"+id, c.BinDir()+"/flotilla-agent",
 			"--kubeconfig="+c.Kubeconfig,
-			"--cluster-name="+c.Name,
+			"--config="+configFile,
 			"--health-probe-bind-address="+r.probe,
 			fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", ports[1]),
 			// Two replicas on one host: each needs its own webhook port.
 			fmt.Sprintf("--webhook-port=%d", ports[2]),
 			"--webhook-bind-host=127.0.0.1",
 			"--webhook-cert-dir="+t.TempDir(),
-			"--webhook-url="+webhookURL,
-			"--leader-elect-lease-duration=4s",
-			"--leader-elect-renew-deadline=3s",
-			"--leader-elect-retry-period=500ms",
 		)
 		if err != nil {
 			t.Fatal(err)

@@ -44,7 +44,7 @@ func TestInvitation(t *testing.T) {
 	}
 	// The target's agent applies invitations; its tokens live 10 minutes,
 	// the shortest the API server issues.
-	tgtAgent, err := sandbox.StartAgent(ctx, tgt, nil, "--invitation-token-ttl=10m")
+	tgtAgent, err := sandbox.StartAgent(ctx, tgt, nil, "agent.invitationTokenTTL=10m")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +176,7 @@ func TestInvitation(t *testing.T) {
 
 	// The source: its release, the Secret copied over into the release's
 	// namespace, and a ClusterTarget naming it.
-	if _, err := sandbox.StartAgent(ctx, src, nil, "--token-renew-after=0.02"); err != nil {
+	if _, err := sandbox.StartAgent(ctx, src, nil, "agent.tokenRenewAfter=0.02"); err != nil {
 		t.Fatal(err)
 	}
 	srcCR := src.CRClient()

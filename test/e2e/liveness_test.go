@@ -195,7 +195,7 @@ func sourceAndTarget(t *testing.T, cpu string) (src, c2 *sandbox.Cluster) {
 // without releasing one whose target is gone, c does.
 func TestElectionOnAStalledTarget(t *testing.T) {
 	const timeout = 20 * time.Second
-	src, c2, c3 := stalledTargets(t, "4", "--election-timeout="+timeout.String())
+	src, c2, c3 := stalledTargets(t, "4", "agent.electionTimeout="+timeout.String())
 	ctx := t.Context()
 	srcPods, c2Pods := src.Client().CoreV1().Pods(placementNS), c2.Client().CoreV1().Pods(placementNS)
 
@@ -325,7 +325,7 @@ func TestElectionOnAStalledTarget(t *testing.T) {
 // waits for the Permit timeout (30 s) and the test fails; without lifting,
 // the pod stays Pending.
 func TestLosersAreDenied(t *testing.T) {
-	src, c2, c3 := stalledTargets(t, "2", "--deny-after=8s", "--election-timeout=0")
+	src, c2, c3 := stalledTargets(t, "2", "agent.denyAfter=8s", "agent.electionTimeout=0s")
 	ctx := t.Context()
 	c2Pods, c3Pods := c2.Client().CoreV1().Pods(placementNS), c3.Client().CoreV1().Pods(placementNS)
 	pod, err := src.Client().CoreV1().Pods(placementNS).Create(ctx, optedInPod("web", "1500m"), metav1.CreateOptions{})
@@ -401,7 +401,7 @@ func TestLosersAreDenied(t *testing.T) {
 // stalledTargets starts src, whose agent (with extra flags) targets c2 and
 // c3, each one node of cpu CPUs whose Flotilla scheduler is stopped, with
 // placementNS opted in everywhere.
-func stalledTargets(t *testing.T, cpu string, flags ...string) (src, c2, c3 *sandbox.Cluster) {
+func stalledTargets(t *testing.T, cpu string, values ...string) (src, c2, c3 *sandbox.Cluster) {
 	t.Helper()
 	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
 		{Name: "src", WithoutScheduler: true},
@@ -417,7 +417,7 @@ func stalledTargets(t *testing.T, cpu string, flags ...string) (src, c2, c3 *san
 			t.Fatal(err)
 		}
 	}
-	if _, err := sandbox.StartAgent(t.Context(), src, []*sandbox.Cluster{c2, c3}, flags...); err != nil {
+	if _, err := sandbox.StartAgent(t.Context(), src, []*sandbox.Cluster{c2, c3}, values...); err != nil {
 		t.Fatal(err)
 	}
 	return src, c2, c3
@@ -469,7 +469,7 @@ func TestStaleCacheKeepsTheLivePod(t *testing.T) {
 		AgentServer: "https://" + cut.Addr(),
 		// Cut off, a leader could not renew its lease: the one agent
 		// runs without leader election.
-		AgentArgs: []string{"--leader-elect=false"},
+		Set: []string{"agent.leaderElection.enabled=false"},
 	})
 	if err != nil {
 		t.Fatal(err)

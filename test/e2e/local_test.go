@@ -37,7 +37,7 @@ func TestLocalFirst(t *testing.T) {
 		createNamespace(t, c.Client(), placementNS)
 	}
 	// A kept pod stuck for 2 s is evicted (30 s in the chart).
-	if _, err := sandbox.StartAgent(ctx, home, []*sandbox.Cluster{home, away}, "--local-overflow-after=2s"); err != nil {
+	if _, err := sandbox.StartAgent(ctx, home, []*sandbox.Cluster{home, away}, "agent.localOverflowAfter=2s"); err != nil {
 		t.Fatal(err)
 	}
 	cr := home.CRClient()

@@ -35,8 +35,8 @@ func TestSlowSourceKeepsItsWindow(t *testing.T) {
 	src := s.Cluster("src")
 	targets := []*sandbox.Cluster{s.Cluster("w1"), s.Cluster("w2"), s.Cluster("w3")}
 	// The pause must not cost the agent its lease: it would exit on resume.
-	agent, err := sandbox.StartAgent(ctx, src, targets, "--max-candidates=1",
-		"--leader-elect-lease-duration=120s", "--leader-elect-renew-deadline=90s")
+	agent, err := sandbox.StartAgent(ctx, src, targets, "agent.maxCandidates=1",
+		"agent.leaderElection.leaseDuration=120s", "agent.leaderElection.renewDeadline=90s")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,7 +37,7 @@ func TestFanOutWindow(t *testing.T) {
 		createNamespace(t, c.Client(), placementNS)
 	}
 	targets := []*sandbox.Cluster{s.Cluster("small1"), s.Cluster("small2"), s.Cluster("big")}
-	if _, err := sandbox.StartAgent(ctx, s.Cluster("src"), targets, "--max-candidates=1"); err != nil {
+	if _, err := sandbox.StartAgent(ctx, s.Cluster("src"), targets, "agent.maxCandidates=1"); err != nil {
 		t.Fatal(err)
 	}
 	src := s.Cluster("src").Client()

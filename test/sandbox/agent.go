@@ -29,15 +29,11 @@ type Agent struct {
 // runs the release's agent (see Release), gives it the given targets as
 // ClusterTargets (c itself as self, the others through a Secret with their
 // admin kubeconfig), and waits until the webhook mutates opted-in pods and
-// every target is Ready. Extra flags are appended to the chart's.
-func StartAgent(ctx context.Context, c *Cluster, targets []*Cluster, extra ...string) (*Agent, error) {
-	return StartAgentEnv(ctx, c, targets, nil, extra...)
-}
-
-// StartAgentEnv is StartAgent with env ("KEY=value", e.g. GOMEMLIMIT) added
-// to the agent's environment.
-func StartAgentEnv(ctx context.Context, c *Cluster, targets []*Cluster, env []string, extra ...string) (*Agent, error) {
-	return StartAgentWith(ctx, c, targets, ReleaseOptions{AgentEnv: env, AgentArgs: extra})
+// every target is Ready. values are the chart's values the release is
+// installed with (helm --set), e.g. "agent.maxCandidates=1": they reach the
+// agent through the configuration the chart renders.
+func StartAgent(ctx context.Context, c *Cluster, targets []*Cluster, values ...string) (*Agent, error) {
+	return StartAgentWith(ctx, c, targets, ReleaseOptions{Set: values})
 }
 
 // StartAgentWith is StartAgent with the release's options.

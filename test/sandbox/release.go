@@ -129,13 +129,7 @@ func (c *Cluster) InstallRelease(ctx context.Context, opts ReleaseOptions) (*Rel
 	r.agentPod, r.agentOpts = pod, opts
 	r.Agent = &Agent{Cluster: c, ProbeAddr: "127.0.0.1:" + strconv.Itoa(ports[0]), MetricsAddr: "127.0.0.1:" + strconv.Itoa(ports[1]),
 		KubeletAddr: "127.0.0.1:" + strconv.Itoa(ports[4])}
-	args := replaceFlags(pod.args, map[string]string{
-		"--health-probe-bind-address": r.Agent.ProbeAddr,
-		"--metrics-bind-address":      r.Agent.MetricsAddr,
-		"--webhook-port":              strconv.Itoa(ports[2]),
-		"--kubelet-port":              strconv.Itoa(ports[4]),
-	})
-	args = append(args, "--webhook-bind-host=127.0.0.1", "--kubelet-bind-address=127.0.0.1", "--kubeconfig="+pod.kubeconfig)
+	args := append(slices.Clone(pod.args), pod.listen(r.Agent.ProbeAddr, r.Agent.MetricsAddr, ports[2], ports[4])...)
 	p, err := c.RunEnv("agent", filepath.Join(c.binDir, "flotilla-agent"), append(pod.env, opts.AgentEnv...), append(args, opts.AgentArgs...)...)
 	if err != nil {
 		return nil, err
@@ -169,10 +163,11 @@ func (r *Release) StartAgentReplica(ctx context.Context, name string) (*Agent, e
 	if err := os.MkdirAll(certDir, 0o700); err != nil {
 		return nil, err
 	}
-	args := append(slices.Clone(r.agentPod.args), "--webhook-bind-host=127.0.0.1", "--kubelet-bind-address=127.0.0.1", "--kubeconfig="+r.agentPod.kubeconfig)
 	// The release's extra flags too, but this replica's ports and folder
 	// wherever they name them.
-	args = replaceFlags(append(args, r.agentOpts.AgentArgs...), map[string]string{
+	args := append(slices.Clone(r.agentPod.args), r.agentOpts.AgentArgs...)
+	args = append(args, r.agentPod.listen(a.ProbeAddr, a.MetricsAddr, ports[2], ports[3])...)
+	args = replaceFlags(append(args, "--webhook-cert-dir="+certDir), map[string]string{
 		"--health-probe-bind-address": a.ProbeAddr,
 		"--metrics-bind-address":      a.MetricsAddr,
 		"--webhook-port":              strconv.Itoa(ports[2]),
@@ -477,6 +472,9 @@ func (c *Cluster) podProcessOf(ctx context.Context, name string, owner metav1.Ob
 		return nil, err
 	}
 	volumes := map[string]corev1.Volume{}
+	// Mounted configuration, written once every mount is known: the paths
+	// it names (a certificate's, a folder's) move as the mounts do.
+	configFiles := map[string]string{}
 	for _, v := range spec.Volumes {
 		volumes[v.Name] = v
 	}
@@ -497,9 +495,7 @@ func (c *Cluster) podProcessOf(ctx context.Context, name string, owner metav1.Ob
 				return nil, fmt.Errorf("ConfigMap %s of Deployment %s: %w", v.ConfigMap.Name, d.Name, err)
 			}
 			for k, data := range cm.Data {
-				if err := os.WriteFile(filepath.Join(local, k), []byte(data), 0o600); err != nil {
-					return nil, err
-				}
+				configFiles[filepath.Join(local, k)] = data
 			}
 		case v.Secret != nil:
 			s, err := client.CoreV1().Secrets(d.Namespace).Get(ctx, v.Secret.SecretName, metav1.GetOptions{})
@@ -516,11 +512,13 @@ func (c *Cluster) podProcessOf(ctx context.Context, name string, owner metav1.Ob
 		}
 		p.mounts[m.MountPath] = local
 	}
-	for _, a := range append(slices.Clone(container.Command[min(1, len(container.Command)):]), container.Args...) {
-		for path, local := range p.mounts {
-			a = strings.ReplaceAll(a, path, local)
+	for file, data := range configFiles {
+		if err := os.WriteFile(file, []byte(p.local(data)), 0o600); err != nil {
+			return nil, err
 		}
-		p.args = append(p.args, a)
+	}
+	for _, a := range append(slices.Clone(container.Command[min(1, len(container.Command)):]), container.Args...) {
+		p.args = append(p.args, p.local(a))
 	}
 	vars := map[string]string{}
 	for _, e := range container.Env {
@@ -548,6 +546,35 @@ func (c *Cluster) podProcessOf(ctx context.Context, name string, owner metav1.Ob
 		p.args[i] = a
 	}
 	return p, nil
+}
+
+// listen are the flags that make an agent process listen where the sandbox
+// says, on loopback, and reach its API server with its ServiceAccount's
+// token: they override its configuration file. The kubelet API keeps its
+// port 0 (off) when the chart turned it off, which it shows by publishing
+// no address.
+func (p *podProcess) listen(probeAddr, metricsAddr string, webhookPort, kubeletPort int) []string {
+	args := []string{
+		"--health-probe-bind-address=" + probeAddr,
+		"--metrics-bind-address=" + metricsAddr,
+		"--webhook-port=" + strconv.Itoa(webhookPort),
+		"--webhook-bind-host=127.0.0.1",
+		"--kubelet-bind-address=127.0.0.1",
+		"--kubeconfig=" + p.kubeconfig,
+	}
+	if slices.ContainsFunc(p.args, func(a string) bool { return strings.HasPrefix(a, "--kubelet-address=") }) {
+		args = append(args, "--kubelet-port="+strconv.Itoa(kubeletPort))
+	}
+	return args
+}
+
+// local rewrites the mount paths that s names to the folders that stand in
+// for them here.
+func (p *podProcess) local(s string) string {
+	for path, local := range p.mounts {
+		s = strings.ReplaceAll(s, path, local)
+	}
+	return s
 }
 
 // replaceFlags sets --flag=value for each flag present in args.

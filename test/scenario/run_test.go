@@ -34,8 +34,8 @@ type runConfig struct {
 	settle time.Duration
 	// binDir holds the binaries ("" for the checkout's bin/).
 	binDir string
-	// agentArgs are added to the source agent's flags.
-	agentArgs []string
+	// agentValues are the chart values of the source agent's release.
+	agentValues []string
 }
 
 // outcome of one run.
@@ -221,7 +221,7 @@ func (w *world) startFlotilla() {
 		wg.Go(func() {
 			opts := sandbox.ReleaseOptions{}
 			if name == SourceCluster {
-				opts.AgentArgs = w.cfg.agentArgs
+				opts.Set = append(opts.Set, w.cfg.agentValues...)
 			}
 			a, err := sandbox.StartAgentWith(ctx, c, nil, opts)
 			mu.Lock()

@@ -154,7 +154,7 @@ func envDuration(name string, def time.Duration) time.Duration {
 // the policy.
 func plantedConfig(binDir string) runConfig {
 	timeout := envDuration("FLOTILLA_SCENARIO_ELECTION_TIMEOUT", 20*time.Second)
-	return runConfig{settle: 3 * time.Minute, binDir: binDir, agentArgs: []string{"--election-timeout=" + timeout.String(), "--deny-after=0"}}
+	return runConfig{settle: 3 * time.Minute, binDir: binDir, agentValues: []string{"agent.electionTimeout=" + timeout.String(), "agent.denyAfter=0s"}}
 }
 
 // TestScenarioPlantedScriptPasses runs the planted test's script with the
