@@ -50,7 +50,7 @@ func StartAgentWith(ctx context.Context, c *Cluster, targets []*Cluster, opts Re
 	}
 	for _, t := range targets {
 		if err := c.WaitTargetReady(ctx, t.Name, 60*time.Second); err != nil {
-			return nil, fmt.Errorf("agent in %s (log %s): %w", c.Name, a.LogPath(), err)
+			return nil, fmt.Errorf("agent in %s (%s): %w", c.Name, a, err)
 		}
 	}
 	return a, nil
@@ -69,7 +69,7 @@ func (a *Agent) WaitReady(ctx context.Context) error {
 	}
 	var last error
 	err := poll(ctx, 60*time.Second, func() (bool, error) {
-		if !a.Running() {
+		if a.Process != nil && !a.Running() {
 			return false, fmt.Errorf("agent exited; see %s", a.LogPath())
 		}
 		resp, err := httpClient.Get("http://" + a.ProbeAddr + "/readyz")
@@ -90,9 +90,18 @@ func (a *Agent) WaitReady(ctx context.Context) error {
 		return true, nil
 	})
 	if err != nil {
-		return fmt.Errorf("agent in %s not ready (log %s): %v: %w", a.Cluster.Name, a.LogPath(), last, err)
+		return fmt.Errorf("agent in %s not ready (%s): %v: %w", a.Cluster.Name, a, last, err)
 	}
 	return nil
+}
+
+// String names the agent's log: its process's, or the test's own output
+// for an agent run in process.
+func (a *Agent) String() string {
+	if a.Process == nil {
+		return "in process, log " + inProcessLog
+	}
+	return "log " + a.LogPath()
 }
 
 // optedInProbe is an opted-in pod that asks for nothing, for dry-run

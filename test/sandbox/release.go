@@ -48,6 +48,11 @@ type ReleaseOptions struct {
 	// API server (a Forwarder in front of it, to cut the agent off);
 	// empty: the cluster's own.
 	AgentServer string
+	// InProcess runs the agent inside the test's process instead of as
+	// flotilla-agent, from the same command line and configuration file
+	// (pkg/agent's Flags, NewManager and Setup), until ctx ends. Its Agent
+	// has no Process.
+	InProcess bool
 }
 
 // Release is a Flotilla release installed with the real helm, whose agent
@@ -130,6 +135,12 @@ func (c *Cluster) InstallRelease(ctx context.Context, opts ReleaseOptions) (*Rel
 	r.Agent = &Agent{Cluster: c, ProbeAddr: "127.0.0.1:" + strconv.Itoa(ports[0]), MetricsAddr: "127.0.0.1:" + strconv.Itoa(ports[1]),
 		KubeletAddr: "127.0.0.1:" + strconv.Itoa(ports[4])}
 	args := append(slices.Clone(pod.args), pod.listen(r.Agent.ProbeAddr, r.Agent.MetricsAddr, ports[2], ports[4])...)
+	if opts.InProcess {
+		if err := runAgentInProcess(ctx, append(args, opts.AgentArgs...), c.LogPath("agent")); err != nil {
+			return nil, fmt.Errorf("agent of %s in process: %w", c.Name, err)
+		}
+		return r, r.Agent.WaitReady(ctx)
+	}
 	p, err := c.RunEnv("agent", filepath.Join(c.binDir, "flotilla-agent"), append(pod.env, opts.AgentEnv...), append(args, opts.AgentArgs...)...)
 	if err != nil {
 		return nil, err
@@ -375,6 +386,29 @@ func (c *Cluster) Helm(ctx context.Context, args ...string) ([]byte, error) {
 		return nil, fmt.Errorf("helm %s: %w: %s", strings.Join(args, " "), err, stderr.String())
 	}
 	return out.Bytes(), nil
+}
+
+// Template renders charts/flotilla with the pinned helm (helm template) and
+// the given values, as an install in namespace ns would, without a cluster.
+func Template(ctx context.Context, ns string, values ...string) ([]byte, error) {
+	bin, err := findBinDir("")
+	if err != nil {
+		return nil, err
+	}
+	home, err := os.MkdirTemp("", "flotilla-helm-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(home)
+	cmd := exec.CommandContext(ctx, filepath.Join(bin, "helm"), append([]string{"template", "flotilla", ChartDir(), "-n", ns}, setArgs(values)...)...)
+	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+home, "HELM_CONFIG_HOME="+home, "HELM_DATA_HOME="+home)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("helm template: %w: %s", err, stderr.String())
+	}
+	return out, nil
 }
 
 // ChartDir is charts/flotilla of the checkout.
