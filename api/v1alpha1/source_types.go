@@ -11,8 +11,8 @@ import (
 // what that identity may do.
 type SourceCommon struct {
 	// ClusterName is the source cluster's name, as its agent's
-	// --cluster-name: the invited identity may only create candidates
-	// labelled as this cluster's.
+	// configuration names it (clusterName): the invited identity may only
+	// create candidates labelled as this cluster's.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:Pattern=`^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$`

@@ -147,7 +147,7 @@ latest Events.
 Each target is asked with the kubeconfig Secret its Target or ClusterTarget
 names (the agent's own credentials), so you need to be allowed to read those
 Secrets. Candidates are found by the source pod's UID; with --cluster-name
-(the source agent's --cluster-name) they are read by their deterministic name
+(the source agent's clusterName) they are read by their deterministic name
 instead.`,
 		Example: `  kubectl flotilla explain web-0 -n shop
   kubectl flotilla explain web-0 -n shop -o json`,
@@ -169,7 +169,7 @@ instead.`,
 	}
 	fs := cmd.Flags()
 	fs.StringVarP(&o.output, "output", "o", "text", "Output format: text, json or yaml.")
-	fs.StringVar(&o.clusterName, "cluster-name", "", "This cluster's name as its targets know it (the agent's --cluster-name): candidates are then read by name instead of listed by the pod's UID.")
+	fs.StringVar(&o.clusterName, "cluster-name", "", "This cluster's name as its targets know it (the agent's clusterName): candidates are then read by name instead of listed by the pod's UID.")
 	fs.StringVar(&o.agentNamespace, "agent-namespace", DefaultAgentNamespace, "Namespace of Flotilla's agent in this cluster: where a ClusterTarget's Secret is when its reference names no namespace.")
 	return cmd
 }
@@ -397,7 +397,7 @@ func answerFor(t targetInfo, pod *corev1.Pod, el protocol.Election, cand *corev1
 		a.Answer, a.Reason = AnswerNoCandidate, skip
 	default:
 		a.Answer = AnswerNoCandidate
-		a.Reason = "the agent has not sent a candidate there (yet): a pod's candidates go to a few targets first (--max-candidates, 2 by default), drawn by their room, speed and misses; or it deleted it"
+		a.Reason = "the agent has not sent a candidate there (yet): a pod's candidates go to a few targets first (the agent's placement.maxCandidates, 2 by default), drawn by their room, speed and misses; or it deleted it"
 	}
 	return a
 }

@@ -139,14 +139,14 @@ func TestAnswerFor(t *testing.T) {
 		},
 		{
 			name: "none yet", target: t1, pod: pending,
-			want: Answer{Answer: AnswerNoCandidate, Reason: "the agent has not sent a candidate there (yet): a pod's candidates go to a few targets first (--max-candidates, 2 by default), drawn by their room, speed and misses; or it deleted it"},
+			want: Answer{Answer: AnswerNoCandidate, Reason: "the agent has not sent a candidate there (yet): a pod's candidates go to a few targets first (the agent's placement.maxCandidates, 2 by default), drawn by their room, speed and misses; or it deleted it"},
 		},
 		{
 			name: "mapped namespace",
 			target: targetInfo{name: "t1", kind: "ClusterTarget", ready: ready, virtualNode: "flotilla-t1",
 				mapping: map[string]string{"shop": "shop-c1"}, namespaces: []string{"shop-c1"}},
 			pod:  pending,
-			want: Answer{Answer: AnswerNoCandidate, Namespace: "shop-c1", Reason: "the agent has not sent a candidate there (yet): a pod's candidates go to a few targets first (--max-candidates, 2 by default), drawn by their room, speed and misses; or it deleted it"},
+			want: Answer{Answer: AnswerNoCandidate, Namespace: "shop-c1", Reason: "the agent has not sent a candidate there (yet): a pod's candidates go to a few targets first (the agent's placement.maxCandidates, 2 by default), drawn by their room, speed and misses; or it deleted it"},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

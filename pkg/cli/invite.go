@@ -42,7 +42,7 @@ func newInviteCommand(kube *kubeFlags) *cobra.Command {
 		Long: `Run in the TARGET cluster (the one that will run the source's pods).
 
 Creates (or updates) the ClusterSource SOURCE, inviting source cluster SOURCE
-(its agent's --cluster-name) into the given namespaces, waits until the
+(its agent's clusterName) into the given namespaces, waits until the
 target's agent has granted it access, and prints the kubeconfig Secret that
 the agent wrote for it as a Secret manifest. Take that file to the source
 cluster and run 'kubectl flotilla join' there, then delete it: it holds a

@@ -52,7 +52,7 @@ The kubeconfig must be one the agent accepts: inline certificate data and a
 token or client certificate; no exec plugins, auth providers, file paths,
 proxies or insecure-skip-tls-verify.
 
-The source's agent must run with --cluster-name equal to the name the target
+The source's agent must run with clusterName equal to the name the target
 invited (invite's SOURCE): the target admits only candidates labelled so.
 
 Running join again replaces the Secret's content (a new invitation file) and

@@ -78,7 +78,8 @@ Then, in either cluster:
   kubectl flotilla explain web-0 -n shop
 
 The Flotilla chart must be installed in both clusters, and the source's agent
-must run with --cluster-name c1 (the name the invitation gives the source).`,
+must run with clusterName c1 (the chart's value clusterName; the name the
+invitation gives the source).`,
 		Annotations:       map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl flotilla"},
 		SilenceUsage:      true,
 		SilenceErrors:     true,

@@ -88,11 +88,11 @@ func hint(reason string) string {
 	case v1alpha1.ReasonKubeconfigInvalid, v1alpha1.ReasonKubeconfigRefused:
 		return "fix the kubeconfig: inline data, a token or client certificate, no exec plugins or file paths (or invite again and join with the new file)"
 	case v1alpha1.ReasonUnreachable:
-		return "the target's API server does not answer: check the kubeconfig's server (the target agent's --invitation-server) and the network between the clusters"
+		return "the target's API server does not answer: check the kubeconfig's server (the target agent's invitations.server, chart value agent.invitationServer) and the network between the clusters"
 	case v1alpha1.ReasonUnauthorized:
 		return "the target refuses the token (expired or revoked): run invite in the target again and join with the new file"
 	case v1alpha1.ReasonForbidden:
-		return "the target does not let this source do what it needs: check the invitation in the target (kubectl flotilla status there), and that the source agent's --cluster-name is the invitation's cluster name"
+		return "the target does not let this source do what it needs: check the invitation in the target (kubectl flotilla status there), and that the source agent's clusterName is the invitation's cluster name"
 	case v1alpha1.ReasonServerError:
 		return "the target's API server fails: look at it"
 	case v1alpha1.ReasonTokenRenewalFailed:

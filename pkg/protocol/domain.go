@@ -57,7 +57,7 @@ func ValidTopologyKey(k string) bool {
 }
 
 // ValidateTopologyKeys checks a configured list of topology keys (the
-// scheduler's topologyKeys, the agent's --topology-keys): label keys, each
+// scheduler's topologyKeys, the agent's topologyKeys): label keys, each
 // once, at most MaxTopologyEntries of them.
 func ValidateTopologyKeys(keys []string) error {
 	if len(keys) > MaxTopologyEntries {

@@ -302,7 +302,7 @@ func refusedSpec(v view, tenantPodCIDRs []netip.Prefix) error {
 	if v.namespace != "" {
 		for i, p := range cidrs {
 			if !within(p, tenantPodCIDRs) {
-				return fmt.Errorf("spec.podCIDRs[%d] %s: a namespaced Target's pod networks must lie inside the networks the cluster admin lets tenants name (the agent's --tenant-pod-cidrs, %s): this cluster's Services would send traffic to any address a tenant's target reported", i, v.podCIDRs[i], describeCIDRs(tenantPodCIDRs))
+				return fmt.Errorf("spec.podCIDRs[%d] %s: a namespaced Target's pod networks must lie inside the networks the cluster admin lets tenants name (the agent's targets.tenantPodCIDRs, %s): this cluster's Services would send traffic to any address a tenant's target reported", i, v.podCIDRs[i], describeCIDRs(tenantPodCIDRs))
 			}
 		}
 	}

@@ -16,7 +16,7 @@ var (
 	}, []string{"target"})
 	candidatesDenied = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "flotilla_candidates_denied_total",
-		Help: "Denials this agent wrote on candidates in a target (a candidate that cannot be elected now, for --deny-after), by target.",
+		Help: "Denials this agent wrote on candidates in a target (a candidate that cannot be elected now, for placement.denyAfter), by target.",
 	}, []string{"target"})
 	denialsLifted = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "flotilla_candidate_denials_lifted_total",
@@ -24,7 +24,7 @@ var (
 	}, []string{"target"})
 	candidatesRevoked = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "flotilla_candidates_revoked_total",
-		Help: "Elected candidates this agent deleted in a target because they stayed unbound for --election-timeout (counted in flotilla_candidates_deleted_total too), by target.",
+		Help: "Elected candidates this agent deleted in a target because they stayed unbound for placement.electionTimeout (counted in flotilla_candidates_deleted_total too), by target.",
 	}, []string{"target"})
 	candidatesDeleted = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "flotilla_candidates_deleted_total",

@@ -38,7 +38,7 @@ func FuzzTokenClaims(f *testing.F) {
 			t.Fatalf("subject %q read as ServiceAccount %q/%q", c.Subject, ns, name)
 		}
 		if math.IsNaN(after) || after < 0 || after > 1 {
-			return // --token-renew-after is validated to be within (0, 1)
+			return // targets.tokenRenewAfter is validated to be within (0, 1)
 		}
 		due := renewDue(c, time.Unix(now, 0), after)
 		if due && now < c.IssuedAt {

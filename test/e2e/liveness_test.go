@@ -317,10 +317,10 @@ func TestElectionOnAStalledTarget(t *testing.T) {
 
 // TestLosersAreDenied holds a pod's election in c2, where no scheduler
 // acts on it, while its candidate in c3 reserves c3's only node: once the
-// election has stood for --deny-after, the source denies the candidate in
-// c3, whose scheduler then rejects its reservation and makes none, so a
-// pod of c3's own gets the node at once instead of after the Permit
-// timeout (and again after each). When the election is released, the
+// election has stood for placement.denyAfter, the source denies the
+// candidate in c3, whose scheduler then rejects its reservation and makes
+// none, so a pod of c3's own gets the node at once instead of after the
+// Permit timeout (and again after each). When the election is released, the
 // denial is lifted and the pod runs in c3. Without denials, c3's own pod
 // waits for the Permit timeout (30 s) and the test fails; without lifting,
 // the pod stays Pending.
@@ -361,7 +361,7 @@ func TestLosersAreDenied(t *testing.T) {
 	}
 	candidateOf(c3Pods, "the candidate reserved in c3", func(c *corev1.Pod, st protocol.State) bool {
 		if c.Annotations[protocol.DeniedAnnotation] != "" {
-			t.Fatalf("denied before it could reserve: the election stood less than --deny-after")
+			t.Fatalf("denied before it could reserve: the election stood less than placement.denyAfter")
 		}
 		return st.Phase == protocol.PhaseReserved
 	})

@@ -14,7 +14,7 @@ import (
 )
 
 // TestSlowSourceKeepsItsWindow pauses the agent, which gives one candidate
-// per pod (--max-candidates=1) over three targets, for longer than the
+// per pod (placement.maxCandidates=1) over three targets, for longer than the
 // Permit timeout of the target its candidate waits in: the candidate comes
 // back with the timeout's Unschedulable condition (and reserves again), which
 // is waiting for the source, not failing. Resumed, the source places the pod

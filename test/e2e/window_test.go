@@ -20,9 +20,9 @@ import (
 	"github.com/flotilla-dev/flotilla/test/sandbox"
 )
 
-// TestFanOutWindow runs the agent with --max-candidates=1: each pod gets one
-// candidate, pods spread over the targets, and a pod that its first target
-// cannot run widens to the next until one can.
+// TestFanOutWindow runs the agent with placement.maxCandidates=1: each pod
+// gets one candidate, pods spread over the targets, and a pod that its first
+// target cannot run widens to the next until one can.
 func TestFanOutWindow(t *testing.T) {
 	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
 		{Name: "src", Nodes: []sandbox.NodeSpec{{CPU: "1"}}},
