@@ -60,7 +60,7 @@ func TestChartRendersTheAgentConfiguration(t *testing.T) {
 		d := agent.Default("east")
 		for _, f := range []struct {
 			name        string
-			chart,self any
+			chart, self any
 		}{
 			{"placement.workers", *c.Placement.Workers, *d.Placement.Workers},
 			{"placement.maxCandidates", *c.Placement.MaxCandidates, *d.Placement.MaxCandidates},

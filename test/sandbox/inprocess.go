@@ -76,4 +76,3 @@ func runAgentInProcess(ctx context.Context, args []string, logPath string) error
 	}()
 	return nil
 }
-
