@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/flotilla-dev/flotilla/pkg/debugstate"
+	"github.com/flotilla-dev/flotilla/pkg/gang"
 	"github.com/flotilla-dev/flotilla/pkg/invitation"
 	"github.com/flotilla-dev/flotilla/pkg/kubelet"
 	"github.com/flotilla-dev/flotilla/pkg/local"
@@ -209,6 +210,9 @@ func setupPlacement(mgr manager.Manager, cfg *rest.Config, kube kubernetes.Inter
 	}
 	if err := workload.IndexSiblings(sourcePods); err != nil {
 		return fmt.Errorf("indexing source pods by namespace and workload: %w", err)
+	}
+	if err := gang.IndexMembers(sourcePods); err != nil {
+		return fmt.Errorf("indexing source pods by gang: %w", err)
 	}
 	if err := (&policy.StatusController{
 		Client: mgr.GetClient(),

@@ -345,6 +345,7 @@ func (c *Controller) forget(uid types.UID) {
 	c.electedDomains.Delete(uid)
 	c.fullDomains.Delete(uid)
 	c.problems.Delete(uid)
+	c.problems.Delete(gangProblemKey(uid))
 	c.electedSince.forget(uid)
 	c.denySince.forget(uid)
 	c.repinSince.forget(uid)

@@ -23,6 +23,22 @@ type Input struct {
 	Policy *Judgement
 	// Now is the decision's clock, for the policy's scoring window.
 	Now time.Time
+	// Gang is nil when the pod is in no gang.
+	Gang *GangGate
+}
+
+// GangGate is what a pod's gang lets it do now (pkg/gang decides it over
+// every member).
+type GangGate struct {
+	// Target is where the pod may stand elected: its reservation there
+	// may be elected, and no other. "" for nowhere: the gang does not hold
+	// enough places yet.
+	Target string
+	// Allow is whether the pod, elected, may be allowed to bind: enough
+	// members stand elected on reservations they hold.
+	Allow bool
+	// Why is why the gang holds the pod back, when it does.
+	Why string
 }
 
 // Judgement is what a placement policy weighs a pod's reservations with.
@@ -61,7 +77,7 @@ type Window struct {
 // against in.Policy's counts: there is no path that elects around the
 // judgement. Decision.Observed are the observations as judged.
 func Decide(in Input) Decision {
-	observed := judge(in.Policy, in.Observed)
+	observed := gate(in.Gang, judge(in.Policy, in.Observed))
 	if in.Policy != nil && in.Policy.Window != nil && !in.Election.Elected() && !anyBound(observed) {
 		if wait, open := windowOpen(*in.Policy.Window, in.Now, observed); open {
 			return Decision{Observed: observed, Wait: wait}
@@ -69,7 +85,30 @@ func Decide(in Input) Decision {
 	}
 	d := step(in.SourceUID, in.Election, observed)
 	d.Observed = observed
+	if in.Gang != nil && !in.Gang.Allow {
+		// Elected, but its gang is not: the reservation is held, and
+		// nothing binds until enough members are elected.
+		d.Allow = nil
+	}
 	return d
+}
+
+// gate excludes, for a gang member, every reservation but the one its
+// gang lets it stand elected on.
+func gate(g *GangGate, observed []Observed) []Observed {
+	if g == nil {
+		return observed
+	}
+	for i, o := range observed {
+		if o.Target != g.Target && o.Excluded == "" {
+			why := g.Why
+			if why == "" {
+				why = "its gang goes to target " + g.Target
+			}
+			observed[i].Excluded = "gang: " + why
+		}
+	}
+	return observed
 }
 
 // Elects reports whether the decision elects a reservation (rather than

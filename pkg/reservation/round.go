@@ -44,6 +44,11 @@ type round struct {
 	// under it until the election is written.
 	unlock func()
 	locked bool
+	// gang is set for a member of a gang.
+	gang *gangRound
+	// gangWaits: the pod stands elected and its gang does not let it bind
+	// yet: it looks again soon (gangRecheck).
+	gangWaits bool
 }
 
 // place takes one round for a pod that waits for a place:
@@ -206,6 +211,9 @@ func (c *Controller) look(ctx context.Context, r *round) {
 func (c *Controller) elect(ctx context.Context, r *round) (Decision, error) {
 	in := Input{SourceUID: string(r.pod.UID), Election: r.election, Observed: r.observed, Now: c.now()}
 	in.Policy = c.judgement(r.pod, &r.pl, r.placed, r.observed)
+	// The gang's lock first, then the workload's: no round holds the
+	// workload's and waits for a gang's.
+	in.Gang = c.gangGate(r)
 	serialized := in.Policy != nil && r.pl.policy.Spreads() && workloadOf(r.pod) != ""
 	if serialized && !r.election.Elected() && anyReserved(r.observed) {
 		if err := c.countLocked(ctx, r, in.Policy); err != nil {
@@ -220,6 +228,9 @@ func (c *Controller) elect(ctx context.Context, r *round) (Decision, error) {
 		d = decide(in)
 	}
 	r.observed = d.Observed
+	if in.Gang != nil && !in.Gang.Allow && (d.Elects() || (d.Elect == nil && r.election.Elected())) {
+		r.gangWaits = true
+	}
 	return d, nil
 }
 
@@ -255,6 +266,7 @@ func (c *Controller) apply(ctx context.Context, r *round, d Decision) (reconcile
 		r.unlock()
 		r.unlock = func() {}
 		c.wakeSiblings(pod)
+		c.wakeGang(r)
 	})
 	if apierrors.IsConflict(err) && d.Elect != nil {
 		// The decision was made on a stale copy of the pod (often our own
@@ -278,7 +290,13 @@ func (c *Controller) apply(ctx context.Context, r *round, d Decision) (reconcile
 		return c.bind(ctx, pod, d.Bound, nodeOf(r.observed, d.Bound), election.Generation, candidatesIn(r.observed), r.targets)
 	}
 	if d.Elect == nil && d.Allow == nil && r.missing == nil && !election.Elected() {
-		c.reportNoTarget(ctx, r)
+		if r.gang != nil && !r.gang.verdict.Complete {
+			// Its gang is what it waits for, whatever its own
+			// candidates say.
+			c.reportGang(ctx, r)
+		} else {
+			c.reportNoTarget(ctx, r)
+		}
 	}
 	return r.after(c.followUp(ctx, r, d)), nil
 }
@@ -308,7 +326,11 @@ func (c *Controller) followUp(ctx context.Context, r *round, d Decision) time.Du
 	if d.Elect != nil {
 		now = *d.Elect
 	}
-	wake = soonest(wake, c.applyDenials(ctx, r.pod, now, r.observed))
+	keeps := ""
+	if r.gang != nil {
+		keeps = r.gang.verdict.Keep[r.pod.Name]
+	}
+	wake = soonest(wake, c.applyDenials(ctx, r.pod, now, keeps, r.observed))
 	if r.pl.policy.Spreads() {
 		wake = soonest(wake, c.repin(ctx, r.pod, r.pl.stalePins(r.placements, now.Target)))
 	}
@@ -339,6 +361,9 @@ func (r *round) after(wake time.Duration) reconcile.Result {
 	}
 	if r.unhealthy {
 		wake = soonest(wake, retryUnhealthy)
+	}
+	if r.gangWaits {
+		wake = soonest(wake, gangRecheck)
 	}
 	if r.count.waiting {
 		// A sibling that moves wakes it at once; should none move (every

@@ -1,0 +1,240 @@
+// Package gang decides, for a gang of source pods, which members may be
+// elected and when they may bind: all or nothing. It is pure: plain values
+// in (each member's place and the targets where it holds a reservation),
+// the verdict out; pkg/reservation observes and applies it.
+//
+// A gang is declared on its members: the pod-group label names it (among
+// the pods of one namespace), the gang-min-member annotation says how many
+// must hold their places at once, and gang-mode where they may go. No
+// member's election is written until the gang holds enough reservations
+// for min members in a way its mode accepts; no member is allowed to bind
+// until min members stand elected on reservations they still hold.
+package gang
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
+)
+
+// Mode is where a gang's members may go.
+type Mode string
+
+// The modes.
+const (
+	OneCluster  Mode = protocol.GangOneCluster
+	AnyClusters Mode = protocol.GangAnyClusters
+)
+
+// MaxMinMember bounds a gang's size: more than this is a mistake, not a
+// job.
+const MaxMinMember = 10000
+
+// Spec is a gang as a member declares it.
+type Spec struct {
+	// Name is the pod-group label's value.
+	Name      string
+	MinMember int
+	Mode      Mode
+}
+
+// Key is the gang's key among a source cluster's pods: namespace/name.
+func (s Spec) Key(namespace string) string { return namespace + "/" + s.Name }
+
+// Of reads the gang pod declares. ok is false when it declares none (no
+// pod-group label); err says what is malformed, and the pod is then placed
+// as an ordinary pod.
+func Of(pod *corev1.Pod) (s Spec, ok bool, err error) {
+	name := pod.Labels[protocol.PodGroupLabel]
+	if name == "" {
+		return Spec{}, false, nil
+	}
+	s = Spec{Name: name, Mode: OneCluster}
+	raw, found := pod.Annotations[protocol.GangMinMemberAnnotation]
+	if !found {
+		return s, true, fmt.Errorf("pod group %s: annotation %s is missing: it gives how many members must be placed together", name, protocol.GangMinMemberAnnotation)
+	}
+	n, perr := strconv.Atoi(raw)
+	if perr != nil || n < 1 || n > MaxMinMember {
+		return s, true, fmt.Errorf("pod group %s: annotation %s is %q: want a whole number from 1 to %d", name, protocol.GangMinMemberAnnotation, raw, MaxMinMember)
+	}
+	s.MinMember = n
+	if m, found := pod.Annotations[protocol.GangModeAnnotation]; found {
+		switch Mode(m) {
+		case OneCluster, AnyClusters:
+			s.Mode = Mode(m)
+		default:
+			return s, true, fmt.Errorf("pod group %s: annotation %s is %q: want %s or %s", name, protocol.GangModeAnnotation, m, OneCluster, AnyClusters)
+		}
+	}
+	return s, true, nil
+}
+
+// Member is one member of a gang as the source sees it.
+type Member struct {
+	// Name identifies the member (the source pod's name); members are
+	// taken in the order given, so the caller sorts them.
+	Name string
+	// Placed is the target where the member is bound, or elected on a
+	// reservation it still holds; "" for none.
+	Placed string
+	// Bound is true when the member is bound (in Placed).
+	Bound bool
+	// Reserved are the targets where the member holds a reservation that
+	// may be elected (not excluded), in the targets' order.
+	Reserved []string
+}
+
+// Verdict is what the gang allows now.
+type Verdict struct {
+	// Complete is true when the gang's places (placed members, and
+	// reservations of the others) add up to MinMember in a way the mode
+	// accepts.
+	Complete bool
+	// Assign gives, per member name, the target where it may be elected
+	// now: only when Complete, and only for members not placed.
+	Assign map[string]string
+	// Placed counts the members placed (bound, or elected on a reservation
+	// they hold).
+	Placed int
+	// Allow is true when min members are placed: a placed member's
+	// allowance may be written.
+	Allow bool
+	// Missing says, when the gang is not complete, what it lacks. It
+	// does not count: it changes only when the gang does, not with every
+	// reservation made or let go.
+	Missing string
+	// Target is, under OneCluster, the gang's target ("" when it has
+	// none yet, and under AnyClusters).
+	Target string
+	// Keep gives, under AnyClusters while the gang is not complete, the
+	// one reservation to keep of each member that holds several: its
+	// others hold nodes another member could reserve.
+	Keep map[string]string
+}
+
+// Decide is the gang's verdict on its members. Under OneCluster the gang
+// goes to the target of its bound members, or else to the target holding
+// the most of its places (its placed members, and its other members'
+// reservations there; ties by the order of first appearance): members
+// placed in another target count for nothing, and are not allowed to
+// bind. Under AnyClusters every member with a reservation anywhere
+// counts, and each goes where the most of the gang already is.
+func Decide(spec Spec, members []Member) Verdict {
+	v := Verdict{Assign: map[string]string{}}
+	if spec.Mode == AnyClusters {
+		decideAny(spec, members, &v)
+	} else {
+		decideOne(spec, members, &v)
+	}
+	v.Allow = v.Placed >= spec.MinMember
+	if !v.Complete {
+		v.Assign = map[string]string{}
+	}
+	return v
+}
+
+func decideOne(spec Spec, members []Member, v *Verdict) {
+	var order []string
+	count := map[string]int{}
+	add := func(t string) {
+		if _, seen := count[t]; !seen {
+			order = append(order, t)
+		}
+		count[t]++
+	}
+	bound := ""
+	for _, m := range members {
+		if m.Placed != "" {
+			add(m.Placed)
+			if m.Bound && bound == "" {
+				bound = m.Placed
+			}
+			continue
+		}
+		for _, t := range m.Reserved {
+			add(t)
+		}
+	}
+	best := bound
+	if best == "" {
+		for _, t := range order {
+			if best == "" || count[t] > count[best] {
+				best = t
+			}
+		}
+	}
+	v.Target = best
+	for _, m := range members {
+		if m.Placed != "" && m.Placed == best {
+			v.Placed++
+		}
+	}
+	if best == "" || count[best] < spec.MinMember {
+		v.Missing = fmt.Sprintf("no target holds places for %d members of pod group %s at once", spec.MinMember, spec.Name)
+		return
+	}
+	v.Complete = true
+	for _, m := range members {
+		if m.Placed == "" && slices.Contains(m.Reserved, best) {
+			v.Assign[m.Name] = best
+		}
+	}
+}
+
+func decideAny(spec Spec, members []Member, v *Verdict) {
+	places := map[string]int{}
+	holding := 0
+	for _, m := range members {
+		switch {
+		case m.Placed != "":
+			places[m.Placed]++
+			v.Placed++
+			holding++
+		case len(m.Reserved) > 0:
+			holding++
+		}
+	}
+	if holding < spec.MinMember {
+		v.Missing = fmt.Sprintf("fewer than %d members of pod group %s hold a place at once", spec.MinMember, spec.Name)
+		v.Keep = map[string]string{}
+		for _, m := range members {
+			if m.Placed == "" && len(m.Reserved) > 1 {
+				v.Keep[m.Name] = where(m.Reserved, places)
+			}
+		}
+		return
+	}
+	v.Complete = true
+	for _, m := range members {
+		if m.Placed != "" || len(m.Reserved) == 0 {
+			continue
+		}
+		to := where(m.Reserved, places)
+		places[to]++
+		v.Assign[m.Name] = to
+	}
+}
+
+// where is the target of reserved where the most of the gang is placed;
+// ties go to the first.
+func where(reserved []string, places map[string]int) string {
+	to := reserved[0]
+	for _, t := range reserved[1:] {
+		if places[t] > places[to] {
+			to = t
+		}
+	}
+	return to
+}
+
+// MayBind reports whether member m, placed, may be allowed to bind: min
+// members are placed, and under OneCluster m is placed in the gang's
+// target.
+func (v Verdict) MayBind(m Member) bool {
+	return v.Allow && m.Placed != "" && (v.Target == "" || m.Placed == v.Target)
+}

@@ -1,0 +1,207 @@
+package gang
+
+import (
+	"maps"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
+)
+
+func TestOf(t *testing.T) {
+	pod := func(labels, annotations map[string]string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: annotations}}
+	}
+	group := map[string]string{protocol.PodGroupLabel: "train"}
+	for _, tc := range []struct {
+		name       string
+		pod        *corev1.Pod
+		want       Spec
+		ok         bool
+		wantErrHas string
+	}{
+		{"no label: no gang", pod(nil, map[string]string{protocol.GangMinMemberAnnotation: "4"}), Spec{}, false, ""},
+		{"label and size", pod(group, map[string]string{protocol.GangMinMemberAnnotation: "4"}), Spec{Name: "train", MinMember: 4, Mode: OneCluster}, true, ""},
+		{"any clusters", pod(group, map[string]string{protocol.GangMinMemberAnnotation: "2", protocol.GangModeAnnotation: "anyClusters"}), Spec{Name: "train", MinMember: 2, Mode: AnyClusters}, true, ""},
+		{"no size", pod(group, nil), Spec{}, true, protocol.GangMinMemberAnnotation + " is missing"},
+		{"size not a number", pod(group, map[string]string{protocol.GangMinMemberAnnotation: "four"}), Spec{}, true, `"four"`},
+		{"size zero", pod(group, map[string]string{protocol.GangMinMemberAnnotation: "0"}), Spec{}, true, `"0"`},
+		{"size too large", pod(group, map[string]string{protocol.GangMinMemberAnnotation: "10001"}), Spec{}, true, `"10001"`},
+		{"unknown mode", pod(group, map[string]string{protocol.GangMinMemberAnnotation: "2", protocol.GangModeAnnotation: "sameRack"}), Spec{}, true, `"sameRack"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok, err := Of(tc.pod)
+			if ok != tc.ok {
+				t.Fatalf("ok = %v, want %v", ok, tc.ok)
+			}
+			if tc.wantErrHas != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErrHas) {
+					t.Fatalf("err = %v, want one naming %s", err, tc.wantErrHas)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("Of = %+v, %v; want %+v", got, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestDecide(t *testing.T) {
+	one := Spec{Name: "g", MinMember: 3, Mode: OneCluster}
+	anyc := Spec{Name: "g", MinMember: 3, Mode: AnyClusters}
+	for _, tc := range []struct {
+		name     string
+		spec     Spec
+		members  []Member
+		complete bool
+		assign   map[string]string
+		allow    bool
+		keep     map[string]string
+	}{
+		{
+			name: "one cluster: too few reservations anywhere elects nobody",
+			spec: one,
+			members: []Member{
+				{Name: "a", Reserved: []string{"t1"}},
+				{Name: "b", Reserved: []string{"t1", "t2"}},
+				{Name: "c", Reserved: []string{"t2"}},
+			},
+		},
+		{
+			name: "one cluster: the target that holds min members gets them all (a tie: the first seen)",
+			spec: one,
+			members: []Member{
+				{Name: "a", Reserved: []string{"t1", "t2"}},
+				{Name: "b", Reserved: []string{"t2"}},
+				{Name: "c", Reserved: []string{"t1", "t2"}},
+				{Name: "d", Reserved: []string{"t1"}},
+			},
+			complete: true,
+			assign:   map[string]string{"a": "t1", "c": "t1", "d": "t1"},
+		},
+		{
+			name: "one cluster: placed members count where they are placed",
+			spec: one,
+			members: []Member{
+				{Name: "a", Placed: "t1"},
+				{Name: "b", Placed: "t1"},
+				{Name: "c", Reserved: []string{"t2", "t1"}},
+			},
+			complete: true,
+			assign:   map[string]string{"c": "t1"},
+		},
+		{
+			name: "one cluster: min placed in one target allows",
+			spec: one,
+			members: []Member{
+				{Name: "a", Placed: "t1"},
+				{Name: "b", Placed: "t1"},
+				{Name: "c", Placed: "t1"},
+				{Name: "d", Reserved: []string{"t1"}},
+			},
+			complete: true,
+			assign:   map[string]string{"d": "t1"},
+			allow:    true,
+		},
+		{
+			name: "one cluster: placed in two targets is not a gang in one",
+			spec: one,
+			members: []Member{
+				{Name: "a", Placed: "t1"},
+				{Name: "b", Placed: "t1"},
+				{Name: "c", Placed: "t2"},
+			},
+		},
+		{
+			name: "one cluster: a bound member holds the gang to its target",
+			spec: one,
+			members: []Member{
+				{Name: "a", Placed: "t1", Bound: true},
+				{Name: "b", Reserved: []string{"t2"}},
+				{Name: "c", Reserved: []string{"t2"}},
+				{Name: "d", Reserved: []string{"t2"}},
+			},
+		},
+		{
+			name: "any clusters: a reservation anywhere counts",
+			spec: anyc,
+			members: []Member{
+				{Name: "a", Reserved: []string{"t1"}},
+				{Name: "b", Reserved: []string{"t2"}},
+				{Name: "c", Reserved: []string{"t3"}},
+			},
+			complete: true,
+			assign:   map[string]string{"a": "t1", "b": "t2", "c": "t3"},
+		},
+		{
+			name: "any clusters: members go where the gang already is",
+			spec: anyc,
+			members: []Member{
+				{Name: "a", Placed: "t2"},
+				{Name: "b", Reserved: []string{"t1", "t2"}},
+				{Name: "c", Reserved: []string{"t1"}},
+			},
+			complete: true,
+			assign:   map[string]string{"b": "t2", "c": "t1"},
+		},
+		{
+			name: "any clusters: one short elects nobody; b keeps the place beside a",
+			spec: anyc,
+			members: []Member{
+				{Name: "a", Placed: "t2"},
+				{Name: "b", Reserved: []string{"t1", "t2"}},
+				{Name: "c"},
+			},
+			keep: map[string]string{"b": "t2"},
+		},
+		{
+			name: "any clusters: short because members hold two places each; each keeps one",
+			spec: Spec{Name: "g", MinMember: 4, Mode: AnyClusters},
+			members: []Member{
+				{Name: "a", Reserved: []string{"t1", "t2"}},
+				{Name: "b", Reserved: []string{"t1", "t2"}},
+				{Name: "c", Placed: "t2"},
+				{Name: "d"},
+			},
+			keep: map[string]string{"a": "t2", "b": "t2"},
+		},
+		{
+			name: "any clusters: min placed anywhere allows",
+			spec: anyc,
+			members: []Member{
+				{Name: "a", Placed: "t2"},
+				{Name: "b", Placed: "t1"},
+				{Name: "c", Placed: "t3"},
+			},
+			complete: true,
+			assign:   map[string]string{},
+			allow:    true,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := Decide(tc.spec, tc.members)
+			if v.Complete != tc.complete || v.Allow != tc.allow {
+				t.Fatalf("complete %v allow %v, want %v %v (missing: %s)", v.Complete, v.Allow, tc.complete, tc.allow, v.Missing)
+			}
+			want := tc.assign
+			if want == nil {
+				want = map[string]string{}
+			}
+			if !maps.Equal(v.Assign, want) {
+				t.Fatalf("assign %v, want %v", v.Assign, want)
+			}
+			if len(v.Keep) > 0 || len(tc.keep) > 0 {
+				if !maps.Equal(v.Keep, tc.keep) {
+					t.Fatalf("keep %v, want %v", v.Keep, tc.keep)
+				}
+			}
+			if !v.Complete && v.Missing == "" {
+				t.Fatal("an incomplete gang says nothing about what it lacks")
+			}
+		})
+	}
+}

@@ -1,0 +1,162 @@
+package reservation
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	"github.com/flotilla-dev/flotilla/pkg/candidate"
+	"github.com/flotilla-dev/flotilla/pkg/gang"
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
+	"github.com/flotilla-dev/flotilla/pkg/target"
+)
+
+// ReasonGangInvalid is the reason of the Event of a pod whose gang
+// declaration is malformed: it is placed as an ordinary pod.
+const ReasonGangInvalid = "GangInvalid"
+
+// ReasonWaitingForGang is the reason of the PodScheduled condition of a
+// gang member held back until its gang holds enough places.
+const ReasonWaitingForGang = "WaitingForGang"
+
+// gangRecheck is how soon a member elected, but not yet allowed, looks at
+// its gang again: the other members' elections may not have reached this
+// agent's cache when they woke it.
+const gangRecheck = time.Second
+
+// gangRound is a gang member's part of a round.
+type gangRound struct {
+	spec    gang.Spec
+	verdict gang.Verdict
+	// members are the gang's pods other than the round's.
+	members []*corev1.Pod
+}
+
+// gangGate is what the pod's gang lets it do this round, nil when it is in
+// no gang, or its declaration is malformed (an Event says so, and it is
+// placed as an ordinary pod). It takes the gang's lock, held until the
+// round's election is written, so that the members decide one at a time on
+// each other's elections.
+func (c *Controller) gangGate(r *round) *GangGate {
+	pod := r.pod
+	spec, ok, err := gang.Of(pod)
+	if !ok {
+		return nil
+	}
+	if err != nil {
+		if prev, loaded := c.problems.Swap(gangProblemKey(pod.UID), reported{err.Error(), c.now()}); !loaded || prev.(reported).msg != err.Error() {
+			c.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, ReasonGangInvalid, "Elect", "%v; placed as an ordinary pod", err)
+		}
+		return nil
+	}
+	unlock := c.locks.lock("gang:" + spec.Key(pod.Namespace))
+	prev := r.unlock
+	r.unlock = func() { unlock(); prev() }
+
+	self := gangMember(pod.Name, r.election, "", r.observed)
+	members := []gang.Member{self}
+	var others []*corev1.Pod
+	if c.SourcePods != nil {
+		objs, _ := c.SourcePods.ByIndex(gang.MemberIndex, spec.Key(pod.Namespace))
+		for _, obj := range objs {
+			m, ok := obj.(*corev1.Pod)
+			if !ok || m.UID == pod.UID || m.DeletionTimestamp != nil {
+				continue
+			}
+			others = append(others, m)
+			members = append(members, c.observeMember(m, r.targets))
+		}
+	}
+	slices.SortFunc(members, func(a, b gang.Member) int { return strings.Compare(a.Name, b.Name) })
+	v := gang.Decide(spec, members)
+	r.gang = &gangRound{spec: spec, verdict: v, members: others}
+	g := &GangGate{Target: self.Placed, Allow: v.MayBind(self), Why: v.Missing}
+	if g.Target == "" {
+		g.Target = v.Assign[self.Name]
+	}
+	return g
+}
+
+// gangMember is a member as the gang sees it: placed where it stands
+// elected on a reservation its target still reports (or bound there), and
+// holding the other reservations it may be elected on.
+func gangMember(name string, e protocol.Election, boundTo string, observed []Observed) gang.Member {
+	m := gang.Member{Name: name, Placed: boundTo, Bound: boundTo != ""}
+	for _, o := range observed {
+		if !o.Exists {
+			continue
+		}
+		elected := e.Elected() && o.Target == e.Target
+		switch {
+		case m.Placed != "":
+		case elected && o.State.Phase == protocol.PhaseBound:
+			m.Placed, m.Bound = o.Target, true
+			continue
+		case elected && o.State.Phase == protocol.PhaseReserved && o.State.Nonce == e.Nonce:
+			m.Placed = o.Target
+			continue
+		}
+		if o.State.Phase == protocol.PhaseReserved && o.Excluded == "" && o.Err == nil {
+			m.Reserved = append(m.Reserved, o.Target)
+		}
+	}
+	if m.Placed != "" {
+		m.Reserved = nil
+	}
+	return m
+}
+
+// observeMember reads another member of a gang from the caches: its
+// election, and its candidates in the targets.
+func (c *Controller) observeMember(pod *corev1.Pod, targets []*target.Target) gang.Member {
+	e, _ := protocol.ParseElection(pod.Annotations[protocol.ElectionAnnotation])
+	boundTo := ""
+	if pod.Spec.NodeName != "" {
+		if t, ok := c.Targets.ByVirtualNode(pod.Spec.NodeName); ok {
+			boundTo = t.Name
+		}
+	}
+	observed := make([]Observed, 0, len(targets))
+	for _, t := range targets {
+		name := candidate.CandidateNameOf(pod, c.SourceCluster, t.Name)
+		cand, ok := t.Candidate(t.NamespaceFor(pod.Namespace), name)
+		if !ok || types.UID(cand.Labels[protocol.SourceUIDLabel]) != pod.UID {
+			continue
+		}
+		observed = append(observed, observe(candidate.Placement{Target: t, Candidate: cand}))
+	}
+	return gangMember(pod.Name, e, boundTo, observed)
+}
+
+// wakeGang looks at the gang's other members again: one of them was just
+// elected, so they may now be elected or allowed.
+func (c *Controller) wakeGang(r *round) {
+	if r.gang == nil || c.changes == nil || len(r.gang.members) == 0 {
+		return
+	}
+	pods := make([]types.NamespacedName, 0, len(r.gang.members))
+	for _, m := range r.gang.members {
+		pods = append(pods, types.NamespacedName{Namespace: m.Namespace, Name: m.Name})
+	}
+	go func() {
+		for _, p := range pods {
+			c.changes <- event.TypedGenericEvent[*corev1.Pod]{Object: &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name}}}
+		}
+	}()
+}
+
+// reportGang says why a member waits for its gang, once per message.
+func (c *Controller) reportGang(ctx context.Context, r *round) {
+	if r.gang == nil || r.gang.verdict.Complete || r.election.Elected() {
+		return
+	}
+	c.reportUnscheduled(ctx, r.pod, ReasonWaitingForGang, "Elect", "waiting for its gang: "+r.gang.verdict.Missing)
+}
+
+func gangProblemKey(uid types.UID) string { return "gang/" + string(uid) }

@@ -1,0 +1,105 @@
+package reservation
+
+import (
+	"testing"
+
+	"github.com/flotilla-dev/flotilla/pkg/gang"
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
+)
+
+// TestGangGate: a gang member is elected only where its gang sends it, and
+// is allowed to bind only once its gang lets it, whatever the scores say.
+// It goes through decide, the function the controller calls.
+func TestGangGate(t *testing.T) {
+	elected := protocol.Election{Generation: 2, Target: "t1", Nonce: "n1"}
+	for _, tc := range []struct {
+		name      string
+		election  protocol.Election
+		observed  []Observed
+		gate      *GangGate
+		wantElect string
+		wantAllow bool
+	}{
+		{
+			name:      "no gang: the best reservation is elected and allowed",
+			observed:  []Observed{reserved("t1", "n1", 90), reserved("t2", "n2", 10)},
+			wantElect: "t1", wantAllow: true,
+		},
+		{
+			name:     "gang incomplete: nothing is elected",
+			observed: []Observed{reserved("t1", "n1", 90), reserved("t2", "n2", 10)},
+			gate:     &GangGate{Why: "2 of the 4 members hold a place"},
+		},
+		{
+			name:      "gang complete elsewhere: the gang's target, not the best score",
+			observed:  []Observed{reserved("t1", "n1", 90), reserved("t2", "n2", 10)},
+			gate:      &GangGate{Target: "t2"},
+			wantElect: "t2",
+		},
+		{
+			name:      "gang complete, others not elected yet: elected, not allowed",
+			observed:  []Observed{reserved("t1", "n1", 90)},
+			gate:      &GangGate{Target: "t1"},
+			wantElect: "t1",
+		},
+		{
+			name:     "elected, the gang not yet placed: no allowance",
+			election: elected,
+			observed: []Observed{reserved("t1", "n1", 90)},
+			gate:     &GangGate{Target: "t1"},
+		},
+		{
+			name:      "elected, the gang placed: allowed",
+			election:  elected,
+			observed:  []Observed{reserved("t1", "n1", 90)},
+			gate:      &GangGate{Target: "t1", Allow: true},
+			wantAllow: true,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := decide(Input{SourceUID: uid, Election: tc.election, Observed: tc.observed, Gang: tc.gate})
+			got := ""
+			if d.Elects() {
+				got = d.Elect.Target
+			}
+			if got != tc.wantElect {
+				t.Fatalf("elected %q, want %q", got, tc.wantElect)
+			}
+			if (d.Allow != nil) != tc.wantAllow {
+				t.Fatalf("allowance %+v, want one: %v", d.Allow, tc.wantAllow)
+			}
+		})
+	}
+}
+
+// TestGangMember: a member counts as placed only on the reservation its
+// election names (a reservation that ended does not hold its place), and
+// holds the others it may be elected on.
+func TestGangMember(t *testing.T) {
+	e := protocol.Election{Generation: 1, Target: "t1", Nonce: "n1"}
+	for _, tc := range []struct {
+		name     string
+		election protocol.Election
+		observed []Observed
+		want     gang.Member
+	}{
+		{"reserved in two", protocol.Election{}, []Observed{reserved("t1", "n1", 1), reserved("t2", "n2", 1)}, gang.Member{Name: "m", Reserved: []string{"t1", "t2"}}},
+		{"elected on its reservation", e, []Observed{reserved("t1", "n1", 1), reserved("t2", "n2", 1)}, gang.Member{Name: "m", Placed: "t1"}},
+		{"elected, its target reserved anew", e, []Observed{reserved("t1", "n9", 1)}, gang.Member{Name: "m", Reserved: []string{"t1"}}},
+		{"elected, its reservation ended", e, []Observed{unreserved("t1", "n1"), reserved("t2", "n2", 1)}, gang.Member{Name: "m", Reserved: []string{"t2"}}},
+		{"bound on its election", e, []Observed{bound("t1", "n1", 1)}, gang.Member{Name: "m", Placed: "t1", Bound: true}},
+		{"an excluded reservation does not count", protocol.Election{}, []Observed{{Target: "t1", Exists: true, State: protocol.State{Phase: protocol.PhaseReserved, Nonce: "n1"}, Excluded: "spread"}}, gang.Member{Name: "m"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := gangMember("m", tc.election, "", tc.observed)
+			if got.Name != tc.want.Name || got.Placed != tc.want.Placed || got.Bound != tc.want.Bound || len(got.Reserved) != len(tc.want.Reserved) {
+				t.Fatalf("gangMember = %+v, want %+v", got, tc.want)
+			}
+			for i := range got.Reserved {
+				if got.Reserved[i] != tc.want.Reserved[i] {
+					t.Fatalf("gangMember = %+v, want %+v", got, tc.want)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,247 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
+	"github.com/flotilla-dev/flotilla/test/sandbox"
+)
+
+// gangPods are n one-CPU members of pod group name, min members each.
+func gangPods(name string, n, min int, mode string) []*corev1.Pod {
+	var pods []*corev1.Pod
+	for i := range n {
+		p := optedInPod(fmt.Sprintf("%s-%d", name, i), "1")
+		p.Labels[protocol.PodGroupLabel] = name
+		p.Annotations = map[string]string{protocol.GangMinMemberAnnotation: fmt.Sprint(min)}
+		if mode != "" {
+			p.Annotations[protocol.GangModeAnnotation] = mode
+		}
+		pods = append(pods, p)
+	}
+	return pods
+}
+
+// gangWatch follows the source pods of a namespace, with no code of the
+// agent's: no member may bind before every member of its gang has stood
+// elected at once (the source writes the elections before any allowance,
+// and a watch delivers one object's versions in order, so by then every
+// election has been seen). Once the gang was whole, a member whose
+// reservation ended before it bound is elected again on its own; that is
+// no breach. It records the first breach.
+type gangWatch struct {
+	mu      sync.Mutex
+	elected map[string]map[string]bool // gang → member → elected
+	whole   map[string]bool            // gang → has stood elected whole
+	bound   map[string]string          // member → node
+	breach  string
+}
+
+func watchGangs(t *testing.T, c *sandbox.Cluster, ns string, size map[string]int) *gangWatch {
+	t.Helper()
+	g := &gangWatch{elected: map[string]map[string]bool{}, whole: map[string]bool{}, bound: map[string]string{}}
+	w, err := c.Client().CoreV1().Pods(ns).Watch(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+	go func() {
+		for ev := range w.ResultChan() {
+			p, ok := ev.Object.(*corev1.Pod)
+			if !ok || ev.Type == watch.Deleted {
+				continue
+			}
+			group := p.Labels[protocol.PodGroupLabel]
+			if group == "" {
+				continue
+			}
+			g.mu.Lock()
+			if g.elected[group] == nil {
+				g.elected[group] = map[string]bool{}
+			}
+			e, err := protocol.ParseElection(p.Annotations[protocol.ElectionAnnotation])
+			g.elected[group][p.Name] = err == nil && e.Elected()
+			n := 0
+			for _, on := range g.elected[group] {
+				if on {
+					n++
+				}
+			}
+			if n >= size[group] {
+				g.whole[group] = true
+			}
+			if p.Spec.NodeName != "" && g.bound[p.Name] == "" {
+				g.bound[p.Name] = p.Spec.NodeName
+				if !g.whole[group] && g.breach == "" {
+					g.breach = fmt.Sprintf("%s bound to %s before its gang %s stood elected whole (%d of %d elected)", p.Name, p.Spec.NodeName, group, n, size[group])
+				}
+			}
+			g.mu.Unlock()
+		}
+	}()
+	return g
+}
+
+func (g *gangWatch) check(t *testing.T) {
+	t.Helper()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.breach != "" {
+		t.Fatal("partial gang: " + g.breach)
+	}
+}
+
+// TestGangAllOrNothing places gangs over two targets of four CPUs each:
+// a gang of four in one target, whole; a gang of eight, which no one
+// target can hold, stays Pending in oneCluster mode with every member
+// saying why, and no member binds; switched to anyClusters it runs whole
+// over both targets. A watch of the source pods checks throughout that no
+// member binds before its whole gang stands elected.
+func TestGangAllOrNothing(t *testing.T) {
+	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
+		{Name: "src", WithoutScheduler: true},
+		{Name: "c2", Nodes: []sandbox.NodeSpec{{CPU: "4"}}},
+		{Name: "c3", Nodes: []sandbox.NodeSpec{{CPU: "4"}}},
+	}})
+	src, c2, c3 := s.Cluster("src"), s.Cluster("c2"), s.Cluster("c3")
+	ctx := t.Context()
+	for _, c := range s.Clusters {
+		createNamespace(t, c.Client(), placementNS)
+	}
+	if _, err := sandbox.StartAgent(ctx, src, []*sandbox.Cluster{c2, c3}); err != nil {
+		t.Fatal(err)
+	}
+	pods := src.Client().CoreV1().Pods(placementNS)
+	g := watchGangs(t, src, placementNS, map[string]int{"small": 4, "big": 8})
+	create := func(members []*corev1.Pod) {
+		for _, p := range members {
+			if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	nodesOf := func(members []*corev1.Pod) map[string]int {
+		on := map[string]int{}
+		for _, m := range members {
+			p, err := pods.Get(ctx, m.Name, metav1.GetOptions{})
+			if err == nil && p.Spec.NodeName != "" {
+				on[p.Spec.NodeName]++
+			}
+		}
+		return on
+	}
+
+	t.Run("a gang of four runs whole in one target", func(t *testing.T) {
+		small := gangPods("small", 4, 4, "")
+		create(small)
+		waitFor(t, 90*time.Second, "the gang of four bound", func() (bool, string) {
+			on := nodesOf(small)
+			return len(on) == 1 && on[onlyKey(on)] == 4, fmt.Sprintf("bound: %v", on)
+		})
+		g.check(t)
+		for _, p := range small {
+			if err := pods.Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waitFor(t, 60*time.Second, "the gang of four gone from the targets", func() (bool, string) {
+			n := 0
+			for _, c := range []*sandbox.Cluster{c2, c3} {
+				l, err := c.Client().CoreV1().Pods(placementNS).List(ctx, metav1.ListOptions{})
+				if err != nil {
+					return false, err.Error()
+				}
+				n += len(l.Items)
+			}
+			return n == 0, fmt.Sprintf("%d candidates left", n)
+		})
+	})
+
+	big := gangPods("big", 8, 8, "")
+	t.Run("a gang of eight in one cluster: no target holds it, no member binds", func(t *testing.T) {
+		create(big)
+		waitFor(t, 90*time.Second, "every member waiting for its gang, with places held in both targets", func() (bool, string) {
+			waiting := 0
+			for _, m := range big {
+				p, err := pods.Get(ctx, m.Name, metav1.GetOptions{})
+				if err != nil {
+					return false, err.Error()
+				}
+				for _, cond := range p.Status.Conditions {
+					if cond.Type == corev1.PodScheduled && cond.Reason == "WaitingForGang" {
+						waiting++
+					}
+				}
+			}
+			held := reservedIn(t, c2) + reservedIn(t, c3)
+			return waiting == len(big) && held > 0, fmt.Sprintf("%d of %d waiting, %d reservations held", waiting, len(big), held)
+		})
+		// Held places, and still nothing binds: the gate, not a lack of
+		// room, holds them. Watched for longer than a reservation is held
+		// (the targets' Permit timeout, 30 s), so that the places are
+		// reserved again at least once.
+		err := wait.PollUntilContextTimeout(ctx, time.Second, 40*time.Second, true, func(context.Context) (bool, error) {
+			if on := nodesOf(big); len(on) > 0 {
+				return false, fmt.Errorf("members bound: %v", on)
+			}
+			return false, nil
+		})
+		if err != nil && !wait.Interrupted(err) {
+			t.Fatal(err)
+		}
+		g.check(t)
+	})
+
+	t.Run("the same gang over any clusters runs whole over both", func(t *testing.T) {
+		patch := []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, protocol.GangModeAnnotation, protocol.GangAnyClusters))
+		for _, m := range big {
+			if _, err := pods.Patch(ctx, m.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waitFor(t, 3*time.Minute, "the gang of eight bound over both targets", func() (bool, string) {
+			on := nodesOf(big)
+			n := 0
+			for _, k := range on {
+				n += k
+			}
+			return n == len(big), fmt.Sprintf("bound: %v", on)
+		})
+		g.check(t)
+	})
+}
+
+// reservedIn counts the candidates of namespace placementNS in c that
+// report a reservation.
+func reservedIn(t *testing.T, c *sandbox.Cluster) int {
+	l, err := c.Client().CoreV1().Pods(placementNS).List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, p := range l.Items {
+		var s protocol.State
+		if json.Unmarshal([]byte(p.Annotations[protocol.StateAnnotation]), &s) == nil && s.Phase == protocol.PhaseReserved {
+			n++
+		}
+	}
+	return n
+}
+
+func onlyKey(m map[string]int) string {
+	for k := range m {
+		return k
+	}
+	return ""
+}
