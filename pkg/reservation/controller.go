@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/flotilla-dev/flotilla/pkg/candidate"
+	"github.com/flotilla-dev/flotilla/pkg/gang"
 	"github.com/flotilla-dev/flotilla/pkg/objects"
 	"github.com/flotilla-dev/flotilla/pkg/policy"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
@@ -110,6 +111,10 @@ type Controller struct {
 	// problems holds, per pod UID, the policy problem last reported
 	// (reported), so it is reported once.
 	problems sync.Map
+
+	// gangQueue orders this source's gangs that wait (gangs()).
+	gangQueue     *gang.Queue
+	gangQueueOnce sync.Once
 
 	// bound holds the UIDs of source pods this process bound and whose
 	// binding the cache may not show yet, so a stale reconcile does not

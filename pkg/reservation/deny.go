@@ -18,28 +18,22 @@ import (
 // denying and lifting them cost the K=6 spread benchmark 0.31 of its
 // throughput without a policy (against 0.81-0.85 without denials).
 func Denials(sourceUID string, current protocol.Election, observed []Observed) (deny, lift []string) {
-	holder := ""
-	if current.Elected() {
-		holder = current.Target
-	}
-	return denialsFor(sourceUID, holder, observed)
+	return denialsFor(sourceUID, func(target string) bool { return current.Elected() && target != current.Target }, observed)
 }
 
-// denialsFor is Denials with the target whose candidate keeps its
-// reservation named: the elected one, or, for a member of a gang that is
-// not complete yet, the one its gang keeps (gang.Verdict.Keep) so that
-// its other reservations leave room for the other members. "" denies
-// nothing.
-func denialsFor(sourceUID, holder string, observed []Observed) (deny, lift []string) {
+// denialsFor is Denials with the candidates to deny named by want: those
+// of other targets than the elected one, or, for a member of a gang that
+// is not complete, those its gang denies (gangDenies). Both lists are
+// sorted.
+func denialsFor(sourceUID string, want func(target string) bool, observed []Observed) (deny, lift []string) {
 	for _, o := range observed {
 		if !o.Exists || o.Err != nil || o.State.Phase == protocol.PhaseBound {
 			continue
 		}
-		want := holder != "" && o.Target != holder
 		switch has := deniedBy(sourceUID, o.Denied); {
-		case want && !has:
+		case want(o.Target) && !has:
 			deny = append(deny, o.Target)
-		case !want && has:
+		case !want(o.Target) && has:
 			lift = append(lift, o.Target)
 		}
 	}

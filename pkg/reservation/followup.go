@@ -29,12 +29,12 @@ func soonest(a, b time.Duration) time.Duration {
 // stood for DenyAfter with the same candidates to deny, so that the short
 // waits of a burst (an election bound a moment later) cost no write; it
 // returns how long until then.
-func (c *Controller) applyDenials(ctx context.Context, pod *corev1.Pod, election protocol.Election, gangKeeps string, observed []Observed) time.Duration {
-	holder := gangKeeps
-	if election.Elected() {
-		holder = election.Target
+func (c *Controller) applyDenials(ctx context.Context, pod *corev1.Pod, election protocol.Election, gangDenies func(target string) bool, observed []Observed) time.Duration {
+	want := func(target string) bool { return election.Elected() && target != election.Target }
+	if !election.Elected() && gangDenies != nil {
+		want = gangDenies
 	}
-	deny, lift := denialsFor(string(pod.UID), holder, observed)
+	deny, lift := denialsFor(string(pod.UID), want, observed)
 	if c.DenyAfter <= 0 {
 		deny = nil
 	}
@@ -55,7 +55,7 @@ func (c *Controller) applyDenials(ctx context.Context, pod *corev1.Pod, election
 		c.denySince.forget(pod.UID)
 		return 0
 	}
-	since := c.denySince.since(pod.UID, election.Encode()+" "+holder+" "+strings.Join(deny, ","), c.now())
+	since := c.denySince.since(pod.UID, election.Encode()+" "+strings.Join(deny, ","), c.now())
 	if wait := c.DenyAfter - c.now().Sub(since); wait > 0 {
 		return wait
 	}

@@ -2,6 +2,8 @@ package reservation
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
@@ -30,12 +32,33 @@ const ReasonWaitingForGang = "WaitingForGang"
 // agent's cache when they woke it.
 const gangRecheck = time.Second
 
+// Gangs wait their turn (gang.Queue): the first stands first for
+// gangHeadFor at most, twice the targets' default Permit timeout, so that
+// its members' reservations are made again once; one that did not
+// complete yields for gangBackoff, doubled at each yield up to
+// gangMaxBackoff.
+const (
+	gangHeadFor    = time.Minute
+	gangBackoff    = 30 * time.Second
+	gangMaxBackoff = 5 * time.Minute
+	// gangLookAgain bounds how long a member waits to look at its gang's
+	// turn again: the gang ahead may be done sooner.
+	gangLookAgain = 10 * time.Second
+)
+
 // gangRound is a gang member's part of a round.
 type gangRound struct {
 	spec    gang.Spec
 	verdict gang.Verdict
 	// members are the gang's pods other than the round's.
 	members []*corev1.Pod
+	// waits is set when another gang goes first, or this one backs off:
+	// every candidate of the member is denied, so it holds no node. why
+	// says so.
+	waits bool
+	why   string
+	// again is when its turn may change (0: it is not queued).
+	again time.Duration
 }
 
 // gangGate is what the pod's gang lets it do this round, nil when it is in
@@ -75,12 +98,81 @@ func (c *Controller) gangGate(r *round) *GangGate {
 	}
 	slices.SortFunc(members, func(a, b gang.Member) int { return strings.Compare(a.Name, b.Name) })
 	v := gang.Decide(spec, members)
-	r.gang = &gangRound{spec: spec, verdict: v, members: others}
+	r.gang = &gangRound{spec: spec, verdict: v, members: others, why: v.Missing}
 	g := &GangGate{Target: self.Placed, Allow: v.MayBind(self), Why: v.Missing}
 	if g.Target == "" {
 		g.Target = v.Assign[self.Name]
 	}
+	c.takeTurn(r, members, g)
 	return g
+}
+
+// takeTurn queues the gang while it waits for its places: only the first
+// gang of this source holds reservations; the others' members are denied
+// everywhere until their turn. A gang placed (or with a member running)
+// leaves the queue; a complete one electing its members keeps its turn.
+func (c *Controller) takeTurn(r *round, members []gang.Member, g *GangGate) {
+	key := r.gang.spec.Key(r.pod.Namespace)
+	v := r.gang.verdict
+	if v.Allow || slices.ContainsFunc(members, func(m gang.Member) bool { return m.Bound }) {
+		c.gangs().Done(key)
+		return
+	}
+	if v.Complete {
+		return
+	}
+	mine, head, again := c.gangs().Turn(key, gangOrder(r.pod, r.gang.members), c.now())
+	r.gang.again = min(again, gangLookAgain)
+	if mine {
+		return
+	}
+	r.gang.waits = true
+	if head == "" {
+		r.gang.why = fmt.Sprintf("pod group %s could not be completed and backs off; it holds no node meanwhile", r.gang.spec.Name)
+	} else {
+		_, name, _ := strings.Cut(head, "/")
+		r.gang.why = fmt.Sprintf("pod group %s goes first; pod group %s holds no node meanwhile", name, r.gang.spec.Name)
+	}
+	g.Why = r.gang.why
+}
+
+// gangs is the controller's queue of gangs, made on first use.
+func (c *Controller) gangs() *gang.Queue {
+	c.gangQueueOnce.Do(func() {
+		c.gangQueue = &gang.Queue{HeadFor: gangHeadFor, Backoff: gangBackoff, MaxBackoff: gangMaxBackoff, Jitter: rand.Float64}
+	})
+	return c.gangQueue
+}
+
+// gangOrder ranks a gang by its members: their priority, and the oldest's
+// creation.
+func gangOrder(pod *corev1.Pod, others []*corev1.Pod) gang.Order {
+	o := gang.Order{Created: pod.CreationTimestamp.Time}
+	if pod.Spec.Priority != nil {
+		o.Priority = *pod.Spec.Priority
+	}
+	for _, m := range others {
+		if m.CreationTimestamp.Time.Before(o.Created) {
+			o.Created = m.CreationTimestamp.Time
+		}
+	}
+	return o
+}
+
+// gangDenies says which of a member's candidates its gang denies while
+// nothing is elected: every one while another gang goes first, else
+// under anyClusters all but the reservation it keeps; nil for none.
+func gangDenies(r *round) func(target string) bool {
+	if r.gang == nil {
+		return nil
+	}
+	if r.gang.waits {
+		return func(string) bool { return true }
+	}
+	if keep := r.gang.verdict.Keep[r.pod.Name]; keep != "" {
+		return func(t string) bool { return t != keep }
+	}
+	return nil
 }
 
 // gangMember is a member as the gang sees it: placed where it stands
@@ -156,7 +248,7 @@ func (c *Controller) reportGang(ctx context.Context, r *round) {
 	if r.gang == nil || r.gang.verdict.Complete || r.election.Elected() {
 		return
 	}
-	c.reportUnscheduled(ctx, r.pod, ReasonWaitingForGang, "Elect", "waiting for its gang: "+r.gang.verdict.Missing)
+	c.reportUnscheduled(ctx, r.pod, ReasonWaitingForGang, "Elect", "waiting for its gang: "+r.gang.why)
 }
 
 func gangProblemKey(uid types.UID) string { return "gang/" + string(uid) }

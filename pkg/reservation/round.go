@@ -326,11 +326,7 @@ func (c *Controller) followUp(ctx context.Context, r *round, d Decision) time.Du
 	if d.Elect != nil {
 		now = *d.Elect
 	}
-	keeps := ""
-	if r.gang != nil {
-		keeps = r.gang.verdict.Keep[r.pod.Name]
-	}
-	wake = soonest(wake, c.applyDenials(ctx, r.pod, now, keeps, r.observed))
+	wake = soonest(wake, c.applyDenials(ctx, r.pod, now, gangDenies(r), r.observed))
 	if r.pl.policy.Spreads() {
 		wake = soonest(wake, c.repin(ctx, r.pod, r.pl.stalePins(r.placements, now.Target)))
 	}
@@ -364,6 +360,9 @@ func (r *round) after(wake time.Duration) reconcile.Result {
 	}
 	if r.gangWaits {
 		wake = soonest(wake, gangRecheck)
+	}
+	if r.gang != nil && r.gang.again > 0 {
+		wake = soonest(wake, r.gang.again)
 	}
 	if r.count.waiting {
 		// A sibling that moves wakes it at once; should none move (every

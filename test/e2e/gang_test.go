@@ -245,3 +245,77 @@ func onlyKey(m map[string]int) string {
 	}
 	return ""
 }
+
+// TestGangsTakeTurns: two gangs of four one-CPU pods, one target of four
+// CPUs, the members created alternately, so that each gang could hold
+// half of the target's room and wait for ever for the other half. The
+// older gang goes first and runs whole; the younger holds no node while it
+// waits (its candidates are denied), and runs whole once the older ends.
+// The watch checks throughout that no member binds before its whole gang
+// stood elected.
+func TestGangsTakeTurns(t *testing.T) {
+	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
+		{Name: "src", WithoutScheduler: true},
+		{Name: "c2", Nodes: []sandbox.NodeSpec{{CPU: "4"}}},
+	}})
+	src, c2 := s.Cluster("src"), s.Cluster("c2")
+	ctx := t.Context()
+	for _, c := range s.Clusters {
+		createNamespace(t, c.Client(), placementNS)
+	}
+	if _, err := sandbox.StartAgent(ctx, src, []*sandbox.Cluster{c2}); err != nil {
+		t.Fatal(err)
+	}
+	pods := src.Client().CoreV1().Pods(placementNS)
+	g := watchGangs(t, src, placementNS, map[string]int{"first": 4, "second": 4})
+	first, second := gangPods("first", 4, 4, ""), gangPods("second", 4, 4, "")
+	for i := range first {
+		for _, p := range []*corev1.Pod{first[i], second[i]} {
+			if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	boundOf := func(members []*corev1.Pod) int {
+		n := 0
+		for _, m := range members {
+			if p, err := pods.Get(ctx, m.Name, metav1.GetOptions{}); err == nil && p.Spec.NodeName != "" {
+				n++
+			}
+		}
+		return n
+	}
+	waitFor(t, 3*time.Minute, "the older gang bound whole", func() (bool, string) {
+		a, b := boundOf(first), boundOf(second)
+		return a == 4, fmt.Sprintf("first %d bound, second %d bound", a, b)
+	})
+	g.check(t)
+	if n := boundOf(second); n != 0 {
+		t.Fatalf("%d members of the younger gang bound beside the older one in a target with room for one gang", n)
+	}
+	waitFor(t, time.Minute, "every member of the younger gang waiting for its gang", func() (bool, string) {
+		waiting := 0
+		for _, m := range second {
+			p, err := pods.Get(ctx, m.Name, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, cond := range p.Status.Conditions {
+				if cond.Type == corev1.PodScheduled && cond.Reason == "WaitingForGang" {
+					waiting++
+				}
+			}
+		}
+		return waiting == len(second), fmt.Sprintf("%d of %d waiting", waiting, len(second))
+	})
+	for _, p := range first {
+		if err := pods.Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 3*time.Minute, "the younger gang bound whole once the older ended", func() (bool, string) {
+		n := boundOf(second)
+		return n == 4, fmt.Sprintf("second %d bound", n)
+	})
+	g.check(t)
+}

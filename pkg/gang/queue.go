@@ -1,0 +1,136 @@
+package gang
+
+import (
+	"sync"
+	"time"
+)
+
+// Order ranks gangs that wait: the higher priority first, then the older,
+// then by key.
+type Order struct {
+	Priority int32
+	Created  time.Time
+}
+
+func (o Order) before(p Order, key, other string) bool {
+	switch {
+	case o.Priority != p.Priority:
+		return o.Priority > p.Priority
+	case !o.Created.Equal(p.Created):
+		return o.Created.Before(p.Created)
+	}
+	return key < other
+}
+
+// Queue orders the gangs of one source that wait for their places: one at
+// a time holds reservations, the first in Order that is not backing off,
+// for at most HeadFor; the others' candidates hold no node meanwhile, so
+// two gangs never each hold half of what both need. A gang that stood
+// first for HeadFor without completing yields: it holds nothing for its
+// backoff (Backoff, doubled at each yield up to MaxBackoff, plus up to a
+// fifth at random) and the next gang goes first. The zero Queue is not
+// usable: set the durations.
+type Queue struct {
+	HeadFor, Backoff, MaxBackoff time.Duration
+	// Jitter returns a number in [0, 1): a yield's backoff is lengthened
+	// by up to a fifth of it, so that yielded gangs do not come back
+	// together.
+	Jitter func() float64
+
+	mu    sync.Mutex
+	gangs map[string]*waiting
+}
+
+type waiting struct {
+	order      Order
+	seen       time.Time
+	headSince  time.Time
+	yieldUntil time.Time
+	backoff    time.Duration
+}
+
+// forgetAfter is how long a gang no member looked at stays in the queue:
+// its members went without saying.
+const forgetAfter = 2 * time.Minute
+
+// Turn says whether gang key, waiting, may hold reservations now; when
+// not, head is the gang that goes first ("" when key backs off with none
+// ahead). again is when the answer may change. Each member's look at its
+// gang calls it.
+func (q *Queue) Turn(key string, o Order, now time.Time) (mine bool, head string, again time.Duration) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.gangs == nil {
+		q.gangs = map[string]*waiting{}
+	}
+	w := q.gangs[key]
+	if w == nil {
+		w = &waiting{backoff: q.Backoff}
+		q.gangs[key] = w
+	}
+	w.order, w.seen = o, now
+	for k, g := range q.gangs {
+		if now.Sub(g.seen) > forgetAfter {
+			delete(q.gangs, k)
+		}
+	}
+	for {
+		head = q.head(now)
+		if head == "" {
+			return false, "", w.yieldUntil.Sub(now)
+		}
+		for k, g := range q.gangs {
+			if k != head {
+				// A turn is counted from when it last began.
+				g.headSince = time.Time{}
+			}
+		}
+		h := q.gangs[head]
+		if h.headSince.IsZero() {
+			h.headSince = now
+		}
+		if now.Sub(h.headSince) < q.HeadFor {
+			break
+		}
+		// It stood first long enough and did not complete: it yields.
+		wait := h.backoff + time.Duration(float64(h.backoff)*0.2*q.jitter())
+		h.yieldUntil, h.headSince = now.Add(wait), time.Time{}
+		h.backoff = min(2*h.backoff, q.MaxBackoff)
+	}
+	left := q.HeadFor - now.Sub(q.gangs[head].headSince)
+	if head == key {
+		return true, head, left
+	}
+	if w.yieldUntil.After(now) {
+		left = min(left, w.yieldUntil.Sub(now))
+	}
+	return false, head, left
+}
+
+// head is the first gang not backing off; "" when every one does.
+func (q *Queue) head(now time.Time) string {
+	head := ""
+	for k, g := range q.gangs {
+		if g.yieldUntil.After(now) {
+			continue
+		}
+		if head == "" || g.order.before(q.gangs[head].order, k, head) {
+			head = k
+		}
+	}
+	return head
+}
+
+func (q *Queue) jitter() float64 {
+	if q.Jitter == nil {
+		return 0
+	}
+	return q.Jitter()
+}
+
+// Done takes gang key out of the queue: it is placed, or running.
+func (q *Queue) Done(key string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	delete(q.gangs, key)
+}
