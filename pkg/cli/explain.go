@@ -69,8 +69,10 @@ type Explanation struct {
 	Policy *PolicyExplanation `json:"policy,omitempty"`
 	// Capacity is where the on-demand/spot split put the pod.
 	Capacity *CapacityPlace `json:"capacity,omitempty"`
-	Targets  []Answer       `json:"targets"`
-	Events   []EventSummary `json:"events"`
+	// Gang is the pod's gang, when it declares one.
+	Gang    *GangExplanation `json:"gang,omitempty"`
+	Targets []Answer         `json:"targets"`
+	Events  []EventSummary   `json:"events"`
 }
 
 // ElectionRecord is the election annotation of a source pod.
@@ -235,6 +237,7 @@ func explain(ctx context.Context, c *clients, o *explainOptions, name string) (*
 			}
 		}
 		e.Targets = askTargets(ctx, c, o.clusterName, pod, el, targets)
+		e.Gang = c.explainGang(ctx, o.clusterName, pod, targets)
 	}
 	c.explainPlacement(ctx, e, pod, targets)
 	events, err := c.kube.CoreV1().Events(pod.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.uid=" + string(pod.UID)})
@@ -580,6 +583,7 @@ func writeExplanation(w io.Writer, e *Explanation, format string, now time.Time)
 		}
 		writePolicy(w, e.Policy)
 		writeCapacity(w, e.Capacity)
+		writeGang(w, e.Gang)
 		fmt.Fprintln(w)
 		if len(e.Targets) == 0 {
 			fmt.Fprintln(w, "No target may take pods of this namespace: run 'kubectl flotilla join' to add one.")

@@ -36,6 +36,8 @@ type Queue struct {
 	// by up to a fifth of it, so that yielded gangs do not come back
 	// together.
 	Jitter func() float64
+	// Yielded, when set, is called for each yield.
+	Yielded func(key string)
 
 	mu    sync.Mutex
 	gangs map[string]*waiting
@@ -50,8 +52,9 @@ type waiting struct {
 }
 
 // forgetAfter is how long a gang no member looked at stays in the queue:
-// its members went without saying.
-const forgetAfter = 2 * time.Minute
+// its members went without saying. A waiting member looks at least every
+// few seconds.
+const forgetAfter = time.Minute
 
 // Turn says whether gang key, waiting, may hold reservations now; when
 // not, head is the gang that goes first ("" when key backs off with none
@@ -96,6 +99,9 @@ func (q *Queue) Turn(key string, o Order, now time.Time) (mine bool, head string
 		wait := h.backoff + time.Duration(float64(h.backoff)*0.2*q.jitter())
 		h.yieldUntil, h.headSince = now.Add(wait), time.Time{}
 		h.backoff = min(2*h.backoff, q.MaxBackoff)
+		if q.Yielded != nil {
+			q.Yielded(head)
+		}
 	}
 	left := q.HeadFor - now.Sub(q.gangs[head].headSince)
 	if head == key {
@@ -128,9 +134,22 @@ func (q *Queue) jitter() float64 {
 	return q.Jitter()
 }
 
-// Done takes gang key out of the queue: it is placed, or running.
-func (q *Queue) Done(key string) {
+// Done takes gang key out of the queue: it is placed, or running. It
+// returns the gang's order when it was queued.
+func (q *Queue) Done(key string) (Order, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	w, ok := q.gangs[key]
+	if !ok {
+		return Order{}, false
+	}
 	delete(q.gangs, key)
+	return w.order, true
+}
+
+// Len is the number of gangs in the queue.
+func (q *Queue) Len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.gangs)
 }

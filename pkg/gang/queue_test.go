@@ -7,7 +7,8 @@ import (
 
 func TestQueue(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	q := &Queue{HeadFor: time.Minute, Backoff: 30 * time.Second, MaxBackoff: 5 * time.Minute}
+	yields := map[string]int{}
+	q := &Queue{HeadFor: time.Minute, Backoff: 30 * time.Second, MaxBackoff: 5 * time.Minute, Yielded: func(k string) { yields[k]++ }}
 	older := Order{Created: t0}
 	younger := Order{Created: t0.Add(time.Second)}
 	urgent := Order{Priority: 10, Created: t0.Add(2 * time.Second)}
@@ -41,6 +42,8 @@ func TestQueue(t *testing.T) {
 	if mine, _ := turn("old", older, 4*time.Second); !mine {
 		t.Fatal("the older gang lost its turn when the urgent one was done")
 	}
+	// Waiting members look every few seconds.
+	turn("old", older, 40*time.Second)
 	if mine, head := turn("young", younger, 70*time.Second); !mine || head != "young" {
 		t.Fatalf("after the older gang stood first a minute: young mine %v, head %q", mine, head)
 	}
@@ -56,16 +59,28 @@ func TestQueue(t *testing.T) {
 	if mine, _ := turn("old", older, 101*time.Second); !mine {
 		t.Fatal("after its backoff the older gang does not go first again")
 	}
+	turn("old", older, 130*time.Second)
 	// Its next yield backs off twice as long.
 	if mine, _ := turn("old", older, 162*time.Second); mine {
 		t.Fatal("the older gang did not yield after a second minute first")
 	}
+	turn("old", older, 190*time.Second)
 	if mine, _ := turn("old", older, 162*time.Second+59*time.Second); mine {
 		t.Fatal("the second backoff is not twice the first")
 	}
 	if mine, _ := turn("old", older, 162*time.Second+61*time.Second); !mine {
 		t.Fatal("after its second backoff the older gang does not go first")
 	}
+	if yields["old"] != 2 || len(yields) != 1 {
+		t.Errorf("yields %v, want the older gang's two", yields)
+	}
+	if _, ok := q.Done("young"); ok {
+		t.Error("a gang done twice was still queued")
+	}
+	if o, ok := q.Done("old"); !ok || !o.Created.Equal(t0) || q.Len() != 0 {
+		t.Errorf("Done(old) = %v, %v; %d left", o, ok, q.Len())
+	}
+	turn("old", older, 224*time.Second)
 	// A gang nobody looks at is forgotten.
 	if mine, _ := turn("young", younger, 162*time.Second+61*time.Second+3*time.Minute); !mine {
 		t.Fatal("a gang gone unseen for minutes still goes first")

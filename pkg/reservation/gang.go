@@ -78,9 +78,7 @@ func (c *Controller) gangGate(r *round) *GangGate {
 		}
 		return nil
 	}
-	unlock := c.locks.lock("gang:" + spec.Key(pod.Namespace))
-	prev := r.unlock
-	r.unlock = func() { unlock(); prev() }
+	r.hold(c.locks.lock("gang:" + spec.Key(pod.Namespace)))
 
 	self := gangMember(pod.Name, r.election, "", r.observed)
 	members := []gang.Member{self}
@@ -114,8 +112,11 @@ func (c *Controller) gangGate(r *round) *GangGate {
 func (c *Controller) takeTurn(r *round, members []gang.Member, g *GangGate) {
 	key := r.gang.spec.Key(r.pod.Namespace)
 	v := r.gang.verdict
+	defer func() { gangsWaiting.Set(float64(c.gangs().Len())) }()
 	if v.Allow || slices.ContainsFunc(members, func(m gang.Member) bool { return m.Bound }) {
-		c.gangs().Done(key)
+		if o, queued := c.gangs().Done(key); queued && v.Allow {
+			gangPlacedSeconds.Observe(c.now().Sub(o.Created).Seconds())
+		}
 		return
 	}
 	if v.Complete {
@@ -139,7 +140,8 @@ func (c *Controller) takeTurn(r *round, members []gang.Member, g *GangGate) {
 // gangs is the controller's queue of gangs, made on first use.
 func (c *Controller) gangs() *gang.Queue {
 	c.gangQueueOnce.Do(func() {
-		c.gangQueue = &gang.Queue{HeadFor: gangHeadFor, Backoff: gangBackoff, MaxBackoff: gangMaxBackoff, Jitter: rand.Float64}
+		c.gangQueue = &gang.Queue{HeadFor: gangHeadFor, Backoff: gangBackoff, MaxBackoff: gangMaxBackoff, Jitter: rand.Float64,
+			Yielded: func(string) { gangYields.Inc() }}
 	})
 	return c.gangQueue
 }

@@ -103,3 +103,17 @@ func TestGangMember(t *testing.T) {
 		})
 	}
 }
+
+// TestRoundHoldsEveryLock: a gang member under a spread holds its gang's
+// lock and its workload's; taking the second must not lose the first's
+// release (its gang would wait for ever).
+func TestRoundHoldsEveryLock(t *testing.T) {
+	var locks workloadLocks
+	r := &round{unlock: func() {}}
+	r.hold(locks.lock("gang:ns/g"))
+	r.hold(locks.lock("ns/ReplicaSet/w"))
+	r.unlock()
+	if len(locks.locks) != 0 {
+		t.Fatalf("locks still held after the round released its own: %v", locks.locks)
+	}
+}

@@ -20,10 +20,23 @@ var (
 		Help:    "Seconds from a source pod's creation (its metadata.creationTimestamp, whole seconds, so up to 1s more than it took) to this agent binding it to its elected target's virtual node, once its candidate was bound there.",
 		Buckets: prometheus.ExponentialBuckets(0.25, 2, 12),
 	})
+	gangsWaiting = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "flotilla_gangs_waiting",
+		Help: "Gangs of this source that wait for their places, taking turns (docs/gangs.md).",
+	})
+	gangPlacedSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "flotilla_gang_placed_seconds",
+		Help:    "Seconds from a gang's oldest member's creation to enough of its members standing elected on reservations they hold for all of them to be allowed to bind.",
+		Buckets: prometheus.ExponentialBuckets(0.5, 2, 12),
+	})
+	gangYields = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "flotilla_gang_yields_total",
+		Help: "Turns that gangs of this source gave up without completing: their candidates were then denied (they held no node) for a backoff.",
+	})
 )
 
 func init() {
-	metrics.Registry.MustRegister(electionSeconds, podBoundSeconds)
+	metrics.Registry.MustRegister(electionSeconds, podBoundSeconds, gangsWaiting, gangPlacedSeconds, gangYields)
 }
 
 // sinceCreation is how long ago pod was created.

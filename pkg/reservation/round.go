@@ -234,10 +234,22 @@ func (c *Controller) elect(ctx context.Context, r *round) (Decision, error) {
 	return d, nil
 }
 
+// hold adds a lock's release to the round's: every lock the round holds
+// is released together, the last taken first, when its election is
+// written or the round ends.
+func (r *round) hold(unlock func()) {
+	prev := r.unlock
+	if prev == nil {
+		prev = func() {}
+	}
+	r.unlock = func() { unlock(); prev() }
+}
+
 // countLocked takes the workload's lock, held until the election is
 // written (r.unlock), and counts the pod's siblings again into j.
 func (c *Controller) countLocked(ctx context.Context, r *round, j *Judgement) error {
-	r.unlock, r.locked = c.locks.lock(r.pod.Namespace+"/"+workloadOf(r.pod)), true
+	r.hold(c.locks.lock(r.pod.Namespace + "/" + workloadOf(r.pod)))
+	r.locked = true
 	placed, err := c.siblingDomains(ctx, r.pod, &r.pl)
 	if err != nil {
 		return err

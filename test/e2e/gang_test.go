@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -116,6 +118,7 @@ func TestGangAllOrNothing(t *testing.T) {
 	}})
 	src, c2, c3 := s.Cluster("src"), s.Cluster("c2"), s.Cluster("c3")
 	ctx := t.Context()
+	plugin := buildPlugin(t)
 	for _, c := range s.Clusters {
 		createNamespace(t, c.Client(), placementNS)
 	}
@@ -187,6 +190,19 @@ func TestGangAllOrNothing(t *testing.T) {
 			held := reservedIn(t, c2) + reservedIn(t, c3)
 			return waiting == len(big) && held > 0, fmt.Sprintf("%d of %d waiting, %d reservations held", waiting, len(big), held)
 		})
+		// explain shows the gang: its members, and what it lacks.
+		var e struct {
+			Gang *struct {
+				MinMember int               `json:"minMember"`
+				Complete  bool              `json:"complete"`
+				Missing   string            `json:"missing"`
+				Members   []json.RawMessage `json:"members"`
+			} `json:"gang"`
+		}
+		runPlugin(t, plugin, "--kubeconfig", src.Kubeconfig, "explain", big[0].Name, "-n", placementNS, "-o", "json").mustDecode(t, &e)
+		if g := e.Gang; g == nil || g.MinMember != 8 || g.Complete || len(g.Members) != 8 || !strings.Contains(g.Missing, "no target holds places for 8 members") {
+			t.Fatalf("explain's gang: %+v", e.Gang)
+		}
 		// Held places, and still nothing binds: the gate, not a lack of
 		// room, holds them. Watched for longer than a reservation is held
 		// (the targets' Permit timeout, 30 s), so that the places are
@@ -263,7 +279,8 @@ func TestGangsTakeTurns(t *testing.T) {
 	for _, c := range s.Clusters {
 		createNamespace(t, c.Client(), placementNS)
 	}
-	if _, err := sandbox.StartAgent(ctx, src, []*sandbox.Cluster{c2}); err != nil {
+	agent, err := sandbox.StartAgent(ctx, src, []*sandbox.Cluster{c2})
+	if err != nil {
 		t.Fatal(err)
 	}
 	pods := src.Client().CoreV1().Pods(placementNS)
@@ -318,4 +335,15 @@ func TestGangsTakeTurns(t *testing.T) {
 		return n == 4, fmt.Sprintf("second %d bound", n)
 	})
 	g.check(t)
+	// Both gangs placed, none waiting, as the agent's metrics say.
+	waitFor(t, 30*time.Second, "the gang metrics", func() (bool, string) {
+		body, err := get(http.DefaultClient, "http://"+agent.MetricsAddr+"/metrics", "")
+		if err != nil {
+			return false, err.Error()
+		}
+		m := parseMetrics(body)
+		placed, _ := m.value("flotilla_gang_placed_seconds_count")
+		waiting, _ := m.value("flotilla_gangs_waiting")
+		return placed == 2 && waiting == 0, fmt.Sprintf("%v gangs placed, %v waiting", placed, waiting)
+	})
 }
