@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/flotilla-dev/flotilla/api/v1alpha1"
+	"github.com/flotilla-dev/flotilla/pkg/gang"
 	"github.com/flotilla-dev/flotilla/pkg/policy"
 )
 
@@ -42,6 +43,12 @@ func (k *Keeper) Keep(ctx context.Context, pod *corev1.Pod, dryRun bool) (Verdic
 	first, err := k.localFirst(ctx, pod.Namespace)
 	if err != nil || !first {
 		return Verdict{Reason: "no self target with localFirst"}, err
+	}
+	if spec, ok, err := gang.Of(pod); ok && err == nil {
+		// Kept here one by one, a gang's members would escape its all or
+		// nothing: they go through the targets, this cluster's self
+		// target among them.
+		return Verdict{Reason: fmt.Sprintf("a member of pod group %s, placed all or nothing through the targets", spec.Name)}, nil
 	}
 	k.View.Want()
 	if k.Policies != nil {

@@ -2,7 +2,10 @@ package local
 
 import (
 	"context"
+	"strings"
 	"testing"
+
+	corev1 "k8s.io/api/core/v1"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -10,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/flotilla-dev/flotilla/api/v1alpha1"
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
 )
 
 // TestLocalFirstCovers: a ClusterTarget with localFirst covers every
@@ -62,5 +66,26 @@ func TestLocalFirstCovers(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestGangMembersAreNotKeptHere: with a self target's localFirst, a gang's
+// member is never kept in this cluster on its own (it would escape its
+// gang's all or nothing); a malformed declaration is no gang.
+func TestGangMembersAreNotKeptHere(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	ct := &v1alpha1.ClusterTarget{ObjectMeta: metav1.ObjectMeta{Name: "home"}}
+	ct.Spec.Self, ct.Spec.LocalFirst = true, true
+	// No view: a gang member must be decided before the view is asked.
+	k := &Keeper{Reader: fake.NewClientBuilder().WithScheme(scheme).WithObjects(ct).Build()}
+	member := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "w-0",
+		Labels:      map[string]string{protocol.PodGroupLabel: "train"},
+		Annotations: map[string]string{protocol.GangMinMemberAnnotation: "4"}}}
+	v, err := k.Keep(context.Background(), member, true)
+	if err != nil || v.Fits || !strings.Contains(v.Reason, "pod group train") {
+		t.Fatalf("Keep(gang member) = %+v, %v; want it sent through the targets", v, err)
 	}
 }
