@@ -6,6 +6,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -110,7 +111,11 @@ func run(dir string, replicas int32) error {
 		return err
 	}
 
-	fmt.Printf("\n5. What %s knows of its targets:\n", home.name)
+	if err := gangScene(ctx, home, kubectl, plugin); err != nil {
+		return err
+	}
+
+	fmt.Printf("\n6. What %s knows of its targets:\n", home.name)
 	if err := runShown(ctx, "", plugin, "--kubeconfig", home.kubeconfig, "status"); err != nil {
 		return err
 	}
@@ -185,6 +190,12 @@ func applyDemo(ctx context.Context, client kubernetes.Interface, replicas int32)
 // createDeployment makes, afresh, a Deployment of the demo namespace whose
 // pods are opted in to Flotilla and request cpu each.
 func createDeployment(ctx context.Context, client kubernetes.Interface, name string, replicas int32, cpu string) error {
+	return createDeploymentWith(ctx, client, name, replicas, cpu, nil, nil)
+}
+
+// createDeploymentWith is createDeployment with more labels and
+// annotations on its pods.
+func createDeploymentWith(ctx context.Context, client kubernetes.Interface, name string, replicas int32, cpu string, podLabels, podAnnotations map[string]string) error {
 	err := client.AppsV1().Deployments("demo").Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationForeground)})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return err
@@ -196,13 +207,16 @@ func createDeployment(ctx context.Context, client kubernetes.Interface, name str
 		return fmt.Errorf("waiting for the previous demo/%s to go away: %w", name, err)
 	}
 	labels := map[string]string{"app": name, protocol.ElectLabel: "true"}
+	template := map[string]string{}
+	maps.Copy(template, labels)
+	maps.Copy(template, podLabels)
 	deploy := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: ptr.To(replicas),
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				ObjectMeta: metav1.ObjectMeta{Labels: template, Annotations: podAnnotations},
 				Spec: corev1.PodSpec{Containers: []corev1.Container{{
 					Name:  name,
 					Image: "registry.example/" + name + ":1",
@@ -339,6 +353,33 @@ func policyScene(ctx context.Context, home cluster, clusters []cluster, kubectl,
 	fmt.Printf("\nper cluster: %v; per capacity type: %v; all %d Running %s after the Deployment was created\n",
 		perCluster, perCapacity, len(pods), time.Since(start).Round(100*time.Millisecond))
 	fmt.Printf("\nWhat the policy makes of each target for one of them:\n")
+	return runShown(ctx, "", plugin, "--kubeconfig", home.kubeconfig, "explain", "-n", "demo", pods[0].Name)
+}
+
+// gangScene shows a gang: four workers of one pod group, placed all or
+// nothing, in one cluster.
+func gangScene(ctx context.Context, home cluster, kubectl, plugin string) error {
+	const replicas = 4
+	fmt.Printf("\n5. A gang: %d workers of pod group train (label %s), all or nothing in one cluster (annotations %s=%d, %s=%s):\n",
+		replicas, protocol.PodGroupLabel, protocol.GangMinMemberAnnotation, replicas, protocol.GangModeAnnotation, protocol.GangOneCluster)
+	start := time.Now()
+	err := createDeploymentWith(ctx, home.client, "train", replicas, "1",
+		map[string]string{protocol.PodGroupLabel: "train"},
+		map[string]string{protocol.GangMinMemberAnnotation: fmt.Sprint(replicas), protocol.GangModeAnnotation: protocol.GangOneCluster})
+	if err != nil {
+		return err
+	}
+	pods, err := waitRunning(ctx, home.client, "train", replicas)
+	if err != nil {
+		return err
+	}
+	perCluster := map[string]int{}
+	for _, p := range pods {
+		perCluster[strings.TrimPrefix(p.Spec.NodeName, "flotilla-")]++
+	}
+	fmt.Printf("\nper cluster: %v; all %d Running %s after the Deployment was created\n", perCluster, len(pods), time.Since(start).Round(100*time.Millisecond))
+	fmt.Printf("\nThe gang, as explain sees it from one of its members:\n")
+	sort.Slice(pods, func(i, j int) bool { return pods[i].Name < pods[j].Name })
 	return runShown(ctx, "", plugin, "--kubeconfig", home.kubeconfig, "explain", "-n", "demo", pods[0].Name)
 }
 
