@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -10,7 +11,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/flotilla-dev/flotilla/pkg/gang"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
@@ -62,6 +65,15 @@ func (c *clients) explainGang(ctx context.Context, clusterName string, pod *core
 	spec, ok, err := gang.Of(pod)
 	if !ok {
 		return nil
+	}
+	if errors.Is(err, gang.ErrNoMinMember) {
+		pg := &unstructured.Unstructured{}
+		pg.SetGroupVersionKind(gang.PodGroupResource)
+		if c.cr.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: spec.Name}, pg) == nil {
+			if n, found := gang.MinMemberOf(pg); found {
+				spec.MinMember, err = n, nil
+			}
+		}
 	}
 	g := &GangExplanation{Name: spec.Name, MinMember: spec.MinMember, Mode: string(spec.Mode)}
 	if err != nil {

@@ -12,11 +12,14 @@
 package gang
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
 )
@@ -45,33 +48,61 @@ type Spec struct {
 // Key is the gang's key among a source cluster's pods: namespace/name.
 func (s Spec) Key(namespace string) string { return namespace + "/" + s.Name }
 
+// ErrNoMinMember is Of's error for a member that gives no size: its
+// PodGroup's spec.minMember may (MinMemberOf).
+var ErrNoMinMember = errors.New("no size")
+
+// PodGroupResource is scheduler-plugins' PodGroup, which may give a gang's
+// size (spec.minMember) where its members do not.
+var PodGroupResource = schema.GroupVersionKind{Group: "scheduling.x-k8s.io", Version: "v1alpha1", Kind: "PodGroup"}
+
 // Of reads the gang pod declares. ok is false when it declares none (no
 // pod-group label); err says what is malformed, and the pod is then placed
-// as an ordinary pod.
+// as an ordinary pod. A pod that gives no size gets an error that wraps
+// ErrNoMinMember, with s otherwise read: the caller may take the size from
+// the pod group's PodGroup (WithMinMember).
 func Of(pod *corev1.Pod) (s Spec, ok bool, err error) {
 	name := pod.Labels[protocol.PodGroupLabel]
 	if name == "" {
 		return Spec{}, false, nil
 	}
 	s = Spec{Name: name, Mode: OneCluster}
+	if err := s.readMode(pod); err != nil {
+		return s, true, err
+	}
 	raw, found := pod.Annotations[protocol.GangMinMemberAnnotation]
 	if !found {
-		return s, true, fmt.Errorf("pod group %s: annotation %s is missing: it gives how many members must be placed together", name, protocol.GangMinMemberAnnotation)
+		return s, true, fmt.Errorf("pod group %s: annotation %s is missing, and no PodGroup %s gives spec.minMember: one of them gives how many members must be placed together: %w", name, protocol.GangMinMemberAnnotation, name, ErrNoMinMember)
 	}
 	n, perr := strconv.Atoi(raw)
 	if perr != nil || n < 1 || n > MaxMinMember {
 		return s, true, fmt.Errorf("pod group %s: annotation %s is %q: want a whole number from 1 to %d", name, protocol.GangMinMemberAnnotation, raw, MaxMinMember)
 	}
 	s.MinMember = n
-	if m, found := pod.Annotations[protocol.GangModeAnnotation]; found {
-		switch Mode(m) {
-		case OneCluster, AnyClusters:
-			s.Mode = Mode(m)
-		default:
-			return s, true, fmt.Errorf("pod group %s: annotation %s is %q: want %s or %s", name, protocol.GangModeAnnotation, m, OneCluster, AnyClusters)
-		}
-	}
 	return s, true, nil
+}
+
+func (s *Spec) readMode(pod *corev1.Pod) error {
+	m, found := pod.Annotations[protocol.GangModeAnnotation]
+	if !found {
+		return nil
+	}
+	switch Mode(m) {
+	case OneCluster, AnyClusters:
+		s.Mode = Mode(m)
+		return nil
+	}
+	return fmt.Errorf("pod group %s: annotation %s is %q: want %s or %s", s.Name, protocol.GangModeAnnotation, m, OneCluster, AnyClusters)
+}
+
+// MinMemberOf reads a PodGroup's spec.minMember: ok when it is a whole
+// number from 1 to MaxMinMember.
+func MinMemberOf(pg *unstructured.Unstructured) (int, bool) {
+	n, found, err := unstructured.NestedInt64(pg.Object, "spec", "minMember")
+	if err != nil || !found || n < 1 || n > MaxMinMember {
+		return 0, false
+	}
+	return int(n), true
 }
 
 // Member is one member of a gang as the source sees it.

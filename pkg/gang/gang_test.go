@@ -1,12 +1,14 @@
 package gang
 
 import (
+	"errors"
 	"maps"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
 )
@@ -26,7 +28,7 @@ func TestOf(t *testing.T) {
 		{"no label: no gang", pod(nil, map[string]string{protocol.GangMinMemberAnnotation: "4"}), Spec{}, false, ""},
 		{"label and size", pod(group, map[string]string{protocol.GangMinMemberAnnotation: "4"}), Spec{Name: "train", MinMember: 4, Mode: OneCluster}, true, ""},
 		{"any clusters", pod(group, map[string]string{protocol.GangMinMemberAnnotation: "2", protocol.GangModeAnnotation: "anyClusters"}), Spec{Name: "train", MinMember: 2, Mode: AnyClusters}, true, ""},
-		{"no size", pod(group, nil), Spec{}, true, protocol.GangMinMemberAnnotation + " is missing"},
+		{"no size", pod(group, nil), Spec{}, true, protocol.GangMinMemberAnnotation + " is missing, and no PodGroup train"},
 		{"size not a number", pod(group, map[string]string{protocol.GangMinMemberAnnotation: "four"}), Spec{}, true, `"four"`},
 		{"size zero", pod(group, map[string]string{protocol.GangMinMemberAnnotation: "0"}), Spec{}, true, `"0"`},
 		{"size too large", pod(group, map[string]string{protocol.GangMinMemberAnnotation: "10001"}), Spec{}, true, `"10001"`},
@@ -203,5 +205,38 @@ func TestDecide(t *testing.T) {
 				t.Fatal("an incomplete gang says nothing about what it lacks")
 			}
 		})
+	}
+}
+
+func TestOfWithoutSizeWrapsErrNoMinMember(t *testing.T) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{protocol.PodGroupLabel: "train"},
+		Annotations: map[string]string{protocol.GangModeAnnotation: "anyClusters"}}}
+	s, ok, err := Of(pod)
+	if !ok || !errors.Is(err, ErrNoMinMember) || s.Name != "train" || s.Mode != AnyClusters {
+		t.Fatalf("Of = %+v, %v, %v; want the gang read but its size, ErrNoMinMember", s, ok, err)
+	}
+	// A bad mode is an error of its own, not a missing size.
+	pod.Annotations[protocol.GangModeAnnotation] = "sameRack"
+	if _, _, err := Of(pod); err == nil || errors.Is(err, ErrNoMinMember) {
+		t.Fatalf("bad mode: %v", err)
+	}
+}
+
+func TestMinMemberOf(t *testing.T) {
+	for _, tc := range []struct {
+		spec map[string]any
+		want int
+		ok   bool
+	}{
+		{map[string]any{"minMember": int64(4)}, 4, true},
+		{map[string]any{"minMember": int64(0)}, 0, false},
+		{map[string]any{"minMember": "4"}, 0, false},
+		{map[string]any{}, 0, false},
+		{map[string]any{"minMember": int64(MaxMinMember + 1)}, 0, false},
+	} {
+		pg := &unstructured.Unstructured{Object: map[string]any{"spec": tc.spec}}
+		if n, ok := MinMemberOf(pg); n != tc.want || ok != tc.ok {
+			t.Errorf("MinMemberOf(%v) = %d, %v; want %d, %v", tc.spec, n, ok, tc.want, tc.ok)
+		}
 	}
 }

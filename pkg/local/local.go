@@ -12,6 +12,7 @@ package local
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
@@ -44,7 +45,7 @@ func (k *Keeper) Keep(ctx context.Context, pod *corev1.Pod, dryRun bool) (Verdic
 	if err != nil || !first {
 		return Verdict{Reason: "no self target with localFirst"}, err
 	}
-	if spec, ok, err := gang.Of(pod); ok && err == nil {
+	if spec, ok, err := gang.Of(pod); ok && (err == nil || errors.Is(err, gang.ErrNoMinMember)) {
 		// Kept here one by one, a gang's members would escape its all or
 		// nothing: they go through the targets, this cluster's self
 		// target among them.

@@ -48,6 +48,7 @@ const staleWindow = 30 * time.Second
 // RBAC the placement controller needs in the source cluster.
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups="",resources=pods/binding,verbs=create
+// +kubebuilder:rbac:groups=scheduling.x-k8s.io,resources=podgroups,verbs=get
 // +kubebuilder:rbac:groups="",resources=pods/status,verbs=patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 //
@@ -115,6 +116,9 @@ type Controller struct {
 	// gangQueue orders this source's gangs that wait (gangs()).
 	gangQueue     *gang.Queue
 	gangQueueOnce sync.Once
+	// podGroups remembers, per namespace/name, a PodGroup's size
+	// (podGroupSize).
+	podGroups sync.Map
 
 	// bound holds the UIDs of source pods this process bound and whose
 	// binding the cache may not show yet, so a stale reconcile does not
@@ -386,6 +390,12 @@ func (c *Controller) sweep() {
 	c.problems.Range(func(k, v any) bool {
 		if now.Sub(v.(reported).at) > time.Hour {
 			c.problems.Delete(k)
+		}
+		return true
+	})
+	c.podGroups.Range(func(k, v any) bool {
+		if now.Sub(v.(podGroupSize).at) > podGroupTTL {
+			c.podGroups.Delete(k)
 		}
 		return true
 	})

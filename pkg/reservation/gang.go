@@ -2,6 +2,7 @@ package reservation
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -10,7 +11,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	"github.com/flotilla-dev/flotilla/pkg/candidate"
@@ -66,11 +69,16 @@ type gangRound struct {
 // placed as an ordinary pod). It takes the gang's lock, held until the
 // round's election is written, so that the members decide one at a time on
 // each other's elections.
-func (c *Controller) gangGate(r *round) *GangGate {
+func (c *Controller) gangGate(ctx context.Context, r *round) *GangGate {
 	pod := r.pod
 	spec, ok, err := gang.Of(pod)
 	if !ok {
 		return nil
+	}
+	if errors.Is(err, gang.ErrNoMinMember) {
+		if n, found := c.podGroupMinMember(ctx, pod.Namespace, spec.Name); found {
+			spec.MinMember, err = n, nil
+		}
 	}
 	if err != nil {
 		if prev, loaded := c.problems.Swap(gangProblemKey(pod.UID), reported{err.Error(), c.now()}); !loaded || prev.(reported).msg != err.Error() {
@@ -254,3 +262,32 @@ func (c *Controller) reportGang(ctx context.Context, r *round) {
 }
 
 func gangProblemKey(uid types.UID) string { return "gang/" + string(uid) }
+
+// podGroupTTL is how long a PodGroup's size is remembered: the gang's
+// members look at it in every round.
+const podGroupTTL = 10 * time.Second
+
+type podGroupSize struct {
+	n     int
+	found bool
+	at    time.Time
+}
+
+// podGroupMinMember reads the size the PodGroup of a gang gives
+// (spec.minMember), remembered for podGroupTTL; found is false when there
+// is none (no such PodGroup, the CRD is not installed, or its size is not
+// a whole number from 1 to gang.MaxMinMember).
+func (c *Controller) podGroupMinMember(ctx context.Context, namespace, name string) (int, bool) {
+	key := namespace + "/" + name
+	if v, ok := c.podGroups.Load(key); ok && c.now().Sub(v.(podGroupSize).at) < podGroupTTL {
+		return v.(podGroupSize).n, v.(podGroupSize).found
+	}
+	pg := &unstructured.Unstructured{}
+	pg.SetGroupVersionKind(gang.PodGroupResource)
+	size := podGroupSize{at: c.now()}
+	if err := c.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, pg); err == nil {
+		size.n, size.found = gang.MinMemberOf(pg)
+	}
+	c.podGroups.Store(key, size)
+	return size.n, size.found
+}

@@ -213,7 +213,7 @@ func (c *Controller) elect(ctx context.Context, r *round) (Decision, error) {
 	in.Policy = c.judgement(r.pod, &r.pl, r.placed, r.observed)
 	// The gang's lock first, then the workload's: no round holds the
 	// workload's and waits for a gang's.
-	in.Gang = c.gangGate(r)
+	in.Gang = c.gangGate(ctx, r)
 	serialized := in.Policy != nil && r.pl.policy.Spreads() && workloadOf(r.pod) != ""
 	if serialized && !r.election.Elected() && anyReserved(r.observed) {
 		if err := c.countLocked(ctx, r, in.Policy); err != nil {
