@@ -360,10 +360,10 @@ func policyScene(ctx context.Context, home cluster, clusters []cluster, kubectl,
 // nothing, in one cluster.
 func gangScene(ctx context.Context, home cluster, kubectl, plugin string) error {
 	const replicas = 4
-	fmt.Printf("\n5. A gang: %d workers of pod group train (label %s), all or nothing in one cluster (annotations %s=%d, %s=%s):\n",
+	fmt.Printf("\n5. A gang: %d workers of 200m CPU, pod group train (label %s), all or nothing in one cluster (annotations %s=%d, %s=%s):\n",
 		replicas, protocol.PodGroupLabel, protocol.GangMinMemberAnnotation, replicas, protocol.GangModeAnnotation, protocol.GangOneCluster)
 	start := time.Now()
-	err := createDeploymentWith(ctx, home.client, "train", replicas, "1",
+	err := createDeploymentWith(ctx, home.client, "train", replicas, "200m",
 		map[string]string{protocol.PodGroupLabel: "train"},
 		map[string]string{protocol.GangMinMemberAnnotation: fmt.Sprint(replicas), protocol.GangModeAnnotation: protocol.GangOneCluster})
 	if err != nil {
