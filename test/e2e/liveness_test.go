@@ -416,6 +416,14 @@ func stalledTargets(t *testing.T, cpu string, values ...string) (src, c2, c3 *sa
 		if err := c.Stop(sandbox.CandidateScheduler); err != nil {
 			t.Fatal(err)
 		}
+		// A scheduler stopped as it starts may have created its Lease
+		// without learning so (the create was in flight): restarted, it
+		// would wait out that lease (15 s) before scheduling. Its process
+		// gone, it holds nothing.
+		err := c.Client().CoordinationV1().Leases(sandbox.ReleaseNamespace).Delete(t.Context(), "flotilla-scheduler", metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			t.Fatal(err)
+		}
 	}
 	if _, err := sandbox.StartAgent(t.Context(), src, []*sandbox.Cluster{c2, c3}, values...); err != nil {
 		t.Fatal(err)
