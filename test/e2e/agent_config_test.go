@@ -18,23 +18,34 @@ import (
 	"github.com/flotilla-dev/flotilla/test/sandbox"
 )
 
-// renderedConfig renders the chart with values and loads the agent's
-// configuration from its ConfigMap, strictly, as the agent does.
-func renderedConfig(t *testing.T, values ...string) *agent.Config {
+// chartDocs renders the chart with the pinned helm and values, as an
+// install in the sandbox's namespace would, and splits it into its
+// documents.
+func chartDocs(t *testing.T, values ...string) [][]byte {
 	t.Helper()
 	manifest, err := sandbox.Template(t.Context(), sandbox.ReleaseNamespace, append([]string{"clusterName=east"}, values...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
+	var docs [][]byte
 	dec := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(manifest)))
 	for {
 		doc, err := dec.Read()
 		if err == io.EOF {
-			t.Fatal("the chart renders no agent configuration")
+			return docs
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
+		docs = append(docs, doc)
+	}
+}
+
+// renderedConfig renders the chart with values and loads the agent's
+// configuration from its ConfigMap, strictly, as the agent does.
+func renderedConfig(t *testing.T, values ...string) *agent.Config {
+	t.Helper()
+	for _, doc := range chartDocs(t, values...) {
 		var cm corev1.ConfigMap
 		if err := yaml.Unmarshal(doc, &cm); err != nil || cm.Kind != "ConfigMap" || !strings.HasSuffix(cm.Name, "-agent-config") {
 			continue
@@ -45,6 +56,8 @@ func renderedConfig(t *testing.T, values ...string) *agent.Config {
 		}
 		return c
 	}
+	t.Fatal("the chart renders no agent configuration")
+	return nil
 }
 
 // TestChartRendersTheAgentConfiguration checks that the configuration the

@@ -1,19 +1,14 @@
 package e2e
 
 import (
-	"bufio"
-	"bytes"
-	"io"
 	"regexp"
 	"slices"
 	"testing"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
-	"github.com/flotilla-dev/flotilla/test/sandbox"
 )
 
 // TestChartLetsAuthorsWriteTheirKeys: the keys of Flotilla's prefix that
@@ -22,19 +17,7 @@ import (
 // either stripped from every pod by the webhook (a gang's size, say,
 // silently dropped) or refused by the policy.
 func TestChartLetsAuthorsWriteTheirKeys(t *testing.T) {
-	manifest, err := sandbox.Template(t.Context(), sandbox.ReleaseNamespace, "clusterName=east")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dec := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(manifest)))
-	for {
-		doc, err := dec.Read()
-		if err == io.EOF {
-			t.Fatal("the chart renders no ValidatingAdmissionPolicy with the pod authors' keys")
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, doc := range chartDocs(t) {
 		var vap admissionregistrationv1.ValidatingAdmissionPolicy
 		if yaml.Unmarshal(doc, &vap) != nil || vap.Kind != "ValidatingAdmissionPolicy" {
 			continue
@@ -56,4 +39,5 @@ func TestChartLetsAuthorsWriteTheirKeys(t *testing.T) {
 			return
 		}
 	}
+	t.Fatal("the chart renders no ValidatingAdmissionPolicy with the pod authors' keys")
 }

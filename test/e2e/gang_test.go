@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
@@ -142,13 +143,7 @@ func TestGangAllOrNothing(t *testing.T) {
 		}
 	}
 	nodesOf := func(members []*corev1.Pod) map[string]int {
-		on := map[string]int{}
-		for _, m := range members {
-			p, err := pods.Get(ctx, m.Name, metav1.GetOptions{})
-			if err == nil && p.Spec.NodeName != "" {
-				on[p.Spec.NodeName]++
-			}
-		}
+		on, _, _ := gangState(ctx, pods, members, "")
 		return on
 	}
 
@@ -182,17 +177,9 @@ func TestGangAllOrNothing(t *testing.T) {
 	t.Run("a gang of eight in one cluster: no target holds it, no member binds", func(t *testing.T) {
 		create(big)
 		waitFor(t, 90*time.Second, "every member waiting for its gang, with places held in both targets", func() (bool, string) {
-			waiting := 0
-			for _, m := range big {
-				p, err := pods.Get(ctx, m.Name, metav1.GetOptions{})
-				if err != nil {
-					return false, err.Error()
-				}
-				for _, cond := range p.Status.Conditions {
-					if cond.Type == corev1.PodScheduled && cond.Reason == "WaitingForGang" {
-						waiting++
-					}
-				}
+			_, waiting, err := gangState(ctx, pods, big, "")
+			if err != nil {
+				return false, err.Error()
 			}
 			held := reservedIn(t, c2) + reservedIn(t, c3)
 			return waiting == len(big) && held > 0, fmt.Sprintf("%d of %d waiting, %d reservations held", waiting, len(big), held)
@@ -235,14 +222,42 @@ func TestGangAllOrNothing(t *testing.T) {
 		}
 		waitFor(t, 3*time.Minute, "the gang of eight bound over both targets", func() (bool, string) {
 			on := nodesOf(big)
-			n := 0
-			for _, k := range on {
-				n += k
-			}
-			return n == len(big), fmt.Sprintf("bound: %v", on)
+			return podsOn(on) == len(big), fmt.Sprintf("bound: %v", on)
 		})
 		g.check(t)
 	})
+}
+
+// gangState reads a gang's members: how many are bound to each node, and
+// how many say in their PodScheduled condition that they wait for their
+// gang (with a message holding msg). On a failed read it returns what it
+// read so far and the error.
+func gangState(ctx context.Context, pods corev1client.PodInterface, members []*corev1.Pod, msg string) (on map[string]int, waiting int, err error) {
+	on = map[string]int{}
+	for _, m := range members {
+		p, err := pods.Get(ctx, m.Name, metav1.GetOptions{})
+		if err != nil {
+			return on, waiting, err
+		}
+		if p.Spec.NodeName != "" {
+			on[p.Spec.NodeName]++
+		}
+		for _, cond := range p.Status.Conditions {
+			if cond.Type == corev1.PodScheduled && cond.Reason == "WaitingForGang" && strings.Contains(cond.Message, msg) {
+				waiting++
+			}
+		}
+	}
+	return on, waiting, nil
+}
+
+// podsOn is how many pods on counts over all nodes.
+func podsOn(on map[string]int) int {
+	n := 0
+	for _, k := range on {
+		n += k
+	}
+	return n
 }
 
 // reservedIn counts the candidates of namespace placementNS in c that
@@ -301,13 +316,8 @@ func TestGangsTakeTurns(t *testing.T) {
 		}
 	}
 	boundOf := func(members []*corev1.Pod) int {
-		n := 0
-		for _, m := range members {
-			if p, err := pods.Get(ctx, m.Name, metav1.GetOptions{}); err == nil && p.Spec.NodeName != "" {
-				n++
-			}
-		}
-		return n
+		on, _, _ := gangState(ctx, pods, members, "")
+		return podsOn(on)
 	}
 	waitFor(t, 3*time.Minute, "the older gang bound whole", func() (bool, string) {
 		a, b := boundOf(first), boundOf(second)
@@ -318,17 +328,9 @@ func TestGangsTakeTurns(t *testing.T) {
 		t.Fatalf("%d members of the younger gang bound beside the older one in a target with room for one gang", n)
 	}
 	waitFor(t, time.Minute, "every member of the younger gang waiting for its gang", func() (bool, string) {
-		waiting := 0
-		for _, m := range second {
-			p, err := pods.Get(ctx, m.Name, metav1.GetOptions{})
-			if err != nil {
-				return false, err.Error()
-			}
-			for _, cond := range p.Status.Conditions {
-				if cond.Type == corev1.PodScheduled && cond.Reason == "WaitingForGang" {
-					waiting++
-				}
-			}
+		_, waiting, err := gangState(ctx, pods, second, "")
+		if err != nil {
+			return false, err.Error()
 		}
 		return waiting == len(second), fmt.Sprintf("%d of %d waiting", waiting, len(second))
 	})
@@ -428,22 +430,11 @@ func TestGangSizeFromPodGroup(t *testing.T) {
 		}
 	}
 	waitFor(t, 90*time.Second, "every member waiting for a gang of five", func() (bool, string) {
-		waiting, bound := 0, 0
-		for _, m := range members {
-			p, err := pods.Get(ctx, m.Name, metav1.GetOptions{})
-			if err != nil {
-				return false, err.Error()
-			}
-			if p.Spec.NodeName != "" {
-				bound++
-			}
-			for _, cond := range p.Status.Conditions {
-				if cond.Type == corev1.PodScheduled && cond.Reason == "WaitingForGang" && strings.Contains(cond.Message, "5 members of pod group pg") {
-					waiting++
-				}
-			}
+		on, waiting, err := gangState(ctx, pods, members, "5 members of pod group pg")
+		if err != nil {
+			return false, err.Error()
 		}
-		if bound > 0 {
+		if bound := podsOn(on); bound > 0 {
 			t.Fatalf("%d members bound: the PodGroup's size was not honoured", bound)
 		}
 		return waiting == len(members), fmt.Sprintf("%d of %d waiting for five", waiting, len(members))
@@ -453,12 +444,7 @@ func TestGangSizeFromPodGroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 3*time.Minute, "four members bound in one target", func() (bool, string) {
-		on := map[string]int{}
-		for _, m := range members {
-			if p, err := pods.Get(ctx, m.Name, metav1.GetOptions{}); err == nil && p.Spec.NodeName != "" {
-				on[p.Spec.NodeName]++
-			}
-		}
+		on, _, _ := gangState(ctx, pods, members, "")
 		return len(on) == 1 && on[onlyKey(on)] == 4, fmt.Sprintf("bound: %v", on)
 	})
 	g.check(t)
