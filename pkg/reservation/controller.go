@@ -318,7 +318,11 @@ func (c *Controller) wakeSiblings(pod *corev1.Pod) {
 	if key == "" {
 		return
 	}
-	pods := c.waiters.changed(pod.Namespace + "/" + key)
+	c.lookAgain(c.waiters.changed(pod.Namespace + "/" + key))
+}
+
+// lookAgain sends pods to the queue, without waiting for it.
+func (c *Controller) lookAgain(pods []types.NamespacedName) {
 	if len(pods) == 0 || c.changes == nil {
 		return
 	}

@@ -10,11 +10,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	"github.com/flotilla-dev/flotilla/pkg/candidate"
 	"github.com/flotilla-dev/flotilla/pkg/gang"
@@ -239,18 +237,14 @@ func (c *Controller) observeMember(pod *corev1.Pod, targets []*target.Target) ga
 // wakeGang looks at the gang's other members again: one of them was just
 // elected, so they may now be elected or allowed.
 func (c *Controller) wakeGang(r *round) {
-	if r.gang == nil || c.changes == nil || len(r.gang.members) == 0 {
+	if r.gang == nil {
 		return
 	}
 	pods := make([]types.NamespacedName, 0, len(r.gang.members))
 	for _, m := range r.gang.members {
 		pods = append(pods, types.NamespacedName{Namespace: m.Namespace, Name: m.Name})
 	}
-	go func() {
-		for _, p := range pods {
-			c.changes <- event.TypedGenericEvent[*corev1.Pod]{Object: &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name}}}
-		}
-	}()
+	c.lookAgain(pods)
 }
 
 // reportGang says why a member waits for its gang, once per message.
