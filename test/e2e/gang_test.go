@@ -220,7 +220,12 @@ func TestGangAllOrNothing(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		waitFor(t, 3*time.Minute, "the gang of eight bound over both targets", func() (bool, string) {
+		// The gang may be backing off when it is switched, and under
+		// anyClusters its members' second reservations are denied only
+		// after placement.denyAfter: it may need a second turn. Turns of
+		// 60 s and backoffs of 30 s then 60 s (each up to a fifth more)
+		// put that within five minutes.
+		waitFor(t, 5*time.Minute, "the gang of eight bound over both targets", func() (bool, string) {
 			on := nodesOf(big)
 			return podsOn(on) == len(big), fmt.Sprintf("bound: %v", on)
 		})
