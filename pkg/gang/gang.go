@@ -132,6 +132,11 @@ type Verdict struct {
 	// Placed counts the members placed (bound, or elected on a reservation
 	// they hold).
 	Placed int
+	// Held counts the places the gang holds toward MinMember: under
+	// OneCluster in its target, under AnyClusters the members placed or
+	// holding a reservation anywhere. It grows as the gang comes closer
+	// to complete.
+	Held int
 	// Allow is true when min members are placed: a placed member's
 	// allowance may be written.
 	Allow bool
@@ -143,8 +148,10 @@ type Verdict struct {
 	// none yet, and under AnyClusters).
 	Target string
 	// Keep gives, under AnyClusters while the gang is not complete, the
-	// one reservation to keep of each member that holds several: its
-	// others hold nodes another member could reserve.
+	// one reservation to keep of each member that holds one or more: its
+	// candidates in other targets hold, or would hold, nodes another
+	// member could reserve. Keeping the target of a member's only
+	// reservation keeps the choice steady once its others are let go.
 	Keep map[string]string
 }
 
@@ -199,7 +206,7 @@ func decideOne(spec Spec, members []Member, v *Verdict) {
 			}
 		}
 	}
-	v.Target = best
+	v.Target, v.Held = best, count[best]
 	for _, m := range members {
 		if m.Placed != "" && m.Placed == best {
 			v.Placed++
@@ -230,11 +237,12 @@ func decideAny(spec Spec, members []Member, v *Verdict) {
 			holding++
 		}
 	}
+	v.Held = holding
 	if holding < spec.MinMember {
 		v.Missing = fmt.Sprintf("fewer than %d members of pod group %s hold a place at once", spec.MinMember, spec.Name)
 		v.Keep = map[string]string{}
 		for _, m := range members {
-			if m.Placed == "" && len(m.Reserved) > 1 {
+			if m.Placed == "" && len(m.Reserved) > 0 {
 				v.Keep[m.Name] = where(m.Reserved, places)
 			}
 		}

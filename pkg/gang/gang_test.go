@@ -172,6 +172,16 @@ func TestDecide(t *testing.T) {
 			keep: map[string]string{"a": "t2", "b": "t2"},
 		},
 		{
+			name: "any clusters: a member holding one place keeps it, so its candidates elsewhere are denied",
+			spec: Spec{Name: "g", MinMember: 4, Mode: AnyClusters},
+			members: []Member{
+				{Name: "a", Reserved: []string{"t1"}},
+				{Name: "b", Reserved: []string{"t2", "t1"}},
+				{Name: "c"},
+			},
+			keep: map[string]string{"a": "t1", "b": "t2"},
+		},
+		{
 			name: "any clusters: min placed anywhere allows",
 			spec: anyc,
 			members: []Member{
@@ -205,6 +215,23 @@ func TestDecide(t *testing.T) {
 				t.Fatal("an incomplete gang says nothing about what it lacks")
 			}
 		})
+	}
+}
+
+// Held is what the gang's turn measures its progress by.
+func TestDecideCountsHeld(t *testing.T) {
+	members := []Member{
+		{Name: "a", Placed: "t1"},
+		{Name: "b", Reserved: []string{"t1", "t2"}},
+		{Name: "c", Reserved: []string{"t2"}},
+		{Name: "d", Placed: "t2"},
+		{Name: "e"},
+	}
+	if v := Decide(Spec{Name: "g", MinMember: 5, Mode: OneCluster}, members); v.Held != 3 || v.Target != "t2" {
+		t.Errorf("oneCluster: held %d in %q, want 3 in t2", v.Held, v.Target)
+	}
+	if v := Decide(Spec{Name: "g", MinMember: 5, Mode: AnyClusters}, members); v.Held != 4 {
+		t.Errorf("anyClusters: held %d, want 4", v.Held)
 	}
 }
 

@@ -23,15 +23,16 @@ func (o Order) before(p Order, key, other string) bool {
 }
 
 // Queue orders the gangs of one source that wait for their places: one at
-// a time holds reservations, the first in Order that is not backing off,
-// for at most HeadFor; the others' candidates hold no node meanwhile, so
-// two gangs never each hold half of what both need. A gang that stood
-// first for HeadFor without completing yields: it holds nothing for its
-// backoff (Backoff, doubled at each yield up to MaxBackoff, plus up to a
-// fifth at random) and the next gang goes first. The zero Queue is not
-// usable: set the durations.
+// a time holds reservations, the first in Order that is not backing off;
+// the others' candidates hold no node meanwhile, so two gangs never each
+// hold half of what both need. A gang stands first until HeadFor has
+// passed since its turn began or since it last held more places than
+// before in this turn, and for MaxHeadFor at most: one that makes no
+// progress yields: it holds nothing for its backoff (Backoff, doubled at
+// each yield up to MaxBackoff, plus up to a fifth at random) and the next
+// gang goes first. The zero Queue is not usable: set the durations.
 type Queue struct {
-	HeadFor, Backoff, MaxBackoff time.Duration
+	HeadFor, MaxHeadFor, Backoff, MaxBackoff time.Duration
 	// Jitter returns a number in [0, 1): a yield's backoff is lengthened
 	// by up to a fifth of it, so that yielded gangs do not come back
 	// together.
@@ -44,11 +45,17 @@ type Queue struct {
 }
 
 type waiting struct {
-	order      Order
-	seen       time.Time
-	headSince  time.Time
-	yieldUntil time.Time
-	backoff    time.Duration
+	order Order
+	seen  time.Time
+	// held is the places the gang holds, as its last look counted them.
+	held int
+	// headSince is when its turn began (zero: it is not first);
+	// progressAt when, in this turn, it last held more places than ever
+	// before in it (most).
+	headSince, progressAt time.Time
+	most                  int
+	yieldUntil            time.Time
+	backoff               time.Duration
 }
 
 // forgetAfter is how long a gang no member looked at stays in the queue:
@@ -56,11 +63,11 @@ type waiting struct {
 // few seconds.
 const forgetAfter = time.Minute
 
-// Turn says whether gang key, waiting, may hold reservations now; when
-// not, head is the gang that goes first ("" when key backs off with none
-// ahead). again is when the answer may change. Each member's look at its
-// gang calls it.
-func (q *Queue) Turn(key string, o Order, now time.Time) (mine bool, head string, again time.Duration) {
+// Turn says whether gang key, waiting and holding held places toward its
+// size, may hold reservations now; when not, head is the gang that goes
+// first ("" when key backs off with none ahead). again is when the answer
+// may change. Each member's look at its gang calls it.
+func (q *Queue) Turn(key string, o Order, held int, now time.Time) (mine bool, head string, again time.Duration) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.gangs == nil {
@@ -71,7 +78,7 @@ func (q *Queue) Turn(key string, o Order, now time.Time) (mine bool, head string
 		w = &waiting{backoff: q.Backoff}
 		q.gangs[key] = w
 	}
-	w.order, w.seen = o, now
+	w.order, w.seen, w.held = o, now, held
 	for k, g := range q.gangs {
 		if now.Sub(g.seen) > forgetAfter {
 			delete(q.gangs, k)
@@ -90,9 +97,12 @@ func (q *Queue) Turn(key string, o Order, now time.Time) (mine bool, head string
 		}
 		h := q.gangs[head]
 		if h.headSince.IsZero() {
-			h.headSince = now
+			h.headSince, h.progressAt, h.most = now, now, h.held
 		}
-		if now.Sub(h.headSince) < q.HeadFor {
+		if h.held > h.most {
+			h.progressAt, h.most = now, h.held
+		}
+		if q.left(h, now) > 0 {
 			break
 		}
 		// It stood first long enough and did not complete: it yields.
@@ -103,7 +113,7 @@ func (q *Queue) Turn(key string, o Order, now time.Time) (mine bool, head string
 			q.Yielded(head)
 		}
 	}
-	left := q.HeadFor - now.Sub(q.gangs[head].headSince)
+	left := q.left(q.gangs[head], now)
 	if head == key {
 		return true, head, left
 	}
@@ -111,6 +121,15 @@ func (q *Queue) Turn(key string, o Order, now time.Time) (mine bool, head string
 		left = min(left, w.yieldUntil.Sub(now))
 	}
 	return false, head, left
+}
+
+// left is how long the head h keeps its turn.
+func (q *Queue) left(h *waiting, now time.Time) time.Duration {
+	left := q.HeadFor - now.Sub(h.progressAt)
+	if q.MaxHeadFor > 0 {
+		left = min(left, q.MaxHeadFor-now.Sub(h.headSince))
+	}
+	return left
 }
 
 // head is the first gang not backing off; "" when every one does.

@@ -15,7 +15,7 @@ func TestQueue(t *testing.T) {
 
 	turn := func(key string, o Order, at time.Duration) (bool, string) {
 		t.Helper()
-		mine, head, again := q.Turn(key, o, t0.Add(at))
+		mine, head, again := q.Turn(key, o, 0, t0.Add(at))
 		if again <= 0 {
 			t.Fatalf("%s at %s: look again in %s", key, at, again)
 		}
@@ -84,5 +84,60 @@ func TestQueue(t *testing.T) {
 	// A gang nobody looks at is forgotten.
 	if mine, _ := turn("young", younger, 162*time.Second+61*time.Second+3*time.Minute); !mine {
 		t.Fatal("a gang gone unseen for minutes still goes first")
+	}
+}
+
+// A gang that holds more places keeps its turn: it stands first until
+// HeadFor has passed since it last grew, and MaxHeadFor at most.
+func TestQueueKeepsTheTurnOfAGangThatGrows(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	q := &Queue{HeadFor: time.Minute, MaxHeadFor: 5 * time.Minute, Backoff: 30 * time.Second, MaxBackoff: 5 * time.Minute}
+	old, young := Order{Created: t0}, Order{Created: t0.Add(time.Second)}
+	look := func(key string, o Order, held int, at time.Duration) bool {
+		t.Helper()
+		mine, _, again := q.Turn(key, o, held, t0.Add(at))
+		if again <= 0 {
+			t.Fatalf("%s at %s: look again in %s", key, at, again)
+		}
+		return mine
+	}
+	look("young", young, 0, 0)
+	if !look("old", old, 1, 0) {
+		t.Fatal("the older gang does not go first")
+	}
+	// It grows every 50 s: it keeps its turn past a minute.
+	for at, held := 50*time.Second, 2; at < 4*time.Minute; at, held = at+50*time.Second, held+1 {
+		if !look("old", old, held, at) {
+			t.Fatalf("at %s, holding %d places, the older gang lost its turn", at, held)
+		}
+		if look("young", young, 0, at+time.Second) {
+			t.Fatalf("at %s the younger gang goes first while the older grows", at)
+		}
+	}
+	// Losing places and making them again is not progress: a minute after
+	// it last grew (at 200 s, to 5), it yields.
+	look("old", old, 3, 220*time.Second)
+	look("old", old, 5, 250*time.Second)
+	if look("old", old, 5, 259*time.Second) != true {
+		t.Fatal("the older gang yielded before a minute without progress")
+	}
+	if look("old", old, 5, 261*time.Second) {
+		t.Fatal("the older gang kept its turn a minute after it last grew")
+	}
+	if !look("young", young, 0, 262*time.Second) {
+		t.Fatal("the younger gang does not go first once the older yielded")
+	}
+
+	// However it grows, a turn lasts MaxHeadFor at most.
+	q = &Queue{HeadFor: time.Minute, MaxHeadFor: 5 * time.Minute, Backoff: 30 * time.Second, MaxBackoff: 5 * time.Minute}
+	held := 0
+	for at := time.Duration(0); at < 5*time.Minute; at += 30 * time.Second {
+		held++
+		if !look("old", old, held, at) {
+			t.Fatalf("at %s, growing, the gang lost its turn", at)
+		}
+	}
+	if look("old", old, held+1, 5*time.Minute) {
+		t.Fatal("a gang that grows kept its turn past MaxHeadFor")
 	}
 }

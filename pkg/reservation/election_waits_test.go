@@ -194,3 +194,39 @@ func TestPinMovesOffAFullDomain(t *testing.T) {
 // repinAfterForTest is past the controller's wait before it sends a
 // candidate pinned to a closed domain again.
 const repinAfterForTest = 4 * time.Second
+
+// TestGangDeniesAtOnce: a member of an anyClusters gang that is not
+// complete keeps one reservation and its candidate elsewhere is denied at
+// once, not after DenyAfter: the node it holds there is one another
+// member could reserve. Once that reservation is let go, the denial stays
+// (the member still keeps its one place), so the target does not reserve
+// for it again.
+func TestGangDeniesAtOnce(t *testing.T) {
+	h := newHarness(t, twoTargets())
+	clock := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	h.c.Clock, h.c.DenyAfter = clock, 10*time.Second
+	pod := h.newSourcePod("worker-0", func(p *corev1.Pod) {
+		p.Labels[protocol.PodGroupLabel] = "train"
+		p.Annotations[protocol.GangMinMemberAnnotation] = "2"
+		p.Annotations[protocol.GangModeAnnotation] = protocol.GangAnyClusters
+	})
+	h.reconcile(pod)
+	h.reserve(pod, "t1", onNode{name: "n1", score: 10})
+	h.reserve(pod, "t2", onNode{name: "n2", score: 90})
+	h.reconcile(pod)
+	if e := h.election(pod); e.Elected() {
+		t.Fatalf("a member of an incomplete gang was elected: %s", e.Encode())
+	}
+	want := protocol.Denial{SourceUID: string(pod.UID)}.Encode()
+	if got := h.candidate(pod, "t2").Annotations[protocol.DeniedAnnotation]; got != want {
+		t.Fatalf("t2's candidate denial %q at once, want %q", got, want)
+	}
+	if got := h.candidate(pod, "t1").Annotations[protocol.DeniedAnnotation]; got != "" {
+		t.Fatalf("the kept reservation in t1 was denied: %q", got)
+	}
+	h.unreserve(pod, "t2", "denied")
+	h.reconcile(pod)
+	if got := h.candidate(pod, "t2").Annotations[protocol.DeniedAnnotation]; got != want {
+		t.Errorf("t2's denial %q once its reservation was let go, want it kept (%q)", got, want)
+	}
+}

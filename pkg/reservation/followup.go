@@ -28,11 +28,13 @@ func soonest(a, b time.Duration) time.Duration {
 // at once: a pod may wait for it. Denying waits until the election has
 // stood for DenyAfter with the same candidates to deny, so that the short
 // waits of a burst (an election bound a moment later) cost no write; it
-// returns how long until then.
+// returns how long until then. A gang's denials (gangDenies, for a member
+// not elected) are written at once. DenyAfter 0 turns every denial off.
 func (c *Controller) applyDenials(ctx context.Context, pod *corev1.Pod, election protocol.Election, gangDenies func(target string) bool, observed []Observed) time.Duration {
 	want := func(target string) bool { return election.Elected() && target != election.Target }
+	after := c.DenyAfter
 	if !election.Elected() && gangDenies != nil {
-		want = gangDenies
+		want, after = gangDenies, 0
 	}
 	deny, lift := denialsFor(string(pod.UID), want, observed)
 	if c.DenyAfter <= 0 {
@@ -56,7 +58,7 @@ func (c *Controller) applyDenials(ctx context.Context, pod *corev1.Pod, election
 		return 0
 	}
 	since := c.denySince.since(pod.UID, election.Encode()+" "+strings.Join(deny, ","), c.now())
-	if wait := c.DenyAfter - c.now().Sub(since); wait > 0 {
+	if wait := after - c.now().Sub(since); wait > 0 {
 		return wait
 	}
 	value := protocol.Denial{SourceUID: string(pod.UID), Generation: election.Generation}.Encode()

@@ -33,13 +33,15 @@ const ReasonWaitingForGang = "WaitingForGang"
 // agent's cache when they woke it.
 const gangRecheck = time.Second
 
-// Gangs wait their turn (gang.Queue): the first stands first for
-// gangHeadFor at most, twice the targets' default Permit timeout, so that
-// its members' reservations are made again once; one that did not
+// Gangs wait their turn (gang.Queue): the first stands first until
+// gangHeadFor has passed without it holding more places than before (twice
+// the targets' default Permit timeout, so that its members' reservations
+// are made again once), and for gangMaxHeadFor at most; one that did not
 // complete yields for gangBackoff, doubled at each yield up to
 // gangMaxBackoff.
 const (
 	gangHeadFor    = time.Minute
+	gangMaxHeadFor = 5 * time.Minute
 	gangBackoff    = 30 * time.Second
 	gangMaxBackoff = 5 * time.Minute
 	// gangLookAgain bounds how long a member waits to look at its gang's
@@ -93,7 +95,7 @@ func (c *Controller) gangGate(ctx context.Context, r *round) *GangGate {
 		objs, _ := c.SourcePods.ByIndex(gang.MemberIndex, spec.Key(pod.Namespace))
 		for _, obj := range objs {
 			m, ok := obj.(*corev1.Pod)
-			if !ok || m.UID == pod.UID || m.DeletionTimestamp != nil {
+			if !ok || m.UID == pod.UID || !gangCounts(m) {
 				continue
 			}
 			others = append(others, m)
@@ -128,7 +130,7 @@ func (c *Controller) takeTurn(r *round, members []gang.Member, g *GangGate) {
 	if v.Complete {
 		return
 	}
-	mine, head, again := c.gangs().Turn(key, gangOrder(r.pod, r.gang.members), c.now())
+	mine, head, again := c.gangs().Turn(key, gangOrder(r.pod, r.gang.members), v.Held, c.now())
 	r.gang.again = min(again, gangLookAgain)
 	if mine {
 		return
@@ -146,7 +148,7 @@ func (c *Controller) takeTurn(r *round, members []gang.Member, g *GangGate) {
 // gangs is the controller's queue of gangs, made on first use.
 func (c *Controller) gangs() *gang.Queue {
 	c.gangQueueOnce.Do(func() {
-		c.gangQueue = &gang.Queue{HeadFor: gangHeadFor, Backoff: gangBackoff, MaxBackoff: gangMaxBackoff, Jitter: rand.Float64,
+		c.gangQueue = &gang.Queue{HeadFor: gangHeadFor, MaxHeadFor: gangMaxHeadFor, Backoff: gangBackoff, MaxBackoff: gangMaxBackoff, Jitter: rand.Float64,
 			Yielded: func(string) { gangYields.Inc() }}
 	})
 	return c.gangQueue
@@ -169,7 +171,10 @@ func gangOrder(pod *corev1.Pod, others []*corev1.Pod) gang.Order {
 
 // gangDenies says which of a member's candidates its gang denies while
 // nothing is elected: every one while another gang goes first, else
-// under anyClusters all but the reservation it keeps; nil for none.
+// under anyClusters all but the reservation it keeps; nil for none. These
+// denials are written at once, not after placement.denyAfter: they are
+// the gang's decision to leave room to others, not a burst's passing
+// state.
 func gangDenies(r *round) func(target string) bool {
 	if r.gang == nil {
 		return nil
@@ -210,6 +215,14 @@ func gangMember(name string, e protocol.Election, boundTo string, observed []Obs
 		m.Reserved = nil
 	}
 	return m
+}
+
+// gangCounts reports whether a member counts in its gang: not when it is
+// deleted or failed (a Job's failed pod keeps its node name; the pod that
+// replaces it takes its place in the gang). A member that succeeded
+// counts: it held its place and did its work.
+func gangCounts(p *corev1.Pod) bool {
+	return p.DeletionTimestamp == nil && p.Status.Phase != corev1.PodFailed
 }
 
 // observeMember reads another member of a gang from the caches: its

@@ -3,6 +3,9 @@ package reservation
 import (
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/flotilla-dev/flotilla/pkg/gang"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
 )
@@ -115,5 +118,25 @@ func TestRoundHoldsEveryLock(t *testing.T) {
 	r.unlock()
 	if len(locks.locks) != 0 {
 		t.Fatalf("locks still held after the round released its own: %v", locks.locks)
+	}
+}
+
+// TestGangCounts: a member deleted or failed holds no place of its gang;
+// one running or done does.
+func TestGangCounts(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		pod  corev1.Pod
+		want bool
+	}{
+		{"pending", corev1.Pod{}, true},
+		{"running", corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodRunning}}, true},
+		{"succeeded", corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodSucceeded}}, true},
+		{"failed", corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodFailed}}, false},
+		{"deleted", corev1.Pod{ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: &metav1.Time{}}}, false},
+	} {
+		if got := gangCounts(&tc.pod); got != tc.want {
+			t.Errorf("%s: counts %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }
