@@ -241,6 +241,7 @@ func setupPlacement(mgr manager.Manager, cfg *rest.Config, kube kubernetes.Inter
 	}
 	return (&reservation.Controller{
 		Client:          mgr.GetClient(),
+		Reader:          mgr.GetAPIReader(),
 		Kube:            kube,
 		SourceCluster:   c.ClusterName,
 		Targets:         targets,

@@ -22,7 +22,7 @@ func FuzzBuild(f *testing.F) {
 	for _, seed := range []string{
 		`{"containers":[{"name":"app","image":"app:1","volumeMounts":[{"name":"kube-api-access-x","mountPath":"/s"}]}],` +
 			`"volumes":[{"name":"kube-api-access-x","projected":{}}],"nodeName":"n","priority":7,"serviceAccountName":"sa",` +
-			`"tolerations":[{"key":"virtual-kubelet.io/provider","operator":"Exists"}],"readinessGates":[{"conditionType":"x"}]}`,
+			`"tolerations":[{"key":"virtual-kubelet.io/provider","operator":"Exists"}],"readinessGates":[{"conditionType":"x"}],"workloadRef":{"name":"train","podGroup":"workers"}}`,
 		`{"initContainers":[{"name":"i","volumeMounts":[{"name":"kube-api-access-x"}]}],"containers":null,"volumes":[{"name":"kube-api-access-x","projected":{"sources":[]}},{"name":"kube-api-access-x","projected":{}}]}`,
 		`{}`, `null`, `""`, `[]`, `{"containers":"x"}`, `{"containers":[{"resources":{"requests":{"cpu":"1e999999999"}}}]}`,
 		`{"containers":[{"resources":{"limits":{"memory":"99999999999999999999999999999Ei"}}}]}`,
@@ -56,7 +56,7 @@ func FuzzBuild(f *testing.F) {
 		}
 		s := c.Spec
 		if s.SchedulerName != protocol.SchedulerName || s.NodeName != "" || s.Priority != nil || s.ServiceAccountName != "" ||
-			s.DeprecatedServiceAccount != "" || s.AutomountServiceAccountToken == nil || *s.AutomountServiceAccountToken || s.ReadinessGates != nil {
+			s.DeprecatedServiceAccount != "" || s.AutomountServiceAccountToken == nil || *s.AutomountServiceAccountToken || s.ReadinessGates != nil || s.WorkloadRef != nil {
 			t.Fatalf("candidate of spec %q keeps what only the source means: %+v", spec, s)
 		}
 		for _, v := range s.Volumes {

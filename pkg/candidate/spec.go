@@ -75,7 +75,8 @@ func (c *specCache) get(raw string) (*corev1.PodSpec, error) {
 // and has a deterministic name, labels and annotations that tie it to the
 // source pod, schedulerName flotilla, and no field that only makes sense in
 // the source cluster (node name, service-account token, the virtual-node
-// toleration, the resolved priority).
+// toleration, the resolved priority, readiness gates, the Workload
+// reference).
 //
 // Its labels are Flotilla's (candidate, source-cluster, target, source-uid,
 // source-name) and the source pod's own under protocol.SourceLabelPrefix
@@ -108,6 +109,10 @@ func Build(source *corev1.Pod, sourceCluster, target, namespace string, self, ke
 	// Readiness gates are set by controllers of the source cluster; in the
 	// target nobody would ever set them. The source pod keeps them.
 	spec.ReadinessGates = nil
+	// The Workload is the source's, and so is its gang: a target's
+	// scheduler with gang scheduling would wait for a Workload it does not
+	// hold. The source pod keeps the reference.
+	spec.WorkloadRef = nil
 	if NeedsCopies(self, source.Namespace, namespace) {
 		// The target holds the source's objects under their copies' names.
 		referenceCopies(spec, sourceCluster)

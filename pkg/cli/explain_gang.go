@@ -11,9 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/flotilla-dev/flotilla/pkg/gang"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
@@ -26,7 +24,10 @@ const maxGangAsked = 100
 // GangExplanation is a pod's gang as explain sees it: its members, where
 // each stands, and the gang's verdict over them (pkg/gang, the agent's).
 type GangExplanation struct {
-	Name      string `json:"name"`
+	Name string `json:"name"`
+	// Source is how the gang is declared: podGroup, workload, job or
+	// jobset (gang.Source).
+	Source    string `json:"source"`
 	MinMember int    `json:"minMember,omitempty"`
 	Mode      string `json:"mode,omitempty"`
 	// Problem says why the declaration is not honoured: the pod is placed
@@ -67,20 +68,24 @@ func (c *clients) explainGang(ctx context.Context, clusterName string, pod *core
 		return nil
 	}
 	if errors.Is(err, gang.ErrNoMinMember) {
-		pg := &unstructured.Unstructured{}
-		pg.SetGroupVersionKind(gang.PodGroupResource)
-		if c.cr.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: spec.Name}, pg) == nil {
-			if n, found := gang.MinMemberOf(pg); found {
-				spec.MinMember, err = n, nil
-			}
+		n, serr := gang.SizeOf(ctx, c.cr, pod.Namespace, spec)
+		switch {
+		case errors.Is(serr, gang.ErrNotAGang):
+			return nil
+		case serr == nil:
+			spec.MinMember, err = n, nil
 		}
 	}
-	g := &GangExplanation{Name: spec.Name, MinMember: spec.MinMember, Mode: string(spec.Mode)}
+	g := &GangExplanation{Name: spec.Name, Source: string(spec.Source), MinMember: spec.MinMember, Mode: string(spec.Mode)}
 	if err != nil {
-		g.Name, g.MinMember, g.Mode, g.Problem = spec.Name, 0, "", err.Error()+"; placed as an ordinary pod"
+		g.MinMember, g.Mode, g.Problem = 0, "", err.Error()+"; placed as an ordinary pod"
 		return g
 	}
-	list, err := c.kube.CoreV1().Pods(pod.Namespace).List(ctx, metav1.ListOptions{LabelSelector: labels.SelectorFromSet(labels.Set{protocol.PodGroupLabel: spec.Name}).String()})
+	opts := metav1.ListOptions{}
+	if spec.Source == gang.FromPodGroup {
+		opts.LabelSelector = labels.SelectorFromSet(labels.Set{protocol.PodGroupLabel: spec.Name}).String()
+	}
+	list, err := c.kube.CoreV1().Pods(pod.Namespace).List(ctx, opts)
 	if err != nil {
 		g.Problem = fmt.Sprintf("cannot list the gang's members: %v", err)
 		return g
@@ -88,7 +93,10 @@ func (c *clients) explainGang(ctx context.Context, clusterName string, pod *core
 	var pods []*corev1.Pod
 	for i := range list.Items {
 		m := &list.Items[i]
-		if m.DeletionTimestamp == nil && m.Spec.SchedulerName == protocol.SourceSchedulerName {
+		if s, ok, _ := gang.Of(m); !ok || s.Key(m.Namespace) != spec.Key(pod.Namespace) {
+			continue
+		}
+		if m.DeletionTimestamp == nil && m.Status.Phase != corev1.PodFailed && m.Spec.SchedulerName == protocol.SourceSchedulerName {
 			pods = append(pods, m)
 		}
 	}
@@ -150,14 +158,14 @@ func writeGang(w io.Writer, g *GangExplanation) {
 		return
 	}
 	if g.Problem != "" {
-		fmt.Fprintf(w, "Gang:      pod group %s: %s\n", g.Name, g.Problem)
+		fmt.Fprintf(w, "Gang:      %s: %s\n", g.title(), g.Problem)
 		return
 	}
 	state := "complete"
 	if !g.Complete {
 		state = "waiting: " + g.Missing
 	}
-	fmt.Fprintf(w, "Gang:      pod group %s, %d members needed at once, %s; %s\n", g.Name, g.MinMember, g.Mode, state)
+	fmt.Fprintf(w, "Gang:      %s, %d members needed at once, %s; %s\n", g.title(), g.MinMember, g.Mode, state)
 	held := make([]string, 0, len(g.Reservations))
 	for t, n := range g.Reservations {
 		held = append(held, fmt.Sprintf("%s %d", t, n))
@@ -174,4 +182,9 @@ func writeGang(w io.Writer, g *GangExplanation) {
 		line += " (too many members to ask each target: elections only)"
 	}
 	fmt.Fprintln(w, line)
+}
+
+// title names the gang: "pod group train", "job train".
+func (g *GangExplanation) title() string {
+	return gang.Spec{Name: g.Name, Source: gang.Source(g.Source)}.String()
 }

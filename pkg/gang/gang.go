@@ -16,8 +16,10 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
@@ -37,19 +39,74 @@ const (
 // job.
 const MaxMinMember = 10000
 
+// Source is how a gang is declared.
+type Source string
+
+// The ways to declare a gang, in the order they are looked for on a pod.
+const (
+	// FromPodGroup: the pod-group label (scheduler-plugins' coscheduling);
+	// the size from the members or their PodGroup's spec.minMember.
+	FromPodGroup Source = "podGroup"
+	// FromWorkload: the pod's spec.workloadRef (Kubernetes 1.35's alpha
+	// Workload API); the size from the members or the Workload's pod
+	// group's gang policy (minCount).
+	FromWorkload Source = "workload"
+	// FromJob and FromJobSet: the gang annotation asks for the pod's Job,
+	// or the JobSet its Job belongs to; the size from the members or the
+	// owner's parallelism.
+	FromJob    Source = "job"
+	FromJobSet Source = "jobset"
+)
+
 // Spec is a gang as a member declares it.
 type Spec struct {
-	// Name is the pod-group label's value.
-	Name      string
-	MinMember int
-	Mode      Mode
+	// Name is the gang's name among its source's: the pod-group label's
+	// value; workload/podGroup (and /replicaKey, when given) for a
+	// Workload's pod group; the Job's or JobSet's name.
+	Name   string
+	Source Source
+	// Workload, PodGroup and ReplicaKey are the pod's workloadRef, for
+	// FromWorkload.
+	Workload, PodGroup, ReplicaKey string
+	MinMember                      int
+	Mode                           Mode
 }
 
-// Key is the gang's key among a source cluster's pods: namespace/name.
-func (s Spec) Key(namespace string) string { return namespace + "/" + s.Name }
+// Key is the gang's key among a source cluster's pods: namespace/name for
+// a pod group, namespace/source:name for the others (a label value holds
+// no colon, so the two never meet).
+func (s Spec) Key(namespace string) string {
+	if s.Source == FromPodGroup || s.Source == "" {
+		return namespace + "/" + s.Name
+	}
+	return namespace + "/" + string(s.Source) + ":" + s.Name
+}
+
+// NameOfKey names in messages the gang of a key (Key): "pod group
+// train", "job train".
+func NameOfKey(key string) string {
+	_, name, _ := strings.Cut(key, "/")
+	if source, n, found := strings.Cut(name, ":"); found {
+		return Spec{Source: Source(source), Name: n}.String()
+	}
+	return Spec{Source: FromPodGroup, Name: name}.String()
+}
+
+// String names the gang in messages: "pod group train", "job train".
+func (s Spec) String() string {
+	switch s.Source {
+	case FromWorkload:
+		return "workload " + s.Name
+	case FromJob:
+		return "job " + s.Name
+	case FromJobSet:
+		return "jobset " + s.Name
+	}
+	return "pod group " + s.Name
+}
 
 // ErrNoMinMember is Of's error for a member that gives no size: its
-// PodGroup's spec.minMember may (MinMemberOf).
+// PodGroup, Workload, Job or JobSet may (SizeOf).
 var ErrNoMinMember = errors.New("no size")
 
 // PodGroupResource is scheduler-plugins' PodGroup, which may give a gang's
@@ -57,29 +114,74 @@ var ErrNoMinMember = errors.New("no size")
 var PodGroupResource = schema.GroupVersionKind{Group: "scheduling.x-k8s.io", Version: "v1alpha1", Kind: "PodGroup"}
 
 // Of reads the gang pod declares. ok is false when it declares none (no
-// pod-group label); err says what is malformed, and the pod is then placed
-// as an ordinary pod. A pod that gives no size gets an error that wraps
-// ErrNoMinMember, with s otherwise read: the caller may take the size from
-// the pod group's PodGroup (WithMinMember).
+// pod-group label, no workloadRef, no gang annotation); err says what is
+// malformed, and the pod is then placed as an ordinary pod. A pod that
+// gives no size gets an error that wraps ErrNoMinMember, with s otherwise
+// read: the caller may take the size from the gang's owner (SizeOf).
 func Of(pod *corev1.Pod) (s Spec, ok bool, err error) {
-	name := pod.Labels[protocol.PodGroupLabel]
-	if name == "" {
-		return Spec{}, false, nil
+	switch {
+	case pod.Labels[protocol.PodGroupLabel] != "":
+		s = Spec{Name: pod.Labels[protocol.PodGroupLabel], Source: FromPodGroup}
+	case pod.Spec.WorkloadRef != nil:
+		ref := pod.Spec.WorkloadRef
+		s = Spec{Name: ref.Name + "/" + ref.PodGroup, Source: FromWorkload, Workload: ref.Name, PodGroup: ref.PodGroup, ReplicaKey: ref.PodGroupReplicaKey}
+		if ref.PodGroupReplicaKey != "" {
+			s.Name += "/" + ref.PodGroupReplicaKey
+		}
+	default:
+		asked, found := pod.Annotations[protocol.GangAnnotation]
+		if !found {
+			return Spec{}, false, nil
+		}
+		if s, err = ofOwner(pod, asked); err != nil {
+			return s, true, err
+		}
 	}
-	s = Spec{Name: name, Mode: OneCluster}
+	s.Mode = OneCluster
 	if err := s.readMode(pod); err != nil {
 		return s, true, err
 	}
 	raw, found := pod.Annotations[protocol.GangMinMemberAnnotation]
 	if !found {
-		return s, true, fmt.Errorf("pod group %s: annotation %s is missing, and no PodGroup %s gives spec.minMember: one of them gives how many members must be placed together: %w", name, protocol.GangMinMemberAnnotation, name, ErrNoMinMember)
+		return s, true, fmt.Errorf("%s: annotation %s is missing, and %s: one of them gives how many members must be placed together: %w", s, protocol.GangMinMemberAnnotation, s.sizedBy(), ErrNoMinMember)
 	}
 	n, perr := strconv.Atoi(raw)
 	if perr != nil || n < 1 || n > MaxMinMember {
-		return s, true, fmt.Errorf("pod group %s: annotation %s is %q: want a whole number from 1 to %d", name, protocol.GangMinMemberAnnotation, raw, MaxMinMember)
+		return s, true, fmt.Errorf("%s: annotation %s is %q: want a whole number from 1 to %d", s, protocol.GangMinMemberAnnotation, raw, MaxMinMember)
 	}
 	s.MinMember = n
 	return s, true, nil
+}
+
+// ofOwner is the gang the gang annotation asks for: the pod's Job, or its
+// JobSet.
+func ofOwner(pod *corev1.Pod, asked string) (Spec, error) {
+	switch asked {
+	case protocol.GangOfJob:
+		if o := metav1.GetControllerOf(pod); o != nil && o.Kind == "Job" && o.APIVersion == "batch/v1" {
+			return Spec{Name: o.Name, Source: FromJob}, nil
+		}
+		return Spec{Source: FromJob}, fmt.Errorf("annotation %s is %q, but no Job controls the pod", protocol.GangAnnotation, asked)
+	case protocol.GangOfJobSet:
+		if name := pod.Labels[protocol.JobSetNameLabel]; name != "" {
+			return Spec{Name: name, Source: FromJobSet}, nil
+		}
+		return Spec{Source: FromJobSet}, fmt.Errorf("annotation %s is %q, but the pod has no label %s: it is no JobSet's", protocol.GangAnnotation, asked, protocol.JobSetNameLabel)
+	}
+	return Spec{}, fmt.Errorf("annotation %s is %q: want %s or %s", protocol.GangAnnotation, asked, protocol.GangOfJob, protocol.GangOfJobSet)
+}
+
+// sizedBy says what may give the gang's size where its members do not.
+func (s Spec) sizedBy() string {
+	switch s.Source {
+	case FromWorkload:
+		return fmt.Sprintf("no Workload %s gives pod group %s a gang policy's minCount", s.Workload, s.PodGroup)
+	case FromJob:
+		return fmt.Sprintf("no Job %s gives its parallelism", s.Name)
+	case FromJobSet:
+		return fmt.Sprintf("no JobSet %s gives its replicated jobs", s.Name)
+	}
+	return fmt.Sprintf("no PodGroup %s gives spec.minMember", s.Name)
 }
 
 func (s *Spec) readMode(pod *corev1.Pod) error {
@@ -92,7 +194,7 @@ func (s *Spec) readMode(pod *corev1.Pod) error {
 		s.Mode = Mode(m)
 		return nil
 	}
-	return fmt.Errorf("pod group %s: annotation %s is %q: want %s or %s", s.Name, protocol.GangModeAnnotation, m, OneCluster, AnyClusters)
+	return fmt.Errorf("%s: annotation %s is %q: want %s or %s", s, protocol.GangModeAnnotation, m, OneCluster, AnyClusters)
 }
 
 // MinMemberOf reads a PodGroup's spec.minMember: ok when it is a whole
@@ -213,7 +315,7 @@ func decideOne(spec Spec, members []Member, v *Verdict) {
 		}
 	}
 	if best == "" || count[best] < spec.MinMember {
-		v.Missing = fmt.Sprintf("no target holds places for %d members of pod group %s at once", spec.MinMember, spec.Name)
+		v.Missing = fmt.Sprintf("no target holds places for %d members of %s at once", spec.MinMember, spec)
 		return
 	}
 	v.Complete = true
@@ -239,7 +341,7 @@ func decideAny(spec Spec, members []Member, v *Verdict) {
 	}
 	v.Held = holding
 	if holding < spec.MinMember {
-		v.Missing = fmt.Sprintf("fewer than %d members of pod group %s hold a place at once", spec.MinMember, spec.Name)
+		v.Missing = fmt.Sprintf("fewer than %d members of %s hold a place at once", spec.MinMember, spec)
 		v.Keep = map[string]string{}
 		for _, m := range members {
 			if m.Placed == "" && len(m.Reserved) > 0 {

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/ptr"
 
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
 )
@@ -26,13 +27,28 @@ func TestOf(t *testing.T) {
 		wantErrHas string
 	}{
 		{"no label: no gang", pod(nil, map[string]string{protocol.GangMinMemberAnnotation: "4"}), Spec{}, false, ""},
-		{"label and size", pod(group, map[string]string{protocol.GangMinMemberAnnotation: "4"}), Spec{Name: "train", MinMember: 4, Mode: OneCluster}, true, ""},
-		{"any clusters", pod(group, map[string]string{protocol.GangMinMemberAnnotation: "2", protocol.GangModeAnnotation: "anyClusters"}), Spec{Name: "train", MinMember: 2, Mode: AnyClusters}, true, ""},
+		{"label and size", pod(group, map[string]string{protocol.GangMinMemberAnnotation: "4"}), Spec{Name: "train", Source: FromPodGroup, MinMember: 4, Mode: OneCluster}, true, ""},
+		{"any clusters", pod(group, map[string]string{protocol.GangMinMemberAnnotation: "2", protocol.GangModeAnnotation: "anyClusters"}), Spec{Name: "train", Source: FromPodGroup, MinMember: 2, Mode: AnyClusters}, true, ""},
 		{"no size", pod(group, nil), Spec{}, true, protocol.GangMinMemberAnnotation + " is missing, and no PodGroup train"},
 		{"size not a number", pod(group, map[string]string{protocol.GangMinMemberAnnotation: "four"}), Spec{}, true, `"four"`},
 		{"size zero", pod(group, map[string]string{protocol.GangMinMemberAnnotation: "0"}), Spec{}, true, `"0"`},
 		{"size too large", pod(group, map[string]string{protocol.GangMinMemberAnnotation: "10001"}), Spec{}, true, `"10001"`},
 		{"unknown mode", pod(group, map[string]string{protocol.GangMinMemberAnnotation: "2", protocol.GangModeAnnotation: "sameRack"}), Spec{}, true, `"sameRack"`},
+		{"a workload's pod group", withWorkload(pod(nil, nil), "train", "workers", ""),
+			Spec{Name: "train/workers", Source: FromWorkload, Workload: "train", PodGroup: "workers", Mode: OneCluster}, true, "no Workload train gives pod group workers"},
+		{"a workload's pod group's replica, sized", withWorkload(pod(nil, map[string]string{protocol.GangMinMemberAnnotation: "3"}), "train", "workers", "r1"),
+			Spec{Name: "train/workers/r1", Source: FromWorkload, Workload: "train", PodGroup: "workers", ReplicaKey: "r1", MinMember: 3, Mode: OneCluster}, true, ""},
+		{"the label before the workload", withWorkload(pod(group, map[string]string{protocol.GangMinMemberAnnotation: "2"}), "train", "workers", ""),
+			Spec{Name: "train", Source: FromPodGroup, MinMember: 2, Mode: OneCluster}, true, ""},
+		{"its Job, asked", ofJob(pod(nil, map[string]string{protocol.GangAnnotation: "job", protocol.GangModeAnnotation: "anyClusters"})),
+			Spec{Name: "train", Source: FromJob, Mode: AnyClusters}, true, "no Job train gives its parallelism"},
+		{"its Job, asked, sized", ofJob(pod(nil, map[string]string{protocol.GangAnnotation: "job", protocol.GangMinMemberAnnotation: "4"})),
+			Spec{Name: "train", Source: FromJob, MinMember: 4, Mode: OneCluster}, true, ""},
+		{"a Job asked of a pod no Job controls", pod(nil, map[string]string{protocol.GangAnnotation: "job"}), Spec{}, true, "no Job controls the pod"},
+		{"its JobSet, asked", pod(map[string]string{protocol.JobSetNameLabel: "mpi"}, map[string]string{protocol.GangAnnotation: "jobset", protocol.GangMinMemberAnnotation: "9"}),
+			Spec{Name: "mpi", Source: FromJobSet, MinMember: 9, Mode: OneCluster}, true, ""},
+		{"a JobSet asked of a pod of none", ofJob(pod(nil, map[string]string{protocol.GangAnnotation: "jobset"})), Spec{}, true, "no JobSet's"},
+		{"an owner of an unknown kind", ofJob(pod(nil, map[string]string{protocol.GangAnnotation: "deployment"})), Spec{}, true, `"deployment": want job or jobset`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, ok, err := Of(tc.pod)
@@ -49,6 +65,32 @@ func TestOf(t *testing.T) {
 				t.Fatalf("Of = %+v, %v; want %+v", got, err, tc.want)
 			}
 		})
+	}
+}
+
+func withWorkload(p *corev1.Pod, name, group, replica string) *corev1.Pod {
+	p.Spec.WorkloadRef = &corev1.WorkloadReference{Name: name, PodGroup: group, PodGroupReplicaKey: replica}
+	return p
+}
+
+func ofJob(p *corev1.Pod) *corev1.Pod {
+	p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "train", UID: "job-uid", Controller: ptr.To(true)}}
+	return p
+}
+
+func TestKeys(t *testing.T) {
+	for _, s := range []Spec{
+		{Name: "train", Source: FromPodGroup},
+		{Name: "train/workers", Source: FromWorkload},
+		{Name: "train", Source: FromJob},
+		{Name: "mpi", Source: FromJobSet},
+	} {
+		if got := NameOfKey(s.Key("shop")); got != s.String() {
+			t.Errorf("%s: key %q named %q", s, s.Key("shop"), got)
+		}
+	}
+	if a, b := (Spec{Name: "train", Source: FromPodGroup}).Key("shop"), (Spec{Name: "train", Source: FromJob}).Key("shop"); a == b {
+		t.Errorf("a pod group and a Job of one name share key %q", a)
 	}
 }
 

@@ -25,3 +25,18 @@ const (
 	// nothing.
 	GangAnyClusters = "anyClusters"
 )
+
+// GangAnnotation, on a member, asks for a gang of the pod's owner, sized
+// by the owner's parallelism: GangOfJob (the pod's Job) or GangOfJobSet
+// (the JobSet its Job belongs to).
+const GangAnnotation = Prefix + "gang"
+
+// What GangAnnotation may ask for.
+const (
+	GangOfJob    = "job"
+	GangOfJobSet = "jobset"
+)
+
+// JobSetNameLabel is the label JobSet's controller puts on the pods of its
+// Jobs: the JobSet's name.
+const JobSetNameLabel = "jobset.sigs.k8s.io/jobset-name"

@@ -101,10 +101,10 @@ const (
 
 // UserKeys are the labels and annotations of Prefix that a pod's author
 // writes: the opt-in, the placement policy's name, the on-demand/spot
-// split's inputs and the gang's size and mode. The split's places (CapacityTypeLabel, OnDemandSlotLabel)
+// split's inputs and the gang's declaration (owner, size, mode). The split's places (CapacityTypeLabel, OnDemandSlotLabel)
 // are the split's own to judge (pkg/split). Every other key of Prefix on a
 // pod is written by Flotilla alone: see WrittenByFlotilla.
-var UserKeys = []string{ElectLabel, PlacementPolicyAnnotation, MaxOnDemandAnnotation, CapacitySplitLabel, CapacityTypeLabel, OnDemandSlotLabel, GangMinMemberAnnotation, GangModeAnnotation}
+var UserKeys = []string{ElectLabel, PlacementPolicyAnnotation, MaxOnDemandAnnotation, CapacitySplitLabel, CapacityTypeLabel, OnDemandSlotLabel, GangAnnotation, GangMinMemberAnnotation, GangModeAnnotation}
 
 // WrittenByFlotilla reports whether a pod's label or annotation key is one
 // that only Flotilla's webhook, agent or scheduler writes: a key of Prefix

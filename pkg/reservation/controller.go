@@ -48,7 +48,11 @@ const staleWindow = 30 * time.Second
 // RBAC the placement controller needs in the source cluster.
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups="",resources=pods/binding,verbs=create
+// A gang's size, where its members give none (pkg/gang.SizeOf):
 // +kubebuilder:rbac:groups=scheduling.x-k8s.io,resources=podgroups,verbs=get
+// +kubebuilder:rbac:groups=scheduling.k8s.io,resources=workloads,verbs=get
+// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get
+// +kubebuilder:rbac:groups=jobset.x-k8s.io,resources=jobsets,verbs=get
 // +kubebuilder:rbac:groups="",resources=pods/status,verbs=patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 //
@@ -62,7 +66,10 @@ const staleWindow = 30 * time.Second
 // It keeps no state of its own between reconciles: everything it needs is on
 // the source pod (the election) and on the candidates (the targets' reports).
 type Controller struct {
-	Client        client.Client
+	Client client.Client
+	// Reader reads from the API server what the informers do not hold (a
+	// gang's PodGroup, Workload, Job or JobSet); Client when nil.
+	Reader        client.Reader
 	Kube          kubernetes.Interface
 	SourceCluster string
 	Targets       *target.Set
@@ -116,9 +123,9 @@ type Controller struct {
 	// gangQueue orders this source's gangs that wait (gangs()).
 	gangQueue     *gang.Queue
 	gangQueueOnce sync.Once
-	// podGroups remembers, per namespace/name, a PodGroup's size
-	// (podGroupSize).
-	podGroups sync.Map
+	// gangSizes remembers, per gang key, the size its owner gives
+	// (gangSize).
+	gangSizes sync.Map
 
 	// bound holds the UIDs of source pods this process bound and whose
 	// binding the cache may not show yet, so a stale reconcile does not
@@ -397,9 +404,9 @@ func (c *Controller) sweep() {
 		}
 		return true
 	})
-	c.podGroups.Range(func(k, v any) bool {
-		if now.Sub(v.(podGroupSize).at) > podGroupTTL {
-			c.podGroups.Delete(k)
+	c.gangSizes.Range(func(k, v any) bool {
+		if now.Sub(v.(gangSize).at) > gangSizeTTL {
+			c.gangSizes.Delete(k)
 		}
 		return true
 	})

@@ -4,9 +4,11 @@ import (
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 
 	"github.com/flotilla-dev/flotilla/api/v1alpha1"
 	"github.com/flotilla-dev/flotilla/pkg/candidate"
@@ -228,5 +230,35 @@ func TestGangDeniesAtOnce(t *testing.T) {
 	h.reconcile(pod)
 	if got := h.candidate(pod, "t2").Annotations[protocol.DeniedAnnotation]; got != want {
 		t.Errorf("t2's denial %q once its reservation was let go, want it kept (%q)", got, want)
+	}
+}
+
+// TestGangSizedByItsJob: a pod whose gang is its Job (the gang annotation)
+// and that gives no size waits for the Job's parallelism; when the Job
+// cannot be read the declaration is malformed and the pod is placed as an
+// ordinary pod.
+func TestGangSizedByItsJob(t *testing.T) {
+	h := newHarness(t, twoTargets())
+	ofJob := func(job string) func(*corev1.Pod) {
+		return func(p *corev1.Pod) {
+			p.Annotations[protocol.GangAnnotation] = protocol.GangOfJob
+			p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: job, UID: "job-uid", Controller: ptr.To(true)}}
+		}
+	}
+	if err := h.c.Client.Create(h.ctx, &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "train"}, Spec: batchv1.JobSpec{Parallelism: ptr.To[int32](2)}}); err != nil {
+		t.Fatal(err)
+	}
+	member := h.newSourcePod("train-0", ofJob("train"))
+	orphan := h.newSourcePod("lost-0", ofJob("lost"))
+	for _, pod := range []*corev1.Pod{member, orphan} {
+		h.reconcile(pod)
+		h.reserve(pod, "t1", onNode{name: "n1", score: 90})
+		h.reconcile(pod)
+	}
+	if e := h.election(member); e.Elected() {
+		t.Errorf("the member of a Job of parallelism 2, alone, was elected: %s", e.Encode())
+	}
+	if e := h.election(orphan); !e.Elected() {
+		t.Errorf("the pod whose Job cannot be read was not placed as an ordinary pod")
 	}
 }

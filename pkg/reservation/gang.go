@@ -10,9 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/flotilla-dev/flotilla/pkg/candidate"
 	"github.com/flotilla-dev/flotilla/pkg/gang"
@@ -76,7 +74,11 @@ func (c *Controller) gangGate(ctx context.Context, r *round) *GangGate {
 		return nil
 	}
 	if errors.Is(err, gang.ErrNoMinMember) {
-		if n, found := c.podGroupMinMember(ctx, pod.Namespace, spec.Name); found {
+		n, serr := c.gangSize(ctx, pod.Namespace, spec)
+		switch {
+		case errors.Is(serr, gang.ErrNotAGang):
+			return nil
+		case serr == nil:
 			spec.MinMember, err = n, nil
 		}
 	}
@@ -137,10 +139,9 @@ func (c *Controller) takeTurn(r *round, members []gang.Member, g *GangGate) {
 	}
 	r.gang.waits = true
 	if head == "" {
-		r.gang.why = fmt.Sprintf("pod group %s could not be completed and backs off; it holds no node meanwhile", r.gang.spec.Name)
+		r.gang.why = fmt.Sprintf("%s could not be completed and backs off; it holds no node meanwhile", r.gang.spec)
 	} else {
-		_, name, _ := strings.Cut(head, "/")
-		r.gang.why = fmt.Sprintf("pod group %s goes first; pod group %s holds no node meanwhile", name, r.gang.spec.Name)
+		r.gang.why = fmt.Sprintf("%s goes first; %s holds no node meanwhile", gang.NameOfKey(head), r.gang.spec)
 	}
 	g.Why = r.gang.why
 }
@@ -270,31 +271,29 @@ func (c *Controller) reportGang(ctx context.Context, r *round) {
 
 func gangProblemKey(uid types.UID) string { return "gang/" + string(uid) }
 
-// podGroupTTL is how long a PodGroup's size is remembered: the gang's
-// members look at it in every round.
-const podGroupTTL = 10 * time.Second
+// gangSizeTTL is how long a gang's size, as its owner gives it, is
+// remembered: the gang's members look at it in every round.
+const gangSizeTTL = 10 * time.Second
 
-type podGroupSize struct {
-	n     int
-	found bool
-	at    time.Time
+type gangSize struct {
+	n   int
+	err error
+	at  time.Time
 }
 
-// podGroupMinMember reads the size the PodGroup of a gang gives
-// (spec.minMember), remembered for podGroupTTL; found is false when there
-// is none (no such PodGroup, the CRD is not installed, or its size is not
-// a whole number from 1 to gang.MaxMinMember).
-func (c *Controller) podGroupMinMember(ctx context.Context, namespace, name string) (int, bool) {
-	key := namespace + "/" + name
-	if v, ok := c.podGroups.Load(key); ok && c.now().Sub(v.(podGroupSize).at) < podGroupTTL {
-		return v.(podGroupSize).n, v.(podGroupSize).found
+// gangSize reads the size of gang spec from what declares it (gang.SizeOf:
+// its PodGroup, Workload, Job or JobSet), remembered for gangSizeTTL; the
+// error says why there is none.
+func (c *Controller) gangSize(ctx context.Context, namespace string, spec gang.Spec) (int, error) {
+	key := spec.Key(namespace)
+	if v, ok := c.gangSizes.Load(key); ok && c.now().Sub(v.(gangSize).at) < gangSizeTTL {
+		return v.(gangSize).n, v.(gangSize).err
 	}
-	pg := &unstructured.Unstructured{}
-	pg.SetGroupVersionKind(gang.PodGroupResource)
-	size := podGroupSize{at: c.now()}
-	if err := c.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, pg); err == nil {
-		size.n, size.found = gang.MinMemberOf(pg)
+	r := c.Reader
+	if r == nil {
+		r = c.Client
 	}
-	c.podGroups.Store(key, size)
-	return size.n, size.found
+	n, err := gang.SizeOf(ctx, r, namespace, spec)
+	c.gangSizes.Store(key, gangSize{n: n, err: err, at: c.now()})
+	return n, err
 }

@@ -23,7 +23,8 @@ import (
 // SourcePod is the transform of the agent's cache of source pods, which
 // placement and every virtual node share. Placement reads the metadata (the
 // saved original spec is an annotation), spec.schedulerName and
-// spec.nodeName, and writes only with patches. Status mirroring reads the
+// spec.nodeName, and of a gang's members spec.priority (the gangs' order)
+// and spec.workloadRef (a Workload's gang); it writes only with patches. Status mirroring reads the
 // status, the containers' names, images and restart policies, and the
 // readiness gates; the virtual nodes write the cached pod
 // back through pods/status, where the API server keeps the stored spec
@@ -40,6 +41,8 @@ func SourcePod(obj any) (any, error) {
 		InitContainers: containerNames(pod.Spec.InitContainers),
 		Containers:     containerNames(pod.Spec.Containers),
 		ReadinessGates: pod.Spec.ReadinessGates,
+		Priority:       pod.Spec.Priority,
+		WorkloadRef:    pod.Spec.WorkloadRef,
 	}
 	shared.internPod(pod)
 	return pod, nil

@@ -32,6 +32,8 @@ func fullPod() *corev1.Pod {
 			Volumes:        []corev1.Volume{{Name: "token", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{DefaultMode: ptr.To[int32](420)}}}},
 			Tolerations:    []corev1.Toleration{{Key: "virtual-kubelet.io/provider", Operator: corev1.TolerationOpExists}},
 			ReadinessGates: []corev1.PodReadinessGate{{ConditionType: "example.com/ready"}},
+			Priority:       ptr.To[int32](1000),
+			WorkloadRef:    &corev1.WorkloadReference{Name: "train", PodGroup: "workers"},
 		},
 		Status: corev1.PodStatus{
 			Phase:             corev1.PodRunning,
@@ -60,6 +62,8 @@ func TestTransforms(t *testing.T) {
 					InitContainers: []corev1.Container{{Name: "proxy", Image: "proxy:1", RestartPolicy: s.InitContainers[0].RestartPolicy}},
 					Containers:     []corev1.Container{{Name: "app", Image: "app:1"}},
 					ReadinessGates: s.ReadinessGates,
+					Priority:       s.Priority,
+					WorkloadRef:    s.WorkloadRef,
 				}
 			},
 			func(s corev1.PodStatus) corev1.PodStatus { return s }},

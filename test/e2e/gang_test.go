@@ -10,19 +10,13 @@ import (
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/dynamic"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/rest"
 
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
 	"github.com/flotilla-dev/flotilla/test/sandbox"
@@ -75,7 +69,7 @@ func watchGangs(t *testing.T, c *sandbox.Cluster, ns string, size map[string]int
 			p, ok := ev.Object.(*corev1.Pod)
 			group := ""
 			if ok {
-				group = p.Labels[protocol.PodGroupLabel]
+				group = gangOfPod(p)
 			}
 			if group == "" {
 				continue
@@ -105,6 +99,25 @@ func watchGangs(t *testing.T, c *sandbox.Cluster, ns string, size map[string]int
 		}
 	}()
 	return g
+}
+
+// gangOfPod names a pod's gang as the watch keys it: the pod-group
+// label's value; workload:name/podGroup for a Workload's; job:name or
+// jobset:name for a gang of the pod's Job or JobSet.
+func gangOfPod(p *corev1.Pod) string {
+	if g := p.Labels[protocol.PodGroupLabel]; g != "" {
+		return g
+	}
+	if r := p.Spec.WorkloadRef; r != nil {
+		return "workload:" + r.Name + "/" + r.PodGroup
+	}
+	switch p.Annotations[protocol.GangAnnotation] {
+	case protocol.GangOfJob:
+		return "job:" + p.Labels[batchv1.JobNameLabel]
+	case protocol.GangOfJobSet:
+		return "jobset:" + p.Labels[protocol.JobSetNameLabel]
+	}
+	return ""
 }
 
 func (g *gangWatch) check(t *testing.T) {
@@ -364,97 +377,4 @@ func TestGangsTakeTurns(t *testing.T) {
 		waiting, _ := m.value("flotilla_gangs_waiting")
 		return placed == 2 && waiting == 0, fmt.Sprintf("%v gangs placed, %v waiting", placed, waiting)
 	})
-}
-
-// TestGangSizeFromPodGroup: members that give no size take it from their
-// pod group's PodGroup (scheduler-plugins' spec.minMember), read live: a
-// PodGroup of five over two targets of four CPUs holds the gang back
-// (no member binds, each says it waits for five), and lowered to four it
-// runs four whole in one target.
-func TestGangSizeFromPodGroup(t *testing.T) {
-	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
-		{Name: "src", WithoutScheduler: true},
-		{Name: "c2", Nodes: []sandbox.NodeSpec{{CPU: "4"}}},
-		{Name: "c3", Nodes: []sandbox.NodeSpec{{CPU: "4"}}},
-	}})
-	src, c2, c3 := s.Cluster("src"), s.Cluster("c2"), s.Cluster("c3")
-	ctx := t.Context()
-	for _, c := range s.Clusters {
-		createNamespace(t, c.Client(), placementNS)
-	}
-	cfg := rest.CopyConfig(src.RESTConfig())
-	cfg.ContentType = runtime.ContentTypeJSON
-	crds, err := apiextensionsclient.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	crd := &apiextensionsv1.CustomResourceDefinition{
-		ObjectMeta: metav1.ObjectMeta{Name: "podgroups.scheduling.x-k8s.io"},
-		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
-			Group: "scheduling.x-k8s.io",
-			Names: apiextensionsv1.CustomResourceDefinitionNames{Kind: "PodGroup", ListKind: "PodGroupList", Plural: "podgroups", Singular: "podgroup"},
-			Scope: apiextensionsv1.NamespaceScoped,
-			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{
-				Name: "v1alpha1", Served: true, Storage: true,
-				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
-					Type: "object",
-					Properties: map[string]apiextensionsv1.JSONSchemaProps{"spec": {
-						Type:       "object",
-						Properties: map[string]apiextensionsv1.JSONSchemaProps{"minMember": {Type: "integer", Format: "int32"}},
-					}},
-				}},
-			}},
-		},
-	}
-	if _, err := crds.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, crd, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	podGroups := dyn.Resource(schema.GroupVersionResource{Group: "scheduling.x-k8s.io", Version: "v1alpha1", Resource: "podgroups"}).Namespace(placementNS)
-	pg := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
-		"metadata": map[string]any{"name": "pg"},
-		"spec":     map[string]any{"minMember": int64(5)},
-	}}
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		_, err := podGroups.Create(ctx, pg, metav1.CreateOptions{})
-		return err == nil, nil // until the CRD is established
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := sandbox.StartAgent(ctx, src, []*sandbox.Cluster{c2, c3}); err != nil {
-		t.Fatal(err)
-	}
-	pods := src.Client().CoreV1().Pods(placementNS)
-	g := watchGangs(t, src, placementNS, map[string]int{"pg": 4})
-	members := gangPods("pg", 5, 0, "")
-	for _, p := range members {
-		delete(p.Annotations, protocol.GangMinMemberAnnotation)
-		if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	waitFor(t, 90*time.Second, "every member waiting for a gang of five", func() (bool, string) {
-		on, waiting, err := gangState(ctx, pods, members, "5 members of pod group pg")
-		if err != nil {
-			return false, err.Error()
-		}
-		if bound := podsOn(on); bound > 0 {
-			t.Fatalf("%d members bound: the PodGroup's size was not honoured", bound)
-		}
-		return waiting == len(members), fmt.Sprintf("%d of %d waiting for five", waiting, len(members))
-	})
-	patch := []byte(`{"spec":{"minMember":4}}`)
-	if _, err := podGroups.Patch(ctx, "pg", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 3*time.Minute, "four members bound in one target", func() (bool, string) {
-		on, _, _ := gangState(ctx, pods, members, "")
-		return len(on) == 1 && on[onlyKey(on)] == 4, fmt.Sprintf("bound: %v", on)
-	})
-	g.check(t)
 }

@@ -38,6 +38,9 @@ type ClusterSpec struct {
 	SchedulerConfig string
 	// SchedulerArgs are appended to the scheduler's flags.
 	SchedulerArgs []string
+	// APIServerArgs are appended to the API server's flags (feature
+	// gates, --runtime-config).
+	APIServerArgs []string
 	// WithoutRelease starts the cluster without Flotilla's Helm release;
 	// its own scheduler then serves the flotilla profile too. By default a
 	// cluster with a scheduler gets the release at start, whose scheduler

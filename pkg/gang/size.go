@@ -1,0 +1,130 @@
+package gang
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	batchv1 "k8s.io/api/batch/v1"
+	schedulingv1alpha1 "k8s.io/api/scheduling/v1alpha1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// ErrNotAGang is SizeOf's error for a Workload's pod group whose policy is
+// not a gang's (basic): its pods are ordinary pods, and nothing is wrong.
+var ErrNotAGang = errors.New("the Workload's pod group has no gang policy")
+
+// JobSetResource is JobSet's kind, which may give a gang's size (its
+// replicated jobs' pods) where its members do not.
+var JobSetResource = schema.GroupVersionKind{Group: "jobset.x-k8s.io", Version: "v1alpha2", Kind: "JobSet"}
+
+// SizeOf reads the size of gang s, in namespace, from what declares it
+// where its members give none: its PodGroup's spec.minMember, its
+// Workload's pod group's gang policy (minCount), its Job's parallelism (no
+// more than its completions), or the pods of its JobSet's replicated jobs.
+// The error says why there is none (ErrNotAGang for a Workload's pod group
+// that is not a gang).
+func SizeOf(ctx context.Context, r client.Reader, namespace string, s Spec) (int, error) {
+	switch s.Source {
+	case FromWorkload:
+		return workloadSize(ctx, r, namespace, s)
+	case FromJob:
+		job := &batchv1.Job{}
+		if err := r.Get(ctx, client.ObjectKey{Namespace: namespace, Name: s.Name}, job); err != nil {
+			return 0, err
+		}
+		return checked(jobPods(job.Spec.Parallelism, job.Spec.Completions))
+	case FromJobSet:
+		return jobSetSize(ctx, r, namespace, s.Name)
+	}
+	pg := &unstructured.Unstructured{}
+	pg.SetGroupVersionKind(PodGroupResource)
+	if err := r.Get(ctx, client.ObjectKey{Namespace: namespace, Name: s.Name}, pg); err != nil {
+		return 0, err
+	}
+	n, ok := MinMemberOf(pg)
+	if !ok {
+		return 0, fmt.Errorf("PodGroup %s: spec.minMember is not a whole number from 1 to %d", s.Name, MaxMinMember)
+	}
+	return n, nil
+}
+
+func workloadSize(ctx context.Context, r client.Reader, namespace string, s Spec) (int, error) {
+	w := &schedulingv1alpha1.Workload{}
+	if err := r.Get(ctx, client.ObjectKey{Namespace: namespace, Name: s.Workload}, w); err != nil {
+		return 0, err
+	}
+	for _, g := range w.Spec.PodGroups {
+		if g.Name != s.PodGroup {
+			continue
+		}
+		if g.Policy.Gang == nil {
+			return 0, ErrNotAGang
+		}
+		return checked(int64(g.Policy.Gang.MinCount))
+	}
+	return 0, fmt.Errorf("Workload %s has no pod group %s", s.Workload, s.PodGroup)
+}
+
+// jobSetSize adds up the pods of a JobSet's replicated jobs: replicas
+// (default 1) times each Job template's pods.
+func jobSetSize(ctx context.Context, r client.Reader, namespace, name string) (int, error) {
+	js := &unstructured.Unstructured{}
+	js.SetGroupVersionKind(JobSetResource)
+	if err := r.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, js); err != nil {
+		return 0, err
+	}
+	jobs, found, err := unstructured.NestedSlice(js.Object, "spec", "replicatedJobs")
+	if err != nil || !found || len(jobs) == 0 {
+		return 0, fmt.Errorf("JobSet %s has no spec.replicatedJobs", name)
+	}
+	var total int64
+	for _, j := range jobs {
+		rj, ok := j.(map[string]any)
+		if !ok {
+			return 0, fmt.Errorf("JobSet %s: a replicated job is not an object", name)
+		}
+		replicas, found, err := unstructured.NestedInt64(rj, "replicas")
+		if err != nil {
+			return 0, fmt.Errorf("JobSet %s: replicas: %w", name, err)
+		}
+		if !found {
+			replicas = 1
+		}
+		var parallelism, completions *int32
+		if v, found, err := unstructured.NestedInt64(rj, "template", "spec", "parallelism"); err == nil && found {
+			parallelism = ptr.To(int32(v))
+		}
+		if v, found, err := unstructured.NestedInt64(rj, "template", "spec", "completions"); err == nil && found {
+			completions = ptr.To(int32(v))
+		}
+		total += replicas * jobPods(parallelism, completions)
+		if total > MaxMinMember {
+			break
+		}
+	}
+	return checked(total)
+}
+
+// jobPods is how many pods a Job runs at once from its start: its
+// parallelism (default 1), no more than its completions when set.
+func jobPods(parallelism, completions *int32) int64 {
+	n := int64(1)
+	if parallelism != nil {
+		n = int64(*parallelism)
+	}
+	if completions != nil && int64(*completions) < n {
+		n = int64(*completions)
+	}
+	return n
+}
+
+func checked(n int64) (int, error) {
+	if n < 1 || n > MaxMinMember {
+		return 0, fmt.Errorf("a gang of %d: want a whole number from 1 to %d", n, MaxMinMember)
+	}
+	return int(n), nil
+}

@@ -1,0 +1,79 @@
+package gang
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	batchv1 "k8s.io/api/batch/v1"
+	schedulingv1alpha1 "k8s.io/api/scheduling/v1alpha1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
+)
+
+func TestSizeOf(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	ns := "shop"
+	meta := func(name string) metav1.ObjectMeta { return metav1.ObjectMeta{Namespace: ns, Name: name} }
+	job := func(name string, parallelism, completions *int32) *batchv1.Job {
+		return &batchv1.Job{ObjectMeta: meta(name), Spec: batchv1.JobSpec{Parallelism: parallelism, Completions: completions}}
+	}
+	workload := &schedulingv1alpha1.Workload{ObjectMeta: meta("train"), Spec: schedulingv1alpha1.WorkloadSpec{PodGroups: []schedulingv1alpha1.PodGroup{
+		{Name: "workers", Policy: schedulingv1alpha1.PodGroupPolicy{Gang: &schedulingv1alpha1.GangSchedulingPolicy{MinCount: 8}}},
+		{Name: "driver", Policy: schedulingv1alpha1.PodGroupPolicy{Basic: &schedulingv1alpha1.BasicSchedulingPolicy{}}},
+	}}}
+	unstr := func(gvkObj map[string]any) *unstructured.Unstructured { return &unstructured.Unstructured{Object: gvkObj} }
+	podGroup := unstr(map[string]any{"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+		"metadata": map[string]any{"namespace": ns, "name": "pg"}, "spec": map[string]any{"minMember": int64(5)}})
+	jobSet := unstr(map[string]any{"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+		"metadata": map[string]any{"namespace": ns, "name": "mpi"},
+		"spec": map[string]any{"replicatedJobs": []any{
+			map[string]any{"name": "launcher", "template": map[string]any{"spec": map[string]any{}}},
+			map[string]any{"name": "workers", "replicas": int64(2), "template": map[string]any{"spec": map[string]any{"parallelism": int64(4), "completions": int64(4)}}},
+		}}})
+	r := crfake.NewClientBuilder().WithScheme(scheme).WithObjects(
+		job("wide", ptr.To[int32](4), nil), job("capped", ptr.To[int32](8), ptr.To[int32](3)), job("plain", nil, nil),
+		workload,
+	).Build()
+	// The fake client takes unstructured objects of kinds its scheme
+	// does not know only through Create.
+	for _, o := range []client.Object{podGroup, jobSet} {
+		if err := r.Create(t.Context(), o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		spec    Spec
+		want    int
+		wantErr string
+	}{
+		{Spec{Name: "pg", Source: FromPodGroup}, 5, ""},
+		{Spec{Name: "none", Source: FromPodGroup}, 0, "not found"},
+		{Spec{Name: "wide", Source: FromJob}, 4, ""},
+		{Spec{Name: "capped", Source: FromJob}, 3, ""},
+		{Spec{Name: "plain", Source: FromJob}, 1, ""},
+		{Spec{Name: "gone", Source: FromJob}, 0, "not found"},
+		{Spec{Name: "train/workers", Source: FromWorkload, Workload: "train", PodGroup: "workers"}, 8, ""},
+		{Spec{Name: "train/other", Source: FromWorkload, Workload: "train", PodGroup: "other"}, 0, "no pod group other"},
+		{Spec{Name: "mpi", Source: FromJobSet}, 9, ""},
+	} {
+		got, err := SizeOf(t.Context(), r, ns, tc.spec)
+		switch {
+		case tc.wantErr == "" && (err != nil || got != tc.want):
+			t.Errorf("%s: %d, %v; want %d", tc.spec, got, err, tc.want)
+		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+			t.Errorf("%s: %d, %v; want an error naming %q", tc.spec, got, err, tc.wantErr)
+		}
+	}
+	if _, err := SizeOf(t.Context(), r, ns, Spec{Name: "train/driver", Source: FromWorkload, Workload: "train", PodGroup: "driver"}); !errors.Is(err, ErrNotAGang) {
+		t.Errorf("a basic pod group: %v, want ErrNotAGang", err)
+	}
+}
