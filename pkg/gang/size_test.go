@@ -30,7 +30,9 @@ func TestSizeOf(t *testing.T) {
 		{Name: "workers", Policy: schedulingv1alpha1.PodGroupPolicy{Gang: &schedulingv1alpha1.GangSchedulingPolicy{MinCount: 8}}},
 		{Name: "driver", Policy: schedulingv1alpha1.PodGroupPolicy{Basic: &schedulingv1alpha1.BasicSchedulingPolicy{}}},
 	}}}
-	unstr := func(gvkObj map[string]any) *unstructured.Unstructured { return &unstructured.Unstructured{Object: gvkObj} }
+	unstr := func(gvkObj map[string]any) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: gvkObj}
+	}
 	podGroup := unstr(map[string]any{"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
 		"metadata": map[string]any{"namespace": ns, "name": "pg"}, "spec": map[string]any{"minMember": int64(5)}})
 	jobSet := unstr(map[string]any{"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
