@@ -234,15 +234,19 @@ func TestGangDeniesAtOnce(t *testing.T) {
 }
 
 // TestGangSizedByItsJob: a pod whose gang is its Job (the gang annotation)
-// and that gives no size waits for the Job's parallelism; when the Job
-// cannot be read the declaration is malformed and the pod is placed as an
-// ordinary pod.
+// and that gives no size waits for the Job's parallelism. A pod whose Job
+// does not exist waits for it a minute from its creation (the pods of a
+// manifest may come before the object that sizes them), then is placed
+// as an ordinary pod.
 func TestGangSizedByItsJob(t *testing.T) {
 	h := newHarness(t, twoTargets())
+	clock := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	h.c.Clock = clock
 	ofJob := func(job string) func(*corev1.Pod) {
 		return func(p *corev1.Pod) {
 			p.Annotations[protocol.GangAnnotation] = protocol.GangOfJob
 			p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: job, UID: "job-uid", Controller: ptr.To(true)}}
+			p.CreationTimestamp = metav1.NewTime(clock.Now())
 		}
 	}
 	if err := h.c.Client.Create(h.ctx, &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "train"}, Spec: batchv1.JobSpec{Parallelism: ptr.To[int32](2)}}); err != nil {
@@ -253,12 +257,20 @@ func TestGangSizedByItsJob(t *testing.T) {
 	for _, pod := range []*corev1.Pod{member, orphan} {
 		h.reconcile(pod)
 		h.reserve(pod, "t1", onNode{name: "n1", score: 90})
-		h.reconcile(pod)
 	}
+	h.reconcile(member)
 	if e := h.election(member); e.Elected() {
 		t.Errorf("the member of a Job of parallelism 2, alone, was elected: %s", e.Encode())
 	}
+	if res := h.reconcile(orphan); res.RequeueAfter <= 0 || res.RequeueAfter > time.Minute {
+		t.Errorf("the pod waiting for its Job looks again after %v, want within the minute", res.RequeueAfter)
+	}
+	if e := h.election(orphan); e.Elected() {
+		t.Errorf("the pod whose Job does not exist yet was elected at once: %s", e.Encode())
+	}
+	clock.Step(61 * time.Second)
+	h.reconcile(orphan)
 	if e := h.election(orphan); !e.Elected() {
-		t.Errorf("the pod whose Job cannot be read was not placed as an ordinary pod")
+		t.Errorf("the pod whose Job did not appear in a minute was not placed as an ordinary pod")
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/flotilla-dev/flotilla/pkg/candidate"
@@ -47,6 +48,11 @@ const (
 	gangLookAgain = 10 * time.Second
 )
 
+// gangDeclareGrace is how long a member whose gang's PodGroup or Workload
+// does not exist waits for it before it is placed as an ordinary pod:
+// the pods of a manifest may be made before the object that sizes them.
+const gangDeclareGrace = time.Minute
+
 // gangRound is a gang member's part of a round.
 type gangRound struct {
 	spec    gang.Spec
@@ -80,6 +86,14 @@ func (c *Controller) gangGate(ctx context.Context, r *round) *GangGate {
 			return nil
 		case serr == nil:
 			spec.MinMember, err = n, nil
+		case apierrors.IsNotFound(serr):
+			if left := gangDeclareGrace - c.now().Sub(pod.CreationTimestamp.Time); left > 0 {
+				// Made in the wrong order (the pods before their
+				// PodGroup or Workload): held, for a while.
+				why := fmt.Sprintf("%s gives no size yet (%v); placed as an ordinary pod in %s unless it appears", spec, serr, left.Round(time.Second))
+				r.gang = &gangRound{spec: spec, why: why, again: min(left, gangLookAgain)}
+				return &GangGate{Why: why}
+			}
 		}
 	}
 	if err != nil {
