@@ -79,10 +79,11 @@ chaos-planted: tools build
 
 SEEDS ?= 1 2 3
 SCENARIO_PHASES ?= 5
+GANG_SEEDS ?= 1 2 3 5 6
 
-## scenarios: the differential scenario test (test/scenario, docs/reliability.md "Scenarios"): each seed of SEEDS draws a fleet and a script of SCENARIO_PHASES phases, run through Flotilla and, on an oracle cluster, through plain kube-scheduler; a failing seed prints its fleet and script
+## scenarios: the differential scenario tests (test/scenario, docs/reliability.md "Scenarios"): each seed of SEEDS draws a fleet and a script of SCENARIO_PHASES phases, run through Flotilla and, on an oracle cluster, through plain kube-scheduler; each seed of GANG_SEEDS draws a fleet and gangs, placed by Flotilla and by kube-scheduler's own gang scheduling; a failing seed prints its fleet and script
 scenarios: tools build
-	FLOTILLA_SCENARIO_SEEDS="$(SEEDS)" FLOTILLA_SCENARIO_PHASES=$(SCENARIO_PHASES) $(GO) test -count=1 -v -timeout 180m -run 'TestScenarioSeeds$$' ./test/scenario
+	FLOTILLA_SCENARIO_SEEDS="$(SEEDS)" FLOTILLA_SCENARIO_PHASES=$(SCENARIO_PHASES) FLOTILLA_GANG_SEEDS="$(GANG_SEEDS)" $(GO) test -count=1 -v -timeout 180m -run 'TestScenarioSeeds$$|TestGangsAgainstKubeScheduler$$' ./test/scenario
 
 PLANTED_SEED ?=
 

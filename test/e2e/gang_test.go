@@ -6,19 +6,17 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/apimachinery/pkg/watch"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
+	"github.com/flotilla-dev/flotilla/test/chaos"
 	"github.com/flotilla-dev/flotilla/test/sandbox"
 )
 
@@ -37,95 +35,24 @@ func gangPods(name string, n, min int, mode string) []*corev1.Pod {
 	return pods
 }
 
-// gangWatch follows the source pods of a namespace, with no code of the
-// agent's: no member may bind unless, as the watch has seen it by then,
-// at least its gang's size of members stand elected and live (not
-// deleted, not terminating, not failed). The source writes the elections
-// before any allowance, and a watch delivers one object's versions in
-// order, so by then every election has been seen. A member elected again
-// on its own after its gang was whole (its reservation ended before it
-// bound) binds beside members still elected: no breach. Members lost
-// (deleted, evicted) count for nothing: the pods that replace them bind
-// only as a gang again. It records the first breach.
-type gangWatch struct {
-	mu      sync.Mutex
-	members map[string]map[string]gangMemberSeen // gang → member → what was seen
-	bound   map[string]string                    // member → node
-	breach  string
-}
-
-type gangMemberSeen struct{ elected, live bool }
+// gangWatch is chaos.GangWatch for a test: no member may bind unless its
+// whole gang stands elected, as a watch of the source pods with no code
+// of the agent's sees it.
+type gangWatch struct{ *chaos.GangWatch }
 
 func watchGangs(t *testing.T, c *sandbox.Cluster, ns string, size map[string]int) *gangWatch {
 	t.Helper()
-	g := &gangWatch{members: map[string]map[string]gangMemberSeen{}, bound: map[string]string{}}
-	w, err := c.Client().CoreV1().Pods(ns).Watch(t.Context(), metav1.ListOptions{})
+	g, err := chaos.WatchGangs(t.Context(), c.Client(), ns, size)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(w.Stop)
-	go func() {
-		for ev := range w.ResultChan() {
-			p, ok := ev.Object.(*corev1.Pod)
-			group := ""
-			if ok {
-				group = gangOfPod(p)
-			}
-			if group == "" {
-				continue
-			}
-			g.mu.Lock()
-			if g.members[group] == nil {
-				g.members[group] = map[string]gangMemberSeen{}
-			}
-			e, err := protocol.ParseElection(p.Annotations[protocol.ElectionAnnotation])
-			g.members[group][p.Name] = gangMemberSeen{
-				elected: err == nil && e.Elected(),
-				live:    ev.Type != watch.Deleted && p.DeletionTimestamp == nil && p.Status.Phase != corev1.PodFailed,
-			}
-			n := 0
-			for _, m := range g.members[group] {
-				if m.elected && m.live {
-					n++
-				}
-			}
-			if p.Spec.NodeName != "" && g.bound[p.Name] == "" {
-				g.bound[p.Name] = p.Spec.NodeName
-				if n < size[group] && g.breach == "" {
-					g.breach = fmt.Sprintf("%s bound to %s while %d of its gang %s's %d stood elected", p.Name, p.Spec.NodeName, n, group, size[group])
-				}
-			}
-			g.mu.Unlock()
-		}
-	}()
-	return g
-}
-
-// gangOfPod names a pod's gang as the watch keys it: the pod-group
-// label's value; workload:name/podGroup for a Workload's; job:name or
-// jobset:name for a gang of the pod's Job or JobSet.
-func gangOfPod(p *corev1.Pod) string {
-	if g := p.Labels[protocol.PodGroupLabel]; g != "" {
-		return g
-	}
-	if r := p.Spec.WorkloadRef; r != nil {
-		return "workload:" + r.Name + "/" + r.PodGroup
-	}
-	switch p.Annotations[protocol.GangAnnotation] {
-	case protocol.GangOfJob:
-		return "job:" + p.Labels[batchv1.JobNameLabel]
-	case protocol.GangOfJobSet:
-		return "jobset:" + p.Labels[protocol.JobSetNameLabel]
-	}
-	return ""
+	return &gangWatch{g}
 }
 
 func (g *gangWatch) check(t *testing.T) {
 	t.Helper()
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.breach != "" {
-		t.Fatal("partial gang: " + g.breach)
+	if b := g.Breach(); b != "" {
+		t.Fatal("partial gang: " + b)
 	}
 }
 

@@ -1,0 +1,257 @@
+package scenario
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	schedulingv1alpha1 "k8s.io/api/scheduling/v1alpha1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
+	"github.com/flotilla-dev/flotilla/test/chaos"
+	"github.com/flotilla-dev/flotilla/test/sandbox"
+)
+
+// GangSeeds run in make test (TestGangsAgainstKubeScheduler); make
+// scenarios runs the seeds of FLOTILLA_GANG_SEEDS too.
+var GangSeeds = []uint64{6}
+
+// gangBound is how long after the oracle settled Flotilla may take to
+// start every gang it started: a gang that cannot be completed stands
+// first for a minute without progress (docs/gangs.md) before the next
+// one's turn, and a few may stand in the way.
+const gangBound = 4 * time.Minute
+
+// workloadAPI turns on Kubernetes 1.35's alpha Workload API in an API
+// server.
+var workloadAPI = []string{"--feature-gates=GenericWorkload=true", "--runtime-config=scheduling.k8s.io/v1alpha1=true"}
+
+// gangFleet is a seed's fleet and gangs: targets of a few nodes each, and
+// gangs of one-CPU members, more than the fleet holds at once.
+type gangFleet struct {
+	// Nodes are each target's nodes' CPUs.
+	Nodes [][]int
+	// Gangs are the gangs' sizes, in their order of creation.
+	Gangs []int
+}
+
+func drawGangFleet(seed uint64) gangFleet {
+	r := rand.New(rand.NewPCG(seed, 0x9a9))
+	var f gangFleet
+	capacity := 0
+	for range 3 {
+		var nodes []int
+		for range 1 + r.IntN(2) {
+			cpu := 2 + r.IntN(3)
+			nodes = append(nodes, cpu)
+			capacity += cpu
+		}
+		f.Nodes = append(f.Nodes, nodes)
+	}
+	// Gangs until their members are half as many again as the fleet's
+	// CPUs: some gangs must wait, or never start.
+	for demand := 0; demand < capacity*3/2; {
+		n := 2 + r.IntN(5)
+		f.Gangs = append(f.Gangs, n)
+		demand += n
+	}
+	return f
+}
+
+func (f gangFleet) String() string {
+	return fmt.Sprintf("targets' node CPUs %v, gangs of %v one-CPU members (anyClusters)", f.Nodes, f.Gangs)
+}
+
+// TestGangsAgainstKubeScheduler is the differential test of gangs: a
+// seed's gangs of one-CPU pods, more than the fleet holds, are placed by
+// Flotilla over three targets (each inviting the source, which reaches it
+// with the invited identity only) in anyClusters mode, and by
+// kube-scheduler 1.35's own gang scheduling (GenericWorkload and
+// GangScheduling on, each gang a Workload whose pod group's gang policy
+// asks for all its members) in an oracle cluster holding every target's
+// nodes. Flotilla must start, within gangBound of the oracle settling, at
+// least as many gangs as the oracle started, and no member may bind
+// before its whole gang stands elected (chaos.GangWatch, which uses none
+// of the agent's code).
+func TestGangsAgainstKubeScheduler(t *testing.T) {
+	seeds := GangSeeds
+	if env := os.Getenv("FLOTILLA_GANG_SEEDS"); env != "" {
+		seeds = nil
+		for _, f := range strings.Fields(env) {
+			var s uint64
+			if _, err := fmt.Sscan(f, &s); err != nil {
+				t.Fatalf("FLOTILLA_GANG_SEEDS: %q: %v", f, err)
+			}
+			seeds = append(seeds, s)
+		}
+	}
+	for _, seed := range seeds {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { runGangSeed(t, seed) })
+	}
+}
+
+func runGangSeed(t *testing.T, seed uint64) {
+	f := drawGangFleet(seed)
+	t.Logf("seed %d: %s (reproduce: make scenarios SEEDS= GANG_SEEDS=%d)", seed, f, seed)
+	ctx := t.Context()
+	clusters := []sandbox.ClusterSpec{{Name: SourceCluster, WithoutScheduler: true}}
+	oracle := sandbox.ClusterSpec{Name: OracleCluster, WithoutRelease: true, APIServerArgs: workloadAPI,
+		SchedulerConfig: sandbox.PlainSchedulerConfig, SchedulerArgs: []string{"--feature-gates=GenericWorkload=true,GangScheduling=true"}}
+	for i, nodes := range f.Nodes {
+		spec := sandbox.ClusterSpec{Name: fmt.Sprintf("t%d", i+1)}
+		for j, cpu := range nodes {
+			n := sandbox.NodeSpec{Name: fmt.Sprintf("t%d-n%d", i+1, j), CPU: fmt.Sprint(cpu)}
+			spec.Nodes = append(spec.Nodes, n)
+			oracle.Nodes = append(oracle.Nodes, n)
+		}
+		clusters = append(clusters, spec)
+	}
+	sb := sandbox.ForTest(t, sandbox.Options{Clusters: append(clusters, oracle)})
+	for _, c := range sb.Clusters {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace, Labels: map[string]string{protocol.NamespaceEnabledLabel: "true"}}}
+		if _, err := c.Client().CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	src := sb.Cluster(SourceCluster)
+	for _, c := range sb.Clusters {
+		if c.Name == OracleCluster {
+			continue
+		}
+		if _, err := sandbox.StartAgent(ctx, c, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range f.Nodes {
+		tgt := sb.Cluster(fmt.Sprintf("t%d", i+1))
+		if err := src.Invite(ctx, tgt, Namespace); err != nil {
+			t.Fatal(err)
+		}
+		if err := src.WaitTargetReady(ctx, tgt.Name, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	size := map[string]int{}
+	for i, n := range f.Gangs {
+		size[fmt.Sprintf("g%d", i)] = n
+	}
+	watch, err := chaos.WatchGangs(ctx, src.Client(), Namespace, size)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The same gangs on both sides, in the same order.
+	oc := sb.Cluster(OracleCluster).Client()
+	for i, n := range f.Gangs {
+		name := fmt.Sprintf("g%d", i)
+		w := &schedulingv1alpha1.Workload{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: schedulingv1alpha1.WorkloadSpec{PodGroups: []schedulingv1alpha1.PodGroup{{
+			Name: "members", Policy: schedulingv1alpha1.PodGroupPolicy{Gang: &schedulingv1alpha1.GangSchedulingPolicy{MinCount: int32(n)}},
+		}}}}
+		if _, err := oc.SchedulingV1alpha1().Workloads(Namespace).Create(ctx, w, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, n := range f.Gangs {
+		name := fmt.Sprintf("g%d", i)
+		for j := range n {
+			p := gangMember(name, j)
+			p.Spec.WorkloadRef = &corev1.WorkloadReference{Name: name, PodGroup: "members"}
+			if _, err := oc.CoreV1().Pods(Namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			p = gangMember(name, j)
+			p.Labels[protocol.ElectLabel] = "true"
+			p.Labels[protocol.PodGroupLabel] = name
+			p.Annotations = map[string]string{protocol.GangMinMemberAnnotation: fmt.Sprint(n), protocol.GangModeAnnotation: protocol.GangAnyClusters}
+			if _, err := src.Client().CoreV1().Pods(Namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	// The oracle settles: its started gangs unchanged over 15 s of
+	// looks (it has no more to do once every gang it can start runs).
+	var want []string
+	var stableSince time.Time
+	err = wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(context.Context) (bool, error) {
+		started, err := startedGangs(ctx, oc, size)
+		if err != nil {
+			return false, nil
+		}
+		if !slices.Equal(started, want) {
+			want, stableSince = started, time.Now()
+		}
+		return time.Since(stableSince) > 15*time.Second, nil
+	})
+	if err != nil {
+		t.Fatalf("the oracle never settled: %v (started %v)", err, want)
+	}
+	t.Logf("kube-scheduler started %d of %d gangs: %v", len(want), len(f.Gangs), want)
+	if len(want) == 0 {
+		t.Fatal("the oracle started no gang: the seed tests nothing")
+	}
+
+	var got []string
+	err = wait.PollUntilContextTimeout(ctx, time.Second, gangBound, true, func(context.Context) (bool, error) {
+		if b := watch.Breach(); b != "" {
+			return false, fmt.Errorf("partial gang: %s", b)
+		}
+		started, err := startedGangs(ctx, src.Client(), size)
+		if err != nil {
+			return false, nil
+		}
+		got = started
+		return len(got) >= len(want), nil
+	})
+	if err != nil {
+		t.Fatalf("Flotilla started %d gangs %v within %s of the oracle settling, kube-scheduler %d %v: %v", len(got), got, gangBound, len(want), want, err)
+	}
+	t.Logf("Flotilla started %d gangs: %v", len(got), got)
+	if b := watch.Breach(); b != "" {
+		t.Fatalf("partial gang: %s", b)
+	}
+}
+
+// gangMember is member j of gang name, one CPU.
+func gangMember(name string, j int) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", name, j), Labels: map[string]string{"app": name}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Name: "worker", Image: "registry.example/worker:1",
+			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}},
+		}}},
+	}
+}
+
+// startedGangs are the gangs of size whose every member is bound, sorted;
+// a gang partly bound is an error (the oracle's, or Flotilla's).
+func startedGangs(ctx context.Context, c kubernetes.Interface, size map[string]int) ([]string, error) {
+	l, err := c.CoreV1().Pods(Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	bound := map[string]int{}
+	for _, p := range l.Items {
+		if p.Spec.NodeName != "" && p.DeletionTimestamp == nil {
+			bound[p.Labels["app"]]++
+		}
+	}
+	var started []string
+	for g, n := range size {
+		if bound[g] >= n {
+			started = append(started, g)
+		}
+	}
+	slices.Sort(started)
+	return started, nil
+}
