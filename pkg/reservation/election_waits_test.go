@@ -274,3 +274,75 @@ func TestGangSizedByItsJob(t *testing.T) {
 		t.Errorf("the pod whose Job did not appear in a minute was not placed as an ordinary pod")
 	}
 }
+
+// TestGangAllowsWithTheLastElection: in a gang of two that holds its
+// places, the first member elected is not allowed; the second is elected
+// and allowed in one round (the first's election is written), and the
+// first is allowed in its next round, the second's election counted from
+// what this process wrote even before its cache shows it.
+func TestGangAllowsWithTheLastElection(t *testing.T) {
+	h := newHarness(t, twoTargets())
+	member := func(p *corev1.Pod) {
+		p.Labels[protocol.PodGroupLabel] = "pair"
+		p.Annotations[protocol.GangMinMemberAnnotation] = "2"
+	}
+	a, b := h.newSourcePod("a", member), h.newSourcePod("b", member)
+	for _, pod := range []*corev1.Pod{a, b} {
+		h.reconcile(pod)
+		h.reserve(pod, "t1", onNode{name: "n1", score: 50})
+	}
+	h.reconcile(a)
+	if e := h.election(a); e.Target != "t1" {
+		t.Fatalf("a: election %s, want t1 (its gang holds both places)", e.Encode())
+	}
+	if got := h.allowance(a, "t1"); got != "" {
+		t.Fatalf("a allowed (%q) with its gang one short of elected", got)
+	}
+	h.reconcile(b)
+	if e := h.election(b); e.Target != "t1" {
+		t.Fatalf("b: election %s, want t1", e.Encode())
+	}
+	if got := h.allowance(b, "t1"); got == "" {
+		t.Fatal("b, whose election completed its gang, was not allowed in the same round")
+	}
+	h.reconcile(a)
+	if got := h.allowance(a, "t1"); got == "" {
+		t.Fatal("a was not allowed once its gang stood elected")
+	}
+}
+
+// TestGangWaitReportedAfterAWhile: a member waiting for its gang says so
+// in its PodScheduled condition only once it has waited gangReportAfter
+// (5 s) from its creation, and looks again by then.
+func TestGangWaitReportedAfterAWhile(t *testing.T) {
+	h := newHarness(t, twoTargets())
+	clock := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	h.c.Clock = clock
+	pod := h.newSourcePod("a", func(p *corev1.Pod) {
+		p.Labels[protocol.PodGroupLabel] = "pair"
+		p.Annotations[protocol.GangMinMemberAnnotation] = "2"
+		p.CreationTimestamp = metav1.NewTime(clock.Now())
+	})
+	h.reconcile(pod)
+	h.reserve(pod, "t1", onNode{name: "n1", score: 50})
+	waiting := func() bool {
+		for _, c := range h.sourcePod(pod).Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Reason == "WaitingForGang" {
+				return true
+			}
+		}
+		return false
+	}
+	res := h.reconcile(pod)
+	if waiting() {
+		t.Fatal("a member reported waiting for its gang at once")
+	}
+	if res.RequeueAfter <= 0 || res.RequeueAfter > 5*time.Second {
+		t.Errorf("looks again after %v, want within 5 s", res.RequeueAfter)
+	}
+	clock.Step(6 * time.Second)
+	h.reconcile(pod)
+	if !waiting() {
+		t.Error("a member that waited 6 s for its gang does not say so")
+	}
+}

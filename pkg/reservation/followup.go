@@ -28,13 +28,17 @@ func soonest(a, b time.Duration) time.Duration {
 // at once: a pod may wait for it. Denying waits until the election has
 // stood for DenyAfter with the same candidates to deny, so that the short
 // waits of a burst (an election bound a moment later) cost no write; it
-// returns how long until then. A gang's denials (gangDenies, for a member
-// not elected) are written at once. DenyAfter 0 turns every denial off.
-func (c *Controller) applyDenials(ctx context.Context, pod *corev1.Pod, election protocol.Election, gangDenies func(target string) bool, observed []Observed) time.Duration {
+// returns how long until then. A gang member not elected denies what its
+// gang lets go (gangDenies), some of it at once. DenyAfter 0 turns every
+// denial off.
+func (c *Controller) applyDenials(ctx context.Context, pod *corev1.Pod, election protocol.Election, gang *gangDenial, observed []Observed) time.Duration {
 	want := func(target string) bool { return election.Elected() && target != election.Target }
-	after := c.DenyAfter
-	if !election.Elected() && gangDenies != nil {
-		want, after = gangDenies, 0
+	after, byGang := c.DenyAfter, !election.Elected() && gang != nil
+	if byGang {
+		want = gang.want
+		if gang.now {
+			after = 0
+		}
 	}
 	deny, lift := denialsFor(string(pod.UID), want, observed)
 	if c.DenyAfter <= 0 {
@@ -64,6 +68,9 @@ func (c *Controller) applyDenials(ctx context.Context, pod *corev1.Pod, election
 	value := protocol.Denial{SourceUID: string(pod.UID), Generation: election.Generation}.Encode()
 	for _, target := range deny {
 		write(target, &value)
+	}
+	if byGang {
+		gangReleased.Add(float64(len(deny)))
 	}
 	logr.FromContextOrDiscard(ctx).V(2).Info("Denied candidates that cannot be elected now", "targets", deny, "election", election.Encode())
 	return 0

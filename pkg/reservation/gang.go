@@ -124,9 +124,27 @@ func (c *Controller) gangGate(ctx context.Context, r *round) *GangGate {
 	g := &GangGate{Target: self.Placed, Allow: v.MayBind(self), Why: v.Missing}
 	if g.Target == "" {
 		g.Target = v.Assign[self.Name]
+		// Its election may complete the gang's places: then its
+		// allowance follows it in the same round. Every other election
+		// counted is written (this process's own writes included), and
+		// its own is written before its allowance.
+		g.Allow = g.Target != "" && allowsOnceElected(spec, members, self.Name, g.Target)
 	}
 	c.takeTurn(r, members, g)
 	return g
+}
+
+// allowsOnceElected reports whether member name, elected in target, makes
+// the gang's verdict let it bind.
+func allowsOnceElected(spec gang.Spec, members []gang.Member, name, target string) bool {
+	after := slices.Clone(members)
+	for i, m := range after {
+		if m.Name == name {
+			after[i] = gang.Member{Name: name, Placed: target}
+			return gang.Decide(spec, after).MayBind(after[i])
+		}
+	}
+	return false
 }
 
 // takeTurn queues the gang while it waits for its places: only the first
@@ -184,21 +202,40 @@ func gangOrder(pod *corev1.Pod, others []*corev1.Pod) gang.Order {
 	return o
 }
 
+// gangDenial is what a member's gang denies of its candidates while
+// nothing is elected (gangDenies).
+type gangDenial struct {
+	// want names the candidates to deny, by target.
+	want func(target string) bool
+	// now is true for denials written at once rather than after
+	// placement.denyAfter.
+	now bool
+}
+
 // gangDenies says which of a member's candidates its gang denies while
-// nothing is elected: every one while another gang goes first, else
-// under anyClusters all but the reservation it keeps; nil for none. These
-// denials are written at once, not after placement.denyAfter: they are
-// the gang's decision to leave room to others, not a burst's passing
-// state.
-func gangDenies(r *round) func(target string) bool {
+// nothing is elected; nil for none. Under anyClusters, every candidate
+// but the reservation the member keeps, at once: they hold, or would
+// hold, nodes another member could reserve. Once the gang is complete,
+// every candidate but the one it is assigned, after placement.denyAfter
+// (those denied already stay so: no lifting for a moment). While another gang goes
+// first (or this one backs off), every candidate, after
+// placement.denyAfter like any denial: gangs that all fit complete side
+// by side meanwhile, and only where they contend does one wait.
+func gangDenies(r *round) *gangDenial {
 	if r.gang == nil {
 		return nil
 	}
 	if r.gang.waits {
-		return func(string) bool { return true }
+		return &gangDenial{want: func(string) bool { return true }}
 	}
 	if keep := r.gang.verdict.Keep[r.pod.Name]; keep != "" {
-		return func(t string) bool { return t != keep }
+		return &gangDenial{want: func(t string) bool { return t != keep }, now: true}
+	}
+	if to := r.gang.verdict.Assign[r.pod.Name]; to != "" {
+		// Complete, it is about to be elected there: what its gang
+		// denied elsewhere stays denied, as the election would deny it
+		// after placement.denyAfter anyway.
+		return &gangDenial{want: func(t string) bool { return t != to }}
 	}
 	return nil
 }
@@ -240,10 +277,17 @@ func gangCounts(p *corev1.Pod) bool {
 	return p.DeletionTimestamp == nil && p.Status.Phase != corev1.PodFailed
 }
 
-// observeMember reads another member of a gang from the caches: its
-// election, and its candidates in the targets.
+// observeMember reads another member of a gang from the caches (and the
+// elections this process wrote that they do not show yet): its election,
+// and its candidates in the targets.
 func (c *Controller) observeMember(pod *corev1.Pod, targets []*target.Target) gang.Member {
-	e, _ := protocol.ParseElection(pod.Annotations[protocol.ElectionAnnotation])
+	raw := pod.Annotations[protocol.ElectionAnnotation]
+	if w, ok := c.elections.Load(pod.UID); ok && pod.Spec.NodeName == "" {
+		// An election this process wrote that the cache does not show
+		// yet: the member woken by it counts it at once.
+		raw = w.(writtenElection).value
+	}
+	e, _ := protocol.ParseElection(raw)
 	boundTo := ""
 	if pod.Spec.NodeName != "" {
 		if t, ok := c.Targets.ByVirtualNode(pod.Spec.NodeName); ok {
@@ -275,9 +319,22 @@ func (c *Controller) wakeGang(r *round) {
 	c.lookAgain(pods)
 }
 
-// reportGang says why a member waits for its gang, once per message.
+// gangReportAfter is how long after its creation a member may wait for
+// its gang unreported: gangs that find room complete within a few seconds,
+// and a status write and an Event for each of their members would cost
+// the source's API server more than they tell.
+const gangReportAfter = 5 * time.Second
+
+// reportGang says why a member waits for its gang, once per message, once
+// it has waited gangReportAfter.
 func (c *Controller) reportGang(ctx context.Context, r *round) {
 	if r.gang == nil || r.gang.verdict.Complete || r.election.Elected() {
+		return
+	}
+	if left := gangReportAfter - c.now().Sub(r.pod.CreationTimestamp.Time); left > 0 {
+		if r.gang.again == 0 || left < r.gang.again {
+			r.gang.again = left
+		}
 		return
 	}
 	c.reportUnscheduled(ctx, r.pod, ReasonWaitingForGang, "Elect", "waiting for its gang: "+r.gang.why)

@@ -52,6 +52,12 @@ func TestGangGate(t *testing.T) {
 			gate:     &GangGate{Target: "t1"},
 		},
 		{
+			name:      "the election that completes the gang: elected and allowed in one round",
+			observed:  []Observed{reserved("t1", "n1", 90)},
+			gate:      &GangGate{Target: "t1", Allow: true},
+			wantElect: "t1", wantAllow: true,
+		},
+		{
 			name:      "elected, the gang placed: allowed",
 			election:  elected,
 			observed:  []Observed{reserved("t1", "n1", 90)},
@@ -138,5 +144,27 @@ func TestGangCounts(t *testing.T) {
 		if got := gangCounts(&tc.pod); got != tc.want {
 			t.Errorf("%s: counts %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// TestAllowsOnceElected: the member whose election completes its gang's
+// places is allowed with it; one whose election leaves the gang short is
+// not, nor one elected outside a oneCluster gang's target.
+func TestAllowsOnceElected(t *testing.T) {
+	spec := gang.Spec{Name: "g", MinMember: 3, Mode: gang.OneCluster}
+	members := []gang.Member{
+		{Name: "a", Placed: "t1"},
+		{Name: "b", Placed: "t1"},
+		{Name: "c", Reserved: []string{"t1", "t2"}},
+		{Name: "d", Reserved: []string{"t1"}},
+	}
+	if !allowsOnceElected(spec, members, "c", "t1") {
+		t.Error("c, the third elected in t1, is not allowed with its election")
+	}
+	if allowsOnceElected(spec, members, "c", "t2") {
+		t.Error("c, elected outside the gang's target, is allowed")
+	}
+	if allowsOnceElected(gang.Spec{Name: "g", MinMember: 4, Mode: gang.OneCluster}, members, "c", "t1") {
+		t.Error("c is allowed though the gang of four would still be one short")
 	}
 }

@@ -33,10 +33,14 @@ var (
 		Name: "flotilla_gang_yields_total",
 		Help: "Turns that gangs of this source gave up without completing: their candidates were then denied (they held no node) for a backoff.",
 	})
+	gangReleased = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "flotilla_gang_reservations_released_total",
+		Help: "Candidates of gang members that their gang denied, so that they hold or take no node: another gang goes first, or under anyClusters the member keeps a place in another target.",
+	})
 )
 
 func init() {
-	metrics.Registry.MustRegister(electionSeconds, podBoundSeconds, gangsWaiting, gangPlacedSeconds, gangYields)
+	metrics.Registry.MustRegister(electionSeconds, podBoundSeconds, gangsWaiting, gangPlacedSeconds, gangYields, gangReleased)
 }
 
 // sinceCreation is how long ago pod was created.

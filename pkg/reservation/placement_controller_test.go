@@ -33,6 +33,7 @@ import (
 
 	"github.com/flotilla-dev/flotilla/api/v1alpha1"
 	"github.com/flotilla-dev/flotilla/pkg/candidate"
+	"github.com/flotilla-dev/flotilla/pkg/gang"
 	"github.com/flotilla-dev/flotilla/pkg/policy"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
 	"github.com/flotilla-dev/flotilla/pkg/reservation"
@@ -346,6 +347,9 @@ func newHarness(t *testing.T, targets []target.Config, policies ...*v1alpha1.Pla
 
 	inf := toolscache.NewSharedIndexInformer(&toolscache.ListWatch{}, &corev1.Pod{}, 0, toolscache.Indexers{})
 	if err := workload.IndexSiblings(inf); err != nil {
+		t.Fatal(err)
+	}
+	if err := gang.IndexMembers(inf); err != nil {
 		t.Fatal(err)
 	}
 	// Never run: the harness fills its store (sync), so that each

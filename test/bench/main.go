@@ -85,6 +85,8 @@ type config struct {
 	// NodePods, with Mesh, is how many pods each kwok node takes (its
 	// allocatable pods).
 	NodePods int `json:"nodePods,omitempty"`
+	// GangCount, with -gangs, is how many gangs of each size a run places.
+	GangCount int `json:"gangCount,omitempty"`
 	// budget holds the cgroups, with CPUPerCluster.
 	budget *budget
 }
@@ -116,7 +118,22 @@ func main() {
 	flag.BoolVar(&cfg.MeshSelf, "mesh-self", true, "With -mesh: every cluster also targets itself (a ClusterTarget with self: true), so its pods may stay or go.")
 	meshPods := flag.String("mesh-pods", "", "With -mesh: each cluster's burst, m1 first, comma-separated (e.g. 800,400,0), in place of -pods each; with -node-pods, a cluster may be sent more than it holds, and then the clusters-alone run is left out.")
 	flag.IntVar(&cfg.NodePods, "node-pods", 1000, "With -mesh: the pods each kwok node takes (its allocatable pods; 64 CPUs each).")
+	gangs := flag.String("gangs", "", "Gang mode: the gang sizes, comma-separated (e.g. 4,16,64): for each, -gang-count gangs of 100m members placed all at once through Flotilla (anyClusters, targets that invite the source) and by kube-scheduler 1.35's own gang scheduling in the baseline cluster (Workloads with a gang policy); the JSON goes into <out>/gangs-....json. Empty: off.")
+	flag.IntVar(&cfg.GangCount, "gang-count", 8, "With -gangs: gangs of each size per run.")
 	flag.Parse()
+	if *gangs != "" {
+		sizes, err := parseSizes(*gangs)
+		if err != nil || cfg.GangCount < 1 {
+			fmt.Fprintln(os.Stderr, "bench:", err, "(and -gang-count must be at least 1)")
+			os.Exit(2)
+		}
+		cfg.Out = *out
+		if err := mainGangs(cfg, sizes, *keep); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if cfg.Targets < 1 || cfg.Nodes < 1 || cfg.Pods < 1 {
 		fmt.Fprintln(os.Stderr, "bench: -targets, -nodes and -pods must be at least 1")
 		os.Exit(2)

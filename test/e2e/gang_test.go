@@ -293,7 +293,8 @@ func TestGangsTakeTurns(t *testing.T) {
 		return n == 4, fmt.Sprintf("second %d bound", n)
 	})
 	g.check(t)
-	// Both gangs placed, none waiting, as the agent's metrics say.
+	// Both gangs placed, none waiting, the younger's candidates released
+	// while it waited, as the agent's metrics say.
 	waitFor(t, 30*time.Second, "the gang metrics", func() (bool, string) {
 		body, err := get(http.DefaultClient, "http://"+agent.MetricsAddr+"/metrics", "")
 		if err != nil {
@@ -302,6 +303,9 @@ func TestGangsTakeTurns(t *testing.T) {
 		m := parseMetrics(body)
 		placed, _ := m.value("flotilla_gang_placed_seconds_count")
 		waiting, _ := m.value("flotilla_gangs_waiting")
-		return placed == 2 && waiting == 0, fmt.Sprintf("%v gangs placed, %v waiting", placed, waiting)
+		// The younger gang's four members were denied in the target
+		// while the older went first.
+		released, _ := m.value("flotilla_gang_reservations_released_total")
+		return placed == 2 && waiting == 0 && released >= 4, fmt.Sprintf("%v gangs placed, %v waiting, %v reservations released", placed, waiting, released)
 	})
 }

@@ -1,0 +1,347 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	schedulingv1alpha1 "k8s.io/api/scheduling/v1alpha1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
+	"github.com/flotilla-dev/flotilla/test/sandbox"
+)
+
+// workloadAPI turns on Kubernetes 1.35's alpha Workload API in the
+// baseline's API server, and gangScheduling kube-scheduler's gang
+// scheduling in its scheduler.
+var (
+	workloadAPI    = []string{"--feature-gates=GenericWorkload=true", "--runtime-config=scheduling.k8s.io/v1alpha1=true"}
+	gangScheduling = []string{"--feature-gates=GenericWorkload=true,GangScheduling=true"}
+)
+
+// GangRun is one placement of GangCount gangs of Size members each, all
+// created at once.
+type GangRun struct {
+	Size      int `json:"size"`
+	GangCount int `json:"gangs"`
+	// Seconds is from the first create to the last gang Running whole.
+	Seconds        float64 `json:"seconds"`
+	GangsPerSecond float64 `json:"gangsPerSecond"`
+	// StartMillis is, per gang, from its first member's creation to its
+	// last member Running.
+	StartMillis Percentiles `json:"startMillis"`
+	// PeakReserved is the most candidates of the run's members that held
+	// a reservation in the targets at once, sampled every second
+	// (Flotilla only); MeanReserved their mean over the samples.
+	PeakReserved int     `json:"peakReserved,omitempty"`
+	MeanReserved float64 `json:"meanReserved,omitempty"`
+	// Started counts the gangs Running whole by the end (all, unless the
+	// run timed out).
+	Started int `json:"started"`
+}
+
+// GangReport is the -gangs bench's result.
+type GangReport struct {
+	Config   config     `json:"config"`
+	Date     string     `json:"date"`
+	Sizes    []int      `json:"sizes"`
+	Flotilla []*GangRun `json:"flotilla"`
+	Baseline []*GangRun `json:"baseline"`
+}
+
+// mainGangs runs the -gangs bench: for each gang size, cfg.GangCount
+// gangs of 100m members placed through Flotilla (anyClusters, over K
+// targets that invite the source) and by kube-scheduler's own gang
+// scheduling in the baseline cluster holding every node (each gang a
+// Workload whose pod group's gang policy asks for all its members), in the
+// same run, each cluster in its CPU cgroup.
+func mainGangs(cfg config, sizes []int, keep bool) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(2*len(sizes))*cfg.Timeout+10*time.Minute)
+	defer cancel()
+	opts := sandbox.Options{Clusters: []sandbox.ClusterSpec{{Name: "src", Nodes: []sandbox.NodeSpec{{}}, SourceOnly: cfg.SourceOnly}}}
+	base := sandbox.ClusterSpec{Name: "base", WithoutRelease: true, APIServerArgs: workloadAPI, SchedulerArgs: gangScheduling}
+	for k := 1; k <= cfg.Targets; k++ {
+		spec := sandbox.ClusterSpec{Name: fmt.Sprintf("t%d", k)}
+		for m := range cfg.Nodes {
+			n := sandbox.NodeSpec{Name: fmt.Sprintf("t%d-n%d", k, m), CPU: "64", Pods: 1000}
+			spec.Nodes = append(spec.Nodes, n)
+			base.Nodes = append(base.Nodes, n)
+		}
+		opts.Clusters = append(opts.Clusters, spec)
+	}
+	opts.Clusters = append(opts.Clusters, base)
+	s, stop, err := startSandbox(ctx, &cfg, opts, "flotilla-bench-gangs-", keep)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	src, baseCluster := s.Cluster("src"), s.Cluster("base")
+	var targets []*sandbox.Cluster
+	for k := 1; k <= cfg.Targets; k++ {
+		targets = append(targets, s.Cluster(fmt.Sprintf("t%d", k)))
+	}
+	for _, c := range s.Clusters {
+		if err := createNamespace(ctx, c); err != nil {
+			return err
+		}
+	}
+	for _, t := range targets {
+		if _, err := sandbox.StartAgent(ctx, t, nil); err != nil {
+			return err
+		}
+	}
+	release, _, err := sourceAgentRelease(cfg)
+	if err != nil {
+		return err
+	}
+	if _, err := sandbox.StartAgentWith(ctx, src, nil, release); err != nil {
+		return err
+	}
+	if err := invite(ctx, src, targets); err != nil {
+		return err
+	}
+	report := &GangReport{Config: cfg, Date: time.Now().UTC().Format(time.RFC3339), Sizes: sizes}
+	for _, size := range sizes {
+		fmt.Fprintf(os.Stderr, "bench: %d gangs of %d, baseline (kube-scheduler's gang scheduling)\n", cfg.GangCount, size)
+		b, err := gangRun(ctx, cfg, baseCluster, nil, size, false)
+		if err != nil {
+			return fmt.Errorf("baseline, gangs of %d: %w", size, err)
+		}
+		report.Baseline = append(report.Baseline, b)
+		fmt.Fprintf(os.Stderr, "bench: %d gangs of %d, Flotilla over %d targets\n", cfg.GangCount, size, cfg.Targets)
+		f, err := gangRun(ctx, cfg, src, targets, size, true)
+		if err != nil {
+			return fmt.Errorf("Flotilla, gangs of %d: %w", size, err)
+		}
+		report.Flotilla = append(report.Flotilla, f)
+	}
+	fmt.Println(report.Markdown())
+	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
+		return err
+	}
+	capped := ""
+	if cfg.CPUPerCluster > 0 {
+		capped = fmt.Sprintf("-cpu%g", cfg.CPUPerCluster)
+	}
+	name := filepath.Join(cfg.Out, fmt.Sprintf("gangs-k%d-m%d-g%d%s-%s.json", cfg.Targets, cfg.Nodes, cfg.GangCount, capped, time.Now().UTC().Format("20060102T150405")))
+	raw, _ := json.MarshalIndent(report, "", "  ")
+	if err := os.WriteFile(name, raw, 0o644); err != nil {
+		return err
+	}
+	fmt.Println("results written to", name)
+	return nil
+}
+
+// gangRun creates cfg.GangCount gangs of size members in home at once and
+// times each from its first member's creation to its last member Running;
+// then deletes them and waits until they, and their candidates in
+// targets, are gone.
+func gangRun(ctx context.Context, cfg config, home *sandbox.Cluster, targets []*sandbox.Cluster, size int, flotilla bool) (*GangRun, error) {
+	pods := home.Client().CoreV1().Pods(namespace)
+	prefix := fmt.Sprintf("g%d-", size)
+	w, err := pods.Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	defer w.Stop()
+	var mu sync.Mutex
+	created, running := map[string]time.Time{}, map[string]time.Time{}
+	go func() {
+		for ev := range w.ResultChan() {
+			p, ok := ev.Object.(*corev1.Pod)
+			if !ok || ev.Type == watch.Deleted || !strings.HasPrefix(p.Name, prefix) || p.Status.Phase != corev1.PodRunning {
+				continue
+			}
+			mu.Lock()
+			if _, seen := running[p.Name]; !seen {
+				running[p.Name] = time.Now()
+			}
+			mu.Unlock()
+		}
+	}()
+
+	var samples []int
+	sampleCtx, stopSampling := context.WithCancel(ctx)
+	defer stopSampling()
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		if !flotilla {
+			return
+		}
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-sampleCtx.Done():
+				return
+			case <-tick.C:
+			}
+			samples = append(samples, reservedCandidates(sampleCtx, targets))
+		}
+	}()
+
+	start := time.Now()
+	for g := range cfg.GangCount {
+		name := fmt.Sprintf("%s%d", prefix, g)
+		if !flotilla {
+			wl := &schedulingv1alpha1.Workload{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: schedulingv1alpha1.WorkloadSpec{PodGroups: []schedulingv1alpha1.PodGroup{{
+				Name: "members", Policy: schedulingv1alpha1.PodGroupPolicy{Gang: &schedulingv1alpha1.GangSchedulingPolicy{MinCount: int32(size)}},
+			}}}}
+			if _, err := home.Client().SchedulingV1alpha1().Workloads(namespace).Create(ctx, wl, metav1.CreateOptions{}); err != nil {
+				return nil, err
+			}
+		}
+		for m := range size {
+			p := benchPod(fmt.Sprintf("%s-%d", name, m), map[string]string{"gang": name}, "100m")
+			if flotilla {
+				p.Labels[protocol.ElectLabel] = "true"
+				p.Labels[protocol.PodGroupLabel] = name
+				p.Annotations = map[string]string{protocol.GangMinMemberAnnotation: fmt.Sprint(size), protocol.GangModeAnnotation: protocol.GangAnyClusters}
+			} else {
+				p.Spec.WorkloadRef = &corev1.WorkloadReference{Name: name, PodGroup: "members"}
+			}
+			t := time.Now()
+			if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
+				return nil, err
+			}
+			mu.Lock()
+			created[p.Name] = t
+			mu.Unlock()
+		}
+	}
+	members := cfg.GangCount * size
+	_ = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, cfg.Timeout, true, func(context.Context) (bool, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(running) >= members, nil
+	})
+	stopSampling()
+	<-sampled
+
+	mu.Lock()
+	r := &GangRun{Size: size, GangCount: cfg.GangCount}
+	first, last := map[string]time.Time{}, map[string]time.Time{}
+	whole := map[string]int{}
+	for name, t := range created {
+		gang := name[:strings.LastIndex(name, "-")]
+		if f, ok := first[gang]; !ok || t.Before(f) {
+			first[gang] = t
+		}
+		if rt, ok := running[name]; ok {
+			whole[gang]++
+			if rt.After(last[gang]) {
+				last[gang] = rt
+			}
+		}
+	}
+	var end time.Time
+	from, to := map[string]time.Time{}, map[string]time.Time{}
+	for gang, n := range whole {
+		if n < size {
+			continue
+		}
+		r.Started++
+		from[gang], to[gang] = first[gang], last[gang]
+		if last[gang].After(end) {
+			end = last[gang]
+		}
+	}
+	mu.Unlock()
+	if r.Started > 0 {
+		r.Seconds = end.Sub(start).Seconds()
+		r.GangsPerSecond = float64(r.Started) / r.Seconds
+		r.StartMillis = percentiles(from, to)
+	}
+	for _, n := range samples {
+		r.PeakReserved = max(r.PeakReserved, n)
+		r.MeanReserved += float64(n) / float64(len(samples))
+	}
+
+	// Clean up for the next run: the pods, their Workloads, and the
+	// candidates in the targets.
+	if err := pods.DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}, metav1.ListOptions{}); err != nil {
+		return nil, err
+	}
+	if !flotilla {
+		if err := home.Client().SchedulingV1alpha1().Workloads(namespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+			return nil, err
+		}
+	}
+	err = wait.PollUntilContextTimeout(ctx, time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+		for _, c := range append([]*sandbox.Cluster{home}, targets...) {
+			l, err := c.Client().CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{})
+			if err != nil || len(l.Items) > 0 {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("the run's pods never went: %w", err)
+	}
+	return r, nil
+}
+
+// reservedCandidates counts the candidates in targets that hold a
+// reservation.
+func reservedCandidates(ctx context.Context, targets []*sandbox.Cluster) int {
+	n := 0
+	for _, t := range targets {
+		l, err := t.Client().CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: protocol.CandidateLabel + "=true"})
+		if err != nil {
+			continue
+		}
+		for _, p := range l.Items {
+			var st protocol.State
+			if json.Unmarshal([]byte(p.Annotations[protocol.StateAnnotation]), &st) == nil && st.Phase == protocol.PhaseReserved {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// Markdown is the report as a table, Flotilla against the baseline.
+func (r *GangReport) Markdown() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "## Gangs: %d gangs of each size, K=%d targets × %d nodes, %s\n\n", r.Config.GangCount, r.Config.Targets, r.Config.Nodes, budgetText(r.Config))
+	b.WriteString("| size | run | started | gangs/s | ratio | start p50 ms | start p99 ms | reservations held (peak / mean) |\n|---|---|---|---|---|---|---|---|\n")
+	for i, size := range r.Sizes {
+		base, fl := r.Baseline[i], r.Flotilla[i]
+		fmt.Fprintf(&b, "| %d | kube-scheduler | %d/%d | %.2f | | %.0f | %.0f | |\n", size, base.Started, base.GangCount, base.GangsPerSecond, base.StartMillis.P50, base.StartMillis.P99)
+		fmt.Fprintf(&b, "| %d | Flotilla | %d/%d | %.2f | %s | %.0f | %.0f | %d / %.1f |\n", size, fl.Started, fl.GangCount, fl.GangsPerSecond, ratioText(fl.GangsPerSecond, base.GangsPerSecond), fl.StartMillis.P50, fl.StartMillis.P99, fl.PeakReserved, fl.MeanReserved)
+	}
+	return b.String()
+}
+
+// budgetText says how the clusters' CPU was shared.
+func budgetText(c config) string {
+	if c.CPUPerCluster > 0 {
+		return fmt.Sprintf("each cluster in a cgroup of %g cores", c.CPUPerCluster)
+	}
+	return "uncapped"
+}
+
+// parseSizes reads -gangs: gang sizes, comma-separated, each at least 1.
+func parseSizes(raw string) ([]int, error) {
+	var sizes []int
+	for _, f := range strings.Split(raw, ",") {
+		var n int
+		if _, err := fmt.Sscan(strings.TrimSpace(f), &n); err != nil || n < 1 {
+			return nil, fmt.Errorf("-gangs %q: want gang sizes, comma-separated, each at least 1", raw)
+		}
+		sizes = append(sizes, n)
+	}
+	return slices.Clip(sizes), nil
+}
