@@ -306,10 +306,15 @@ func (c *Controller) observeMember(pod *corev1.Pod, targets []*target.Target) ga
 	return gangMember(pod.Name, e, boundTo, observed)
 }
 
-// wakeGang looks at the gang's other members again: one of them was just
-// elected, so they may now be elected or allowed.
-func (c *Controller) wakeGang(r *round) {
-	if r.gang == nil {
+// wakeGang looks at the gang's other members again after the round's
+// election, when that may change what they may do: the gang's first
+// election (the others may be elected now) and the one whose allowance it
+// carries (the others may be allowed now). Waking them at every election
+// would cost a gang of n members n² rounds of n observations each; an
+// elected member waiting for its allowance looks again every gangRecheck
+// anyway.
+func (c *Controller) wakeGang(r *round, d Decision) {
+	if r.gang == nil || !d.Elects() || (r.gang.verdict.Placed > 0 && d.Allow == nil) {
 		return
 	}
 	pods := make([]types.NamespacedName, 0, len(r.gang.members))

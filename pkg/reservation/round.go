@@ -278,7 +278,7 @@ func (c *Controller) apply(ctx context.Context, r *round, d Decision) (reconcile
 		r.unlock()
 		r.unlock = func() {}
 		c.wakeSiblings(pod)
-		c.wakeGang(r)
+		c.wakeGang(r, d)
 	})
 	if apierrors.IsConflict(err) && d.Elect != nil {
 		// The decision was made on a stale copy of the pod (often our own

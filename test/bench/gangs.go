@@ -15,7 +15,8 @@ import (
 	schedulingv1alpha1 "k8s.io/api/scheduling/v1alpha1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
 	"github.com/flotilla-dev/flotilla/test/sandbox"
@@ -149,26 +150,29 @@ func mainGangs(cfg config, sizes []int, keep bool) error {
 func gangRun(ctx context.Context, cfg config, home *sandbox.Cluster, targets []*sandbox.Cluster, size int, flotilla bool) (*GangRun, error) {
 	pods := home.Client().CoreV1().Pods(namespace)
 	prefix := fmt.Sprintf("g%d-", size)
-	w, err := pods.Watch(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, err
-	}
-	defer w.Stop()
+	// An informer, not a bare watch: it watches again when the API
+	// server ends a watch, which a saturated one does.
 	var mu sync.Mutex
 	created, running := map[string]time.Time{}, map[string]time.Time{}
-	go func() {
-		for ev := range w.ResultChan() {
-			p, ok := ev.Object.(*corev1.Pod)
-			if !ok || ev.Type == watch.Deleted || !strings.HasPrefix(p.Name, prefix) || p.Status.Phase != corev1.PodRunning {
-				continue
-			}
-			mu.Lock()
-			if _, seen := running[p.Name]; !seen {
-				running[p.Name] = time.Now()
-			}
-			mu.Unlock()
+	factory := informers.NewSharedInformerFactoryWithOptions(home.Client(), 0, informers.WithNamespace(namespace))
+	see := func(obj any) {
+		p, ok := obj.(*corev1.Pod)
+		if !ok || !strings.HasPrefix(p.Name, prefix) || p.Status.Phase != corev1.PodRunning {
+			return
 		}
-	}()
+		mu.Lock()
+		if _, seen := running[p.Name]; !seen {
+			running[p.Name] = time.Now()
+		}
+		mu.Unlock()
+	}
+	if _, err := factory.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: see, UpdateFunc: func(_, o any) { see(o) }}); err != nil {
+		return nil, err
+	}
+	informerCtx, stopInformer := context.WithCancel(ctx)
+	defer stopInformer()
+	factory.Start(informerCtx.Done())
+	factory.WaitForCacheSync(informerCtx.Done())
 
 	var samples []int
 	sampleCtx, stopSampling := context.WithCancel(ctx)
@@ -278,7 +282,7 @@ func gangRun(ctx context.Context, cfg config, home *sandbox.Cluster, targets []*
 			return nil, err
 		}
 	}
-	err = wait.PollUntilContextTimeout(ctx, time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
 		for _, c := range append([]*sandbox.Cluster{home}, targets...) {
 			l, err := c.Client().CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{})
 			if err != nil || len(l.Items) > 0 {
