@@ -90,7 +90,8 @@ func (c *Controller) gangGate(ctx context.Context, r *round) *GangGate {
 			if left := gangDeclareGrace - c.now().Sub(pod.CreationTimestamp.Time); left > 0 {
 				// Made in the wrong order (the pods before their
 				// PodGroup or Workload): held, for a while.
-				why := fmt.Sprintf("%s gives no size yet (%v); placed as an ordinary pod in %s unless it appears", spec, serr, left.Round(time.Second))
+				// The message does not count down: it is written once.
+				why := fmt.Sprintf("%s gives no size yet (%v); placed as an ordinary pod %s after its creation unless it appears", spec, serr, gangDeclareGrace)
 				r.gang = &gangRound{spec: spec, why: why, again: min(left, gangLookAgain)}
 				return &GangGate{Why: why}
 			}

@@ -63,6 +63,7 @@ func TestGangSizes(t *testing.T) {
 	if _, err := sandbox.StartAgent(ctx, src, []*sandbox.Cluster{c2, c3}); err != nil {
 		t.Fatal(err)
 	}
+	plugin := buildPlugin(t)
 	pods := src.Client().CoreV1().Pods(placementNS)
 	g := watchGangs(t, src, placementNS, map[string]int{"pg": 4, "job:train": 4, "workload:w/workers": 4, "jobset:mpi": 5})
 	create := func(members []*corev1.Pod) {
@@ -167,6 +168,19 @@ func TestGangSizes(t *testing.T) {
 			return n == 5, fmt.Sprintf("%d pods", n)
 		})
 		waiting(members(), "5 members of job train")
+		// explain reads the Job's size as the agent does.
+		var e struct {
+			Gang *struct {
+				Name      string `json:"name"`
+				Source    string `json:"source"`
+				MinMember int    `json:"minMember"`
+				Problem   string `json:"problem"`
+			} `json:"gang"`
+		}
+		runPlugin(t, plugin, "--kubeconfig", src.Kubeconfig, "explain", members()[0].Name, "-n", placementNS, "-o", "json").mustDecode(t, &e)
+		if g := e.Gang; g == nil || g.Name != "train" || g.Source != "job" || g.MinMember != 5 || g.Problem != "" {
+			t.Errorf("explain's gang: %+v, want job train of 5", e.Gang)
+		}
 		if _, err := jobs.Patch(ctx, "train", types.MergePatchType, []byte(`{"spec":{"parallelism":4}}`), metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
 		}
