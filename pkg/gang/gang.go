@@ -1,11 +1,15 @@
 // Package gang decides, for a gang of source pods, which members may be
-// elected and when they may bind: all or nothing. It is pure: plain values
-// in (each member's place and the targets where it holds a reservation),
-// the verdict out; pkg/reservation observes and applies it.
+// elected and when they may bind: all or nothing. Decide and Queue are
+// pure: plain values in (each member's place and the targets where it
+// holds a reservation), the verdict out; pkg/reservation observes and
+// applies them. SizeOf reads a gang's size from what declares it.
 //
-// A gang is declared on its members: the pod-group label names it (among
-// the pods of one namespace), the gang-min-member annotation says how many
-// must hold their places at once, and gang-mode where they may go. No
+// A gang is declared on its members (Of): the pod-group label, a
+// Workload's pod group (spec.workloadRef) or the gang annotation (the
+// pod's Job or JobSet) names it among the pods of one namespace, the
+// gang-min-member annotation (or the PodGroup, Workload, Job or JobSet)
+// says how many must hold their places at once, and gang-mode where they
+// may go. No
 // member's election is written until the gang holds enough reservations
 // for min members in a way its mode accepts; no member is allowed to bind
 // until min members stand elected on reservations they still hold.
