@@ -64,7 +64,9 @@ type gangRound struct {
 	// says so.
 	waits bool
 	why   string
-	// again is when its turn may change (0: it is not queued).
+	// again is how soon to look at the member again for its gang's sake
+	// (its turn may change, its wait is due to be reported, the object
+	// that sizes it may have appeared); 0: only on a change.
 	again time.Duration
 }
 
@@ -218,8 +220,8 @@ type gangDenial struct {
 // but the reservation the member keeps, at once: they hold, or would
 // hold, nodes another member could reserve. Once the gang is complete,
 // every candidate but the one it is assigned, after placement.denyAfter
-// (those denied already stay so: no lifting for a moment). While another gang goes
-// first (or this one backs off), every candidate, after
+// (those denied already stay so: no lifting for a moment). While another
+// gang goes first (or this one backs off), every candidate, after
 // placement.denyAfter like any denial: gangs that all fit complete side
 // by side meanwhile, and only where they contend does one wait.
 func gangDenies(r *round) *gangDenial {
@@ -282,12 +284,9 @@ func gangCounts(p *corev1.Pod) bool {
 // elections this process wrote that they do not show yet): its election,
 // and its candidates in the targets.
 func (c *Controller) observeMember(pod *corev1.Pod, targets []*target.Target) gang.Member {
-	raw := pod.Annotations[protocol.ElectionAnnotation]
-	if w, ok := c.elections.Load(pod.UID); ok && pod.Spec.NodeName == "" {
-		// An election this process wrote that the cache does not show
-		// yet: the member woken by it counts it at once.
-		raw = w.(writtenElection).value
-	}
+	// An election this process wrote that the cache does not show yet
+	// counts at once for the member it woke.
+	raw, _ := c.electionOf(pod)
 	e, _ := protocol.ParseElection(raw)
 	boundTo := ""
 	if pod.Spec.NodeName != "" {
@@ -338,9 +337,7 @@ func (c *Controller) reportGang(ctx context.Context, r *round) {
 		return
 	}
 	if left := gangReportAfter - c.now().Sub(r.pod.CreationTimestamp.Time); left > 0 {
-		if r.gang.again == 0 || left < r.gang.again {
-			r.gang.again = left
-		}
+		r.gang.again = soonest(r.gang.again, left)
 		return
 	}
 	c.reportUnscheduled(ctx, r.pod, ReasonWaitingForGang, "Elect", "waiting for its gang: "+r.gang.why)

@@ -351,14 +351,21 @@ func (c *Controller) siblingDomains(ctx context.Context, pod *corev1.Pod, p *pla
 	return out, nil
 }
 
+// electionOf is the election of a source pod and its elected domain, raw:
+// the ones this process last wrote while the pod is unbound and its cache
+// may not show them yet (c.elections), else the pod's annotations.
+func (c *Controller) electionOf(p *corev1.Pod) (election, domain string) {
+	if w, ok := c.elections.Load(p.UID); ok && p.Spec.NodeName == "" {
+		return w.(writtenElection).value, w.(writtenElection).domain
+	}
+	return p.Annotations[protocol.ElectionAnnotation], p.Annotations[protocol.ElectedDomainAnnotation]
+}
+
 // placedIn is the target a sibling is bound to or elected in, nil if none,
 // and the domain of its node as the target reported it at the election
 // (nil when not recorded).
 func (c *Controller) placedIn(s *corev1.Pod) (*target.Target, map[string]string) {
-	raw, rawDomain := s.Annotations[protocol.ElectionAnnotation], s.Annotations[protocol.ElectedDomainAnnotation]
-	if w, ok := c.elections.Load(s.UID); ok && s.Spec.NodeName == "" {
-		raw, rawDomain = w.(writtenElection).value, w.(writtenElection).domain
-	}
+	raw, rawDomain := c.electionOf(s)
 	domain, err := protocol.ParseDomain(rawDomain)
 	if err != nil {
 		domain = nil
