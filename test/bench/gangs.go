@@ -22,14 +22,6 @@ import (
 	"github.com/flotilla-dev/flotilla/test/sandbox"
 )
 
-// workloadAPI turns on Kubernetes 1.35's alpha Workload API in the
-// baseline's API server, and gangScheduling kube-scheduler's gang
-// scheduling in its scheduler.
-var (
-	workloadAPI    = []string{"--feature-gates=GenericWorkload=true", "--runtime-config=scheduling.k8s.io/v1alpha1=true"}
-	gangScheduling = []string{"--feature-gates=GenericWorkload=true,GangScheduling=true"}
-)
-
 // GangRun is one placement of GangCount gangs of Size members each, all
 // created at once.
 type GangRun struct {
@@ -70,7 +62,7 @@ func mainGangs(cfg config, sizes []int, keep bool) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(2*len(sizes))*cfg.Timeout+10*time.Minute)
 	defer cancel()
 	opts := sandbox.Options{Clusters: []sandbox.ClusterSpec{{Name: "src", Nodes: []sandbox.NodeSpec{{}}, SourceOnly: cfg.SourceOnly}}}
-	base := sandbox.ClusterSpec{Name: "base", WithoutRelease: true, APIServerArgs: workloadAPI, SchedulerArgs: gangScheduling}
+	base := sandbox.ClusterSpec{Name: "base", WithoutRelease: true, APIServerArgs: sandbox.WorkloadAPI, SchedulerArgs: sandbox.GangScheduling}
 	for k := 1; k <= cfg.Targets; k++ {
 		spec := sandbox.ClusterSpec{Name: fmt.Sprintf("t%d", k)}
 		for m := range cfg.Nodes {

@@ -29,7 +29,6 @@ type GangWatch struct {
 	size    map[string]int
 	members map[string]map[string]gangMemberSeen // gang → member → what was seen
 	bound   map[string]string                    // member → node
-	started map[string]int                       // gang → members bound
 	breach  string
 }
 
@@ -38,7 +37,7 @@ type gangMemberSeen struct{ elected, live bool }
 // WatchGangs starts a GangWatch of namespace ns, size giving each gang's
 // size by its name (GangOf); it stops with ctx.
 func WatchGangs(ctx context.Context, c kubernetes.Interface, ns string, size map[string]int) (*GangWatch, error) {
-	g := &GangWatch{size: size, members: map[string]map[string]gangMemberSeen{}, bound: map[string]string{}, started: map[string]int{}}
+	g := &GangWatch{size: size, members: map[string]map[string]gangMemberSeen{}, bound: map[string]string{}}
 	w, err := c.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, err
@@ -85,7 +84,6 @@ func (g *GangWatch) observe(p *corev1.Pod, deleted bool) {
 	}
 	if p.Spec.NodeName != "" && g.bound[p.Name] == "" {
 		g.bound[p.Name] = p.Spec.NodeName
-		g.started[group]++
 		if n < g.size[group] && g.breach == "" {
 			g.breach = fmt.Sprintf("%s bound to %s while %d of its gang %s's %d stood elected", p.Name, p.Spec.NodeName, n, group, g.size[group])
 		}

@@ -22,7 +22,7 @@ func TestGangWatch(t *testing.T) {
 		p.Spec.NodeName = node
 		return p
 	}
-	g := &GangWatch{size: map[string]int{"g": 3}, members: map[string]map[string]gangMemberSeen{}, bound: map[string]string{}, started: map[string]int{}}
+	g := &GangWatch{size: map[string]int{"g": 3}, members: map[string]map[string]gangMemberSeen{}, bound: map[string]string{}}
 	g.observe(member("a", true, ""), false)
 	g.observe(member("b", true, ""), false)
 	g.observe(member("c", true, ""), false)

@@ -41,16 +41,8 @@ import (
 //     the other target. Once the target is back, nothing of the lost
 //     members is left there.
 func TestGangFaults(t *testing.T) {
-	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
-		{Name: "src", WithoutScheduler: true},
-		{Name: "c2", Nodes: []sandbox.NodeSpec{{CPU: "4"}}},
-		{Name: "c3", Nodes: []sandbox.NodeSpec{{CPU: "4"}}},
-	}})
-	src, c2, c3 := s.Cluster("src"), s.Cluster("c2"), s.Cluster("c3")
+	src, c2, c3 := gangFleet(t)
 	ctx := t.Context()
-	for _, c := range s.Clusters {
-		createNamespace(t, c.Client(), placementNS)
-	}
 	for _, c := range []*sandbox.Cluster{c2, c3} {
 		fill(t, c, "1")
 	}

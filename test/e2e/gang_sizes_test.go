@@ -25,10 +25,6 @@ import (
 	"github.com/flotilla-dev/flotilla/test/sandbox"
 )
 
-// workloadAPI turns on Kubernetes 1.35's alpha Workload API in an API
-// server: the pods' spec.workloadRef and scheduling.k8s.io/v1alpha1.
-var workloadAPI = []string{"--feature-gates=GenericWorkload=true", "--runtime-config=scheduling.k8s.io/v1alpha1=true"}
-
 // TestGangSizes: members that give no size take it from what declares
 // their gang, read live, over two targets of four CPUs:
 //   - a PodGroup (scheduler-plugins' spec.minMember) of five holds the
@@ -45,16 +41,8 @@ var workloadAPI = []string{"--feature-gates=GenericWorkload=true", "--runtime-co
 // The watch checks throughout that no member binds before its whole gang
 // stands elected.
 func TestGangSizes(t *testing.T) {
-	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
-		{Name: "src", WithoutScheduler: true, APIServerArgs: workloadAPI},
-		{Name: "c2", Nodes: []sandbox.NodeSpec{{CPU: "4"}}, APIServerArgs: workloadAPI},
-		{Name: "c3", Nodes: []sandbox.NodeSpec{{CPU: "4"}}},
-	}})
-	src, c2, c3 := s.Cluster("src"), s.Cluster("c2"), s.Cluster("c3")
+	src, c2, c3 := gangFleet(t, sandbox.WorkloadAPI...)
 	ctx := t.Context()
-	for _, c := range s.Clusters {
-		createNamespace(t, c.Client(), placementNS)
-	}
 	dyn := dynamicClient(t, src)
 	podGroups := dyn.Resource(schema.GroupVersionResource{Group: "scheduling.x-k8s.io", Version: "v1alpha1", Resource: "podgroups"}).Namespace(placementNS)
 	jobSets := dyn.Resource(schema.GroupVersionResource{Group: "jobset.x-k8s.io", Version: "v1alpha2", Resource: "jobsets"}).Namespace(placementNS)

@@ -63,17 +63,9 @@ func (g *gangWatch) check(t *testing.T) {
 // over both targets. A watch of the source pods checks throughout that no
 // member binds before its whole gang stands elected.
 func TestGangAllOrNothing(t *testing.T) {
-	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
-		{Name: "src", WithoutScheduler: true},
-		{Name: "c2", Nodes: []sandbox.NodeSpec{{CPU: "4"}}},
-		{Name: "c3", Nodes: []sandbox.NodeSpec{{CPU: "4"}}},
-	}})
-	src, c2, c3 := s.Cluster("src"), s.Cluster("c2"), s.Cluster("c3")
+	src, c2, c3 := gangFleet(t)
 	ctx := t.Context()
 	plugin := buildPlugin(t)
-	for _, c := range s.Clusters {
-		createNamespace(t, c.Client(), placementNS)
-	}
 	if _, err := sandbox.StartAgent(ctx, src, []*sandbox.Cluster{c2, c3}); err != nil {
 		t.Fatal(err)
 	}
@@ -175,6 +167,23 @@ func TestGangAllOrNothing(t *testing.T) {
 		})
 		g.check(t)
 	})
+}
+
+// gangFleet starts the gang tests' fleet: a source with no nodes and no
+// scheduler, and two targets of four CPUs, c2 and c3, each with the test
+// namespace. apiServerArgs go to the API servers of the source and of c2
+// (c3 stays as it is).
+func gangFleet(t *testing.T, apiServerArgs ...string) (src, c2, c3 *sandbox.Cluster) {
+	t.Helper()
+	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
+		{Name: "src", WithoutScheduler: true, APIServerArgs: apiServerArgs},
+		{Name: "c2", Nodes: []sandbox.NodeSpec{{CPU: "4"}}, APIServerArgs: apiServerArgs},
+		{Name: "c3", Nodes: []sandbox.NodeSpec{{CPU: "4"}}},
+	}})
+	for _, c := range s.Clusters {
+		createNamespace(t, c.Client(), placementNS)
+	}
+	return s.Cluster("src"), s.Cluster("c2"), s.Cluster("c3")
 }
 
 // gangState reads a gang's members: how many are bound to each node, and

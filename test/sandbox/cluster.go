@@ -435,6 +435,16 @@ profiles:
 - schedulerName: default-scheduler
 `
 
+// WorkloadAPI are the API server flags that serve Kubernetes 1.35's alpha
+// Workload API: pods' spec.workloadRef and scheduling.k8s.io/v1alpha1
+// (ClusterSpec.APIServerArgs).
+var WorkloadAPI = []string{"--feature-gates=GenericWorkload=true", "--runtime-config=scheduling.k8s.io/v1alpha1=true"}
+
+// GangScheduling are the scheduler flags of kube-scheduler 1.35's own gang
+// scheduling (ClusterSpec.SchedulerArgs), with WorkloadAPI in its API
+// server.
+var GangScheduling = []string{"--feature-gates=GenericWorkload=true,GangScheduling=true"}
+
 // SchedulerFeatureGates are the feature gates of every sandbox scheduler,
 // the ones docs/operations.md recommends.
 const SchedulerFeatureGates = "NominatedNodeNameForExpectation=false"

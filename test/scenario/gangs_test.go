@@ -32,10 +32,6 @@ var GangSeeds = []uint64{6}
 // one's turn, and a few may stand in the way.
 const gangBound = 4 * time.Minute
 
-// workloadAPI turns on Kubernetes 1.35's alpha Workload API in an API
-// server.
-var workloadAPI = []string{"--feature-gates=GenericWorkload=true", "--runtime-config=scheduling.k8s.io/v1alpha1=true"}
-
 // gangFleet is a seed's fleet and gangs: targets of a few nodes each, and
 // gangs of one-CPU members, more than the fleet holds at once.
 type gangFleet struct {
@@ -105,8 +101,8 @@ func runGangSeed(t *testing.T, seed uint64) {
 	t.Logf("seed %d: %s (reproduce: make scenarios SEEDS= GANG_SEEDS=%d)", seed, f, seed)
 	ctx := t.Context()
 	clusters := []sandbox.ClusterSpec{{Name: SourceCluster, WithoutScheduler: true}}
-	oracle := sandbox.ClusterSpec{Name: OracleCluster, WithoutRelease: true, APIServerArgs: workloadAPI,
-		SchedulerConfig: sandbox.PlainSchedulerConfig, SchedulerArgs: []string{"--feature-gates=GenericWorkload=true,GangScheduling=true"}}
+	oracle := sandbox.ClusterSpec{Name: OracleCluster, WithoutRelease: true, APIServerArgs: sandbox.WorkloadAPI,
+		SchedulerConfig: sandbox.PlainSchedulerConfig, SchedulerArgs: sandbox.GangScheduling}
 	for i, nodes := range f.Nodes {
 		spec := sandbox.ClusterSpec{Name: fmt.Sprintf("t%d", i+1)}
 		for j, cpu := range nodes {
