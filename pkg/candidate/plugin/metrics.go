@@ -34,6 +34,11 @@ var (
 		Help:           "Reservations of candidates that ended without a binding, by source cluster and reason: rejected (the source denied it or the candidate was deleted), permit-timeout (no allowance within permitTimeoutSeconds), bind-failed (ended while or after waiting, before its timeout, without Flotilla rejecting it), cycle-failed (ended before Permit waited).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"cluster", "reason"})
+	unreservedHeldSeconds = metrics.NewCounterVec(&metrics.CounterOpts{
+		Name:           "flotilla_candidates_unreserved_held_seconds_total",
+		Help:           "Seconds that reservations which ended without a binding held their nodes, from Reserve to Unreserve, by source cluster and reason (as flotilla_candidates_unreserved_total): the room candidates kept from other pods and did not use.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"cluster", "reason"})
 	candidatesBound = metrics.NewCounterVec(&metrics.CounterOpts{
 		Name:           "flotilla_candidates_bound_total",
 		Help:           "Candidates bound to a node (PostBind), by source cluster.",
@@ -47,6 +52,6 @@ var (
 // profiles build the plugin.
 func register() {
 	registerMetrics.Do(func() {
-		legacyregistry.MustRegister(quotaUsed, quotaLimit, quotaRefusals, candidatesReserved, candidatesUnreserved, candidatesBound)
+		legacyregistry.MustRegister(quotaUsed, quotaLimit, quotaRefusals, candidatesReserved, candidatesUnreserved, unreservedHeldSeconds, candidatesBound)
 	})
 }

@@ -134,8 +134,10 @@ func (p *Plugin) Reserve(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, nod
 // Unreserve ends a candidate's reservation.
 func (p *Plugin) Unreserve(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, nodeName string) {
 	if core.IsCandidate(pod.Labels) {
-		if kind := p.manager.Unreserve(ctx, pod, nodeName); kind != "" {
-			candidatesUnreserved.WithLabelValues(pod.Labels[protocol.SourceClusterLabel], kind).Inc()
+		if kind, held := p.manager.Unreserve(ctx, pod, nodeName); kind != "" {
+			cluster := pod.Labels[protocol.SourceClusterLabel]
+			candidatesUnreserved.WithLabelValues(cluster, kind).Inc()
+			unreservedHeldSeconds.WithLabelValues(cluster, kind).Add(held.Seconds())
 		}
 		p.quotas.activate(p.quotas.ledger.Unreserve(pod))
 	}

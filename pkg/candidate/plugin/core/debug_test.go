@@ -64,7 +64,9 @@ func TestWaiting(t *testing.T) {
 		t.Errorf("b shown as %+v", wb)
 	}
 
-	m.Unreserve(ctx, a, "node-1")
+	if kind, held := m.Unreserve(ctx, a, "node-1"); kind == "" || held <= 0 || held > time.Since(before) {
+		t.Errorf("a's Unreserve: %q after holding its node %s; want a kind, held since its Reserve (at most %s)", kind, held, time.Since(before))
+	}
 	if got, held := m.Waiting(1); got.Total != 1 || got.Items[0].Pod != "ns/b" || held != 3 {
 		t.Errorf("after a's Unreserve: %+v, held %d; want only b, 3 held", got, held)
 	}

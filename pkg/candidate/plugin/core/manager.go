@@ -107,7 +107,7 @@ func (m *Manager) Reserve(ctx context.Context, pod *v1.Pod, node string, nodeLab
 	}
 	topology := TopologyOf(nodeLabels, m.opts.TopologyKeys)
 	m.mu.Lock()
-	m.reserved[pod.UID] = &Reservation{Nonce: nonce, Node: node, Topology: topology, Pod: refOf(pod), Cluster: pod.Labels[protocol.SourceClusterLabel]}
+	m.reserved[pod.UID] = &Reservation{Nonce: nonce, Node: node, Topology: topology, Pod: refOf(pod), Cluster: pod.Labels[protocol.SourceClusterLabel], ReservedAt: time.Now()}
 	m.mu.Unlock()
 	m.writer.Set(refOf(pod), protocol.State{Phase: protocol.PhaseReserved, Nonce: nonce, Node: node, Score: score, Topology: topology})
 	klog.FromContext(ctx).V(2).Info("Reserved candidate", "pod", klog.KObj(pod), "node", node, "nonce", nonce, "score", score, "topology", topology)
@@ -173,20 +173,20 @@ func (m *Manager) Permit(ctx context.Context, pod *v1.Pod) Decision {
 // Unreserve forgets the reservation and reports it as Unreserved with the
 // reason. That report landing on the pod is what requeues the candidate (see
 // ReservationEnded). It returns the UnreserveKind, "" when it held no
-// reservation of pod.
-func (m *Manager) Unreserve(ctx context.Context, pod *v1.Pod, node string) (kind string) {
+// reservation of pod, and how long the reservation held its node.
+func (m *Manager) Unreserve(ctx context.Context, pod *v1.Pod, node string) (kind string, held time.Duration) {
 	m.mu.Lock()
 	r, ok := m.reserved[pod.UID]
 	delete(m.reserved, pod.UID)
 	m.mu.Unlock()
 	if !ok {
-		return ""
+		return "", 0
 	}
 	now := time.Now()
 	reason := UnreserveReason(*r, m.opts.PermitTimeout, now)
 	m.writer.Set(refOf(pod), protocol.State{Phase: protocol.PhaseUnreserved, Nonce: r.Nonce, Node: node, Reason: reason})
 	klog.FromContext(ctx).V(2).Info("Unreserved candidate", "pod", klog.KObj(pod), "node", node, "nonce", r.Nonce, "reason", reason)
-	return UnreserveKind(*r, m.opts.PermitTimeout, now)
+	return UnreserveKind(*r, m.opts.PermitTimeout, now), now.Sub(r.ReservedAt)
 }
 
 // BindingAnnotations returns the annotations a binding of pod to node

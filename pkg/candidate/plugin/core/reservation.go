@@ -19,6 +19,8 @@ type Reservation struct {
 	// scheduler's /debug/state.
 	Pod     PodRef
 	Cluster string
+	// ReservedAt is when Reserve made it: from then on it holds its node.
+	ReservedAt time.Time
 	// WaitingSince is when Permit started to wait; zero before.
 	WaitingSince time.Time
 	// Settled is set once the reservation was allowed or rejected on the
