@@ -2,11 +2,15 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -38,6 +42,13 @@ type GangRun struct {
 	// (Flotilla only); MeanReserved their mean over the samples.
 	PeakReserved int     `json:"peakReserved,omitempty"`
 	MeanReserved float64 `json:"meanReserved,omitempty"`
+	// Released counts the reservations of the run's candidates that ended
+	// without a binding, and ReleasedSeconds how long they held their
+	// nodes' room in all, as the targets' schedulers count them
+	// (flotilla_candidates_unreserved_total and _held_seconds_total):
+	// what gangs kept from other pods while they waited (Flotilla only).
+	Released        int     `json:"released,omitempty"`
+	ReleasedSeconds float64 `json:"releasedSeconds,omitempty"`
 	// Started counts the gangs Running whole by the end (all, unless the
 	// run timed out).
 	Started int `json:"started"`
@@ -187,6 +198,13 @@ func gangRun(ctx context.Context, cfg config, home *sandbox.Cluster, targets []*
 		}
 	}()
 
+	var releasedBefore released
+	if flotilla {
+		var err error
+		if releasedBefore, err = releasedReservations(ctx, targets); err != nil {
+			return nil, err
+		}
+	}
 	start := time.Now()
 	for g := range cfg.GangCount {
 		name := fmt.Sprintf("%s%d", prefix, g)
@@ -224,6 +242,13 @@ func gangRun(ctx context.Context, cfg config, home *sandbox.Cluster, targets []*
 	})
 	stopSampling()
 	<-sampled
+	var releasedAfter released
+	if flotilla {
+		var err error
+		if releasedAfter, err = releasedReservations(ctx, targets); err != nil {
+			return nil, err
+		}
+	}
 
 	mu.Lock()
 	r := &GangRun{Size: size, GangCount: cfg.GangCount}
@@ -263,6 +288,8 @@ func gangRun(ctx context.Context, cfg config, home *sandbox.Cluster, targets []*
 		r.PeakReserved = max(r.PeakReserved, n)
 		r.MeanReserved += float64(n) / float64(len(samples))
 	}
+	r.Released = int(releasedAfter.count - releasedBefore.count)
+	r.ReleasedSeconds = releasedAfter.seconds - releasedBefore.seconds
 
 	// Clean up for the next run: the pods, their Workloads, and the
 	// candidates in the targets.
@@ -308,15 +335,64 @@ func reservedCandidates(ctx context.Context, targets []*sandbox.Cluster) int {
 	return n
 }
 
+// released is what the targets' schedulers count of reservations that
+// ended without a binding.
+type released struct{ count, seconds float64 }
+
+// releasedReservations sums, over the targets, their schedulers'
+// flotilla_candidates_unreserved_total and
+// flotilla_candidates_unreserved_held_seconds_total, every source and
+// reason.
+func releasedReservations(ctx context.Context, targets []*sandbox.Cluster) (released, error) {
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // the sandbox's self-signed scheduler, on loopback
+	var r released
+	for _, t := range targets {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+t.SchedulerAddr()+"/metrics", nil)
+		if err != nil {
+			return r, err
+		}
+		req.Header.Set("Authorization", "Bearer "+t.RESTConfig().BearerToken)
+		resp, err := client.Do(req)
+		if err != nil {
+			return r, fmt.Errorf("cluster %s: reading its scheduler's /metrics: %w", t.Name, err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return r, fmt.Errorf("cluster %s: reading its scheduler's /metrics: %w", t.Name, err)
+		}
+		if resp.StatusCode != http.StatusOK {
+			return r, fmt.Errorf("cluster %s: reading its scheduler's /metrics: %s", t.Name, resp.Status)
+		}
+		for line := range strings.Lines(string(body)) {
+			name, rest, ok := strings.Cut(line, "{")
+			if !ok {
+				continue
+			}
+			v, err := strconv.ParseFloat(strings.TrimSpace(rest[strings.LastIndexByte(rest, ' ')+1:]), 64)
+			if err != nil {
+				continue
+			}
+			switch name {
+			case "flotilla_candidates_unreserved_total":
+				r.count += v
+			case "flotilla_candidates_unreserved_held_seconds_total":
+				r.seconds += v
+			}
+		}
+	}
+	return r, nil
+}
+
 // Markdown is the report as a table, Flotilla against the baseline.
 func (r *GangReport) Markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "## Gangs: %d gangs of each size, K=%d targets × %d nodes, %s\n\n", r.Config.GangCount, r.Config.Targets, r.Config.Nodes, budgetText(r.Config))
-	b.WriteString("| size | run | started | gangs/s | ratio | start p50 ms | start p99 ms | reservations held (peak / mean) |\n|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| size | run | started | gangs/s | ratio | start p50 ms | start p99 ms | reservations held (peak / mean) | released unbound: reservations, seconds held |\n|---|---|---|---|---|---|---|---|---|\n")
 	for i, size := range r.Sizes {
 		base, fl := r.Baseline[i], r.Flotilla[i]
-		fmt.Fprintf(&b, "| %d | kube-scheduler | %d/%d | %.2f | | %.0f | %.0f | |\n", size, base.Started, base.GangCount, base.GangsPerSecond, base.StartMillis.P50, base.StartMillis.P99)
-		fmt.Fprintf(&b, "| %d | Flotilla | %d/%d | %.2f | %s | %.0f | %.0f | %d / %.1f |\n", size, fl.Started, fl.GangCount, fl.GangsPerSecond, ratioText(fl.GangsPerSecond, base.GangsPerSecond), fl.StartMillis.P50, fl.StartMillis.P99, fl.PeakReserved, fl.MeanReserved)
+		fmt.Fprintf(&b, "| %d | kube-scheduler | %d/%d | %.2f | | %.0f | %.0f | | |\n", size, base.Started, base.GangCount, base.GangsPerSecond, base.StartMillis.P50, base.StartMillis.P99)
+		fmt.Fprintf(&b, "| %d | Flotilla | %d/%d | %.2f | %s | %.0f | %.0f | %d / %.1f | %d, %.0f s |\n", size, fl.Started, fl.GangCount, fl.GangsPerSecond, ratioText(fl.GangsPerSecond, base.GangsPerSecond), fl.StartMillis.P50, fl.StartMillis.P99, fl.PeakReserved, fl.MeanReserved, fl.Released, fl.ReleasedSeconds)
 	}
 	return b.String()
 }
