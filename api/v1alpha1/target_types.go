@@ -8,7 +8,8 @@ import (
 type TargetCommon struct {
 	// Self makes this cluster its own target: pods may run here, through
 	// the same protocol, with the agent's own identity. Exactly one of self
-	// and kubeconfigSecretRef is set.
+	// and kubeconfigSecretRef (on a ClusterTarget: or clusterProfileRef)
+	// is set.
 	// +optional
 	Self bool `json:"self,omitempty"`
 
@@ -70,7 +71,9 @@ type TargetSpec struct {
 
 	// KubeconfigSecretRef names a Secret of the Target's namespace holding
 	// a kubeconfig for the target cluster (as written by the target's
-	// agent for this source's invitation).
+	// agent for this source's invitation). A Target cannot name a
+	// ClusterProfile: the cluster inventory is the cluster admin's, not a
+	// tenant's of one namespace.
 	// +optional
 	KubeconfigSecretRef *LocalSecretKeyRef `json:"kubeconfigSecretRef,omitempty"`
 
@@ -84,7 +87,7 @@ type TargetSpec struct {
 
 // ClusterTargetSpec is the spec of a ClusterTarget.
 // +kubebuilder:validation:XValidation:rule="!(has(self.localFirst) && self.localFirst) || (has(self.self) && self.self)",message="spec.localFirst needs spec.self: only this cluster's own pods can stay in it",fieldPath=".localFirst"
-// +kubebuilder:validation:XValidation:rule="(has(self.self) && self.self) != has(self.kubeconfigSecretRef)",message="exactly one of spec.self and spec.kubeconfigSecretRef must be set",fieldPath=".kubeconfigSecretRef"
+// +kubebuilder:validation:XValidation:rule="[has(self.self) && self.self, has(self.kubeconfigSecretRef), has(self.clusterProfileRef)].filter(x, x).size() == 1",message="exactly one of spec.self, spec.kubeconfigSecretRef and spec.clusterProfileRef must be set",fieldPath=".kubeconfigSecretRef"
 type ClusterTargetSpec struct {
 	TargetCommon `json:",inline"`
 
@@ -92,6 +95,14 @@ type ClusterTargetSpec struct {
 	// target cluster.
 	// +optional
 	KubeconfigSecretRef *SecretKeyRef `json:"kubeconfigSecretRef,omitempty"`
+
+	// ClusterProfileRef names a ClusterProfile of the Cluster Inventory
+	// API (multicluster.x-k8s.io/v1alpha1) in this cluster: the target's
+	// server and CA come from one of its access providers, the bearer
+	// token from a Secret of this cluster, and the profile's labels and
+	// properties become the virtual node's labels (spec.labels win).
+	// +optional
+	ClusterProfileRef *ClusterProfileRef `json:"clusterProfileRef,omitempty"`
 
 	// NamespaceMapping sends the pods of a source namespace to a namespace
 	// of another name in the target; unmapped namespaces keep their name.
@@ -101,6 +112,77 @@ type ClusterTargetSpec struct {
 	// +kubebuilder:validation:MaxItems=256
 	NamespaceMapping []NamespaceMapping `json:"namespaceMapping,omitempty"`
 }
+
+// ClusterProfileRef names a ClusterProfile and says how to reach the
+// cluster it stands for.
+type ClusterProfileRef struct {
+	// Namespace of the ClusterProfile.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Namespace string `json:"namespace"`
+	// Name of the ClusterProfile.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// AccessProvider names the entry of the profile's
+	// status.accessProviders (or, deprecated, status.credentialProviders)
+	// whose cluster gives the server and its CA; default: the profile's
+	// only entry.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	AccessProvider string `json:"accessProvider,omitempty"`
+	// TokenSecretRef names the Secret whose key holds the bearer token
+	// sent to that server; default: the Secret of the profile's name in
+	// the agent's namespace, key "token" (the shape the Cluster Inventory
+	// API's secretreader convention gives a consumer's Secret). The
+	// token of a ServiceAccount is renewed in that key before it expires.
+	// +optional
+	TokenSecretRef *TokenSecretRef `json:"tokenSecretRef,omitempty"`
+	// AllowedServers, when set, are the only servers (scheme, host and
+	// port, as https://host:port) the profile may name: whoever may write
+	// the profile's status otherwise chooses where the token is sent.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=512
+	AllowedServers []string `json:"allowedServers,omitempty"`
+}
+
+// TokenSecretRef names the key of a Secret that holds a bearer token.
+type TokenSecretRef struct {
+	// Name of the Secret.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// Namespace of the Secret; default: the agent's namespace.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Namespace string `json:"namespace,omitempty"`
+	// Key of the token in the Secret's data; default "token".
+	// +optional
+	// +kubebuilder:default=token
+	// +kubebuilder:validation:MaxLength=253
+	Key string `json:"key,omitempty"`
+}
+
+// Reasons of a ClusterTarget that names a ClusterProfile.
+const (
+	// ReasonClusterProfileAPIMissing: this cluster serves no ClusterProfile
+	// API (its CRD is not installed).
+	ReasonClusterProfileAPIMissing = "ClusterProfileAPIMissing"
+	// ReasonClusterProfileNotFound: the named ClusterProfile does not
+	// exist (deleted, or not made yet).
+	ReasonClusterProfileNotFound = "ClusterProfileNotFound"
+	// ReasonClusterProfileInvalid: the profile names no usable access
+	// provider, or its token Secret holds no token.
+	ReasonClusterProfileInvalid = "ClusterProfileInvalid"
+	// ReasonClusterProfileRefused: the profile asks what Flotilla will not
+	// do (a server without verified TLS, a file, a proxy, a plugin's
+	// input, a server outside allowedServers).
+	ReasonClusterProfileRefused = "ClusterProfileRefused"
+)
 
 // LocalSecretKeyRef names a key of a Secret in the same namespace.
 type LocalSecretKeyRef struct {

@@ -30,6 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/flotilla-dev/flotilla/api/v1alpha1"
+	"github.com/flotilla-dev/flotilla/pkg/clusterprofile"
 	"github.com/flotilla-dev/flotilla/pkg/kubeconfig"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
 	"github.com/flotilla-dev/flotilla/pkg/summary"
@@ -61,6 +62,7 @@ const (
 // +kubebuilder:rbac:groups=multicluster.flotilla.dev,resources=targets/status;clustertargets/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=multicluster.flotilla.dev,resources=targets/finalizers;clustertargets/finalizers,verbs=update
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;update;patch
+// +kubebuilder:rbac:groups=multicluster.x-k8s.io,resources=clusterprofiles,verbs=get
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=nodes/status,verbs=get;update;patch
 
@@ -214,6 +216,12 @@ type view struct {
 	secretObj *corev1.Secret
 	// summary is the ClusterSummary named by the Secret, if any.
 	summary string
+	// profile is the ClusterProfile a ClusterTarget names; the Secret
+	// then holds only its token (tokenOnly).
+	profile   *v1alpha1.ClusterProfileRef
+	tokenOnly bool
+	// read says where the connection came from, for CredentialsValid.
+	read string
 }
 
 func targetView(t *v1alpha1.Target) view {
@@ -238,6 +246,21 @@ func (c *Controller) clusterTargetView(t *v1alpha1.ClusterTarget) view {
 			ns = c.Namespace
 		}
 		v.secret, v.secretKey = types.NamespacedName{Namespace: ns, Name: ref.Name}, ref.Key
+	}
+	if ref := t.Spec.ClusterProfileRef; ref != nil {
+		v.profile = ref
+		v.tokenOnly = true
+		ns, name, key := c.Namespace, ref.Name, "token"
+		if tr := ref.TokenSecretRef; tr != nil {
+			name = tr.Name
+			if tr.Namespace != "" {
+				ns = tr.Namespace
+			}
+			if tr.Key != "" {
+				key = tr.Key
+			}
+		}
+		v.secret, v.secretKey = types.NamespacedName{Namespace: ns, Name: name}, key
 	}
 	if len(t.Spec.NamespaceMapping) > 0 {
 		v.mapping = map[string]string{}
@@ -363,7 +386,11 @@ func (c *Controller) connect(ctx context.Context, v view) (reconcile.Result, err
 	} else if cfg.BearerToken != "" && cfg.BearerToken != r.t.Token() {
 		r.t.SetToken(cfg.BearerToken)
 	}
-	setCondition(v, v1alpha1.TargetCredentialsValid, metav1.ConditionTrue, v1alpha1.ReasonConnected, "The kubeconfig was read")
+	read := v.read
+	if read == "" {
+		read = "The kubeconfig was read"
+	}
+	setCondition(v, v1alpha1.TargetCredentialsValid, metav1.ConditionTrue, v1alpha1.ReasonConnected, read)
 	v.status.VirtualNode = r.t.NodeName
 	c.reportOverlaps(v, r.t)
 	c.renew(ctx, v, r.t)
@@ -400,6 +427,14 @@ func (c *Controller) connect(ctx context.Context, v view) (reconcile.Result, err
 // resolve reads the connection of a target; hash covers everything but the
 // token, which is renewed in place.
 func (c *Controller) resolve(ctx context.Context, v *view) (cfg *rest.Config, hash, reason string, err error) {
+	var profile *clusterprofile.ClusterProfile
+	if v.profile != nil {
+		// Its labels are the node's: read it first, so that a change
+		// of them changes the hash.
+		if profile, reason, err = c.readProfile(ctx, v); err != nil {
+			return nil, "", reason, err
+		}
+	}
 	h := sha256.New()
 	fmt.Fprintf(h, "%t\x00%s\x00", v.self, v.namespace)
 	for _, k := range slices.Sorted(maps.Keys(v.labels)) {
@@ -431,10 +466,25 @@ func (c *Controller) resolve(ctx context.Context, v *view) (cfg *rest.Config, ha
 		key = "kubeconfig"
 	}
 	data, ok := secret.Data[key]
-	if !ok {
+	switch {
+	case !ok && profile != nil:
+		return nil, "", v1alpha1.ReasonClusterProfileInvalid, fmt.Errorf("the token Secret %s of ClusterProfile %s/%s has no key %q", v.secret, profile.Namespace, profile.Name, key)
+	case !ok:
 		return nil, "", v1alpha1.ReasonKubeconfigInvalid, fmt.Errorf("Secret %s has no key %q", v.secret, key)
+	case profile != nil:
+		cfg, err = profile.RESTConfig(clusterprofile.Access{
+			Provider: v.profile.AccessProvider, Token: strings.TrimSpace(string(data)), AllowedServers: v.profile.AllowedServers,
+		})
+		if err != nil {
+			reason = v1alpha1.ReasonClusterProfileInvalid
+			if errors.Is(err, kubeconfig.ErrRefused) {
+				reason = v1alpha1.ReasonClusterProfileRefused
+			}
+			return nil, "", reason, fmt.Errorf("%w (token from Secret %s)", err, v.secret)
+		}
+	default:
+		cfg, err = kubeconfig.RESTConfig(data)
 	}
-	cfg, err = kubeconfig.RESTConfig(data)
 	if err != nil {
 		reason = v1alpha1.ReasonKubeconfigInvalid
 		if errors.Is(err, kubeconfig.ErrRefused) {
@@ -451,6 +501,35 @@ func (c *Controller) resolve(ctx context.Context, v *view) (cfg *rest.Config, ha
 	cfg.ContentType, cfg.AcceptContentTypes = c.Self.ContentType, c.Self.AcceptContentTypes
 	fmt.Fprintf(h, "%s\x00%s\x00%x\x00%x\x00%x\x00", cfg.Host, cfg.ServerName, cfg.CAData, cfg.CertData, cfg.KeyData)
 	return cfg, hex.EncodeToString(h.Sum(nil)), "", nil
+}
+
+// readProfile reads the ClusterProfile v names and makes its labels the
+// node's, under the ClusterTarget's own.
+func (c *Controller) readProfile(ctx context.Context, v *view) (*clusterprofile.ClusterProfile, string, error) {
+	key := client.ObjectKey{Namespace: v.profile.Namespace, Name: v.profile.Name}
+	p, err := clusterprofile.Read(ctx, c.Reader, key)
+	if err != nil {
+		switch {
+		case meta.IsNoMatchError(err):
+			return nil, v1alpha1.ReasonClusterProfileAPIMissing, fmt.Errorf("this cluster serves no ClusterProfile API (%s): install the Cluster Inventory API's CRD, or name a kubeconfig Secret instead", clusterprofile.GroupVersionKind.GroupVersion())
+		case apierrors.IsNotFound(err):
+			return nil, v1alpha1.ReasonClusterProfileNotFound, fmt.Errorf("ClusterProfile %s not found", key)
+		case apierrors.IsForbidden(err):
+			return nil, v1alpha1.ReasonForbidden, fmt.Errorf("the agent may not read ClusterProfile %s: %w", key, err)
+		}
+		return nil, v1alpha1.ReasonClusterProfileInvalid, fmt.Errorf("reading ClusterProfile %s: %w", key, err)
+	}
+	labels, skipped := p.NodeLabels()
+	v.labels = clusterprofile.Merge(labels, v.labels)
+	provider, err := p.Provider(v.profile.AccessProvider)
+	if err != nil {
+		return nil, v1alpha1.ReasonClusterProfileInvalid, err
+	}
+	v.read = fmt.Sprintf("Reached through ClusterProfile %s (access provider %q), with the token of Secret %s", key, provider.Name, v.secret)
+	if len(skipped) > 0 {
+		v.read += "; not made node labels: " + strings.Join(skipped, ", ")
+	}
+	return p, "", nil
 }
 
 func (c *Controller) get(name string) *running {
@@ -705,7 +784,12 @@ func (c *Controller) renew(ctx context.Context, v view, t *Target) {
 	token, expires, err := t.renewToken(ctx, claims)
 	if err == nil {
 		var data []byte
-		if data, err = withToken(v.secretObj, v.secretKey, token); err == nil {
+		if v.tokenOnly {
+			data = []byte(token)
+		} else {
+			data, err = withToken(v.secretObj, v.secretKey, token)
+		}
+		if err == nil {
 			secret := v.secretObj.DeepCopy()
 			secret.Data[v.secretKey] = data
 			err = c.Client.Update(ctx, secret)
