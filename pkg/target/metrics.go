@@ -3,6 +3,8 @@ package target
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/flotilla-dev/flotilla/api/v1alpha1"
 )
 
 var (
@@ -34,6 +36,15 @@ var (
 	reachableDesc = prometheus.NewDesc("flotilla_target_reachable",
 		"1 when the target's API server answered the agent's last look at it (every 10s, 3s while not Ready), else 0 (also before the first look), by target. Only the leading agent runs targets.",
 		[]string{"target"}, nil)
+	readyDesc = prometheus.NewDesc("flotilla_target_ready",
+		"1 when the agent's last look at the target found it Ready (it answers, accepts this source's identity and its candidate cache has listed: the Target's Ready condition), else 0, by target. A target the agent does not run (its spec or Secret is refused) has no series.",
+		[]string{"target"}, nil)
+	tokenIssuedDesc = prometheus.NewDesc("flotilla_target_token_issued_timestamp_seconds",
+		"When the ServiceAccount token the agent holds for the target was issued (its iat claim, Unix seconds), by target; the agent renews it once agent.tokenRenewAfter of its lifetime has passed. Only targets reached with a ServiceAccount token that expires.",
+		[]string{"target"}, nil)
+	tokenExpiryDesc = prometheus.NewDesc("flotilla_target_token_expiry_timestamp_seconds",
+		"When the ServiceAccount token the agent holds for the target expires (its exp claim, Unix seconds), by target. Only targets reached with a ServiceAccount token that expires.",
+		[]string{"target"}, nil)
 	cachedDesc = prometheus.NewDesc("flotilla_target_candidates",
 		"Candidate pods of this source the agent's cache of the target holds, by target.",
 		[]string{"target"}, nil)
@@ -50,17 +61,36 @@ type Collector struct{ Set *Set }
 // Describe implements prometheus.Collector.
 func (c Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- reachableDesc
+	ch <- readyDesc
+	ch <- tokenIssuedDesc
+	ch <- tokenExpiryDesc
 	ch <- cachedDesc
 }
 
 // Collect implements prometheus.Collector.
 func (c Collector) Collect(ch chan<- prometheus.Metric) {
 	for _, t := range c.Set.All() {
-		reachable := 0.0
-		if h, _, ok := t.LastHealth(); ok && h.Reachable {
-			reachable = 1
+		reachable, ready := 0.0, 0.0
+		if h, _, ok := t.LastHealth(); ok {
+			if h.Reachable {
+				reachable = 1
+			}
+			// As Health.apply writes the Ready condition.
+			if h.Reachable && h.Authorized && h.Reason == v1alpha1.ReasonConnected && t.HasSynced() {
+				ready = 1
+			}
 		}
 		ch <- prometheus.MustNewConstMetric(reachableDesc, prometheus.GaugeValue, reachable, t.Name)
+		ch <- prometheus.MustNewConstMetric(readyDesc, prometheus.GaugeValue, ready, t.Name)
+		// The token held now: SetToken takes a renewed one only once its
+		// Secret was written, so a renewal that fails leaves it ageing.
+		// A self target's is the agent's own, which client-go renews.
+		if claims, err := parseToken(t.Token()); err == nil && !t.Self && claims.IssuedAt > 0 && claims.Expiry > claims.IssuedAt {
+			if _, _, ok := claims.serviceAccount(); ok {
+				ch <- prometheus.MustNewConstMetric(tokenIssuedDesc, prometheus.GaugeValue, float64(claims.IssuedAt), t.Name)
+				ch <- prometheus.MustNewConstMetric(tokenExpiryDesc, prometheus.GaugeValue, float64(claims.Expiry), t.Name)
+			}
+		}
 		ch <- prometheus.MustNewConstMetric(cachedDesc, prometheus.GaugeValue, float64(t.CandidateCount()), t.Name)
 	}
 }
