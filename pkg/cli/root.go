@@ -101,6 +101,7 @@ invitation gives the source).`,
 		newJoinCommand(kube),
 		newStatusCommand(kube),
 		newExplainCommand(kube),
+		newMigrateCommand(kube),
 	)
 	return root
 }
