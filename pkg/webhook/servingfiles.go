@@ -81,6 +81,7 @@ func (f *servingFiles) Start(ctx context.Context) error {
 		case written:
 			log.Info("Wrote the serving certificate")
 		}
+		observeCertExpiry(secret.Data[certKey])
 		roots := x509.NewCertPool()
 		roots.AppendCertsFromPEM(secret.Data[caCertKey])
 		f.mu.Lock()

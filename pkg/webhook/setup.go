@@ -125,7 +125,7 @@ func Setup(mgr manager.Manager, kube kubernetes.Interface, opts Options) error {
 		case <-files.synced:
 		}
 		mgr.GetWebhookServer().Register(Path, &admission.Webhook{
-			Handler: &Mutator{Decoder: admission.NewDecoder(mgr.GetScheme()), NotReadyTolerationSeconds: opts.NotReadyTolerationSeconds, Split: opts.Split, Local: opts.Local},
+			Handler: counted(&Mutator{Decoder: admission.NewDecoder(mgr.GetScheme()), NotReadyTolerationSeconds: opts.NotReadyTolerationSeconds, Split: opts.Split, Local: opts.Local}),
 		})
 		serving.Store(true)
 		return nil
