@@ -27,7 +27,12 @@ func TestCRDValidation(t *testing.T) {
 	}{
 		{"cluster target with a secret", "kind: ClusterTarget\nmetadata: {name: ok1}\nspec: {kubeconfigSecretRef: {name: s}, labels: {topology.kubernetes.io/region: eu-west-1}, namespaceMapping: [{source: a, target: b}]}", nil},
 		{"self target", "kind: Target\nmetadata: {name: ok2, namespace: default}\nspec: {self: true, targetNamespace: other}", nil},
-		{"both self and a secret", "kind: ClusterTarget\nmetadata: {name: bad1}\nspec: {self: true, kubeconfigSecretRef: {name: s}}", []string{"spec.kubeconfigSecretRef", "exactly one of spec.self and spec.kubeconfigSecretRef"}},
+		{"both self and a secret", "kind: ClusterTarget\nmetadata: {name: bad1}\nspec: {self: true, kubeconfigSecretRef: {name: s}}", []string{"spec.kubeconfigSecretRef", "exactly one of spec.self, spec.kubeconfigSecretRef and spec.clusterProfileRef"}},
+		{"cluster target with a cluster profile", "kind: ClusterTarget\nmetadata: {name: ok-profile}\nspec: {clusterProfileRef: {namespace: fleet, name: spoke-1, accessProvider: secretreader, tokenSecretRef: {name: t}, allowedServers: ['https://spoke-1.example.com:6443']}}", nil},
+		{"a secret and a cluster profile", "kind: ClusterTarget\nmetadata: {name: bad-profile1}\nspec: {kubeconfigSecretRef: {name: s}, clusterProfileRef: {namespace: fleet, name: spoke-1}}", []string{"spec.kubeconfigSecretRef", "exactly one of spec.self, spec.kubeconfigSecretRef and spec.clusterProfileRef"}},
+		{"self and a cluster profile", "kind: ClusterTarget\nmetadata: {name: bad-profile2}\nspec: {self: true, clusterProfileRef: {namespace: fleet, name: spoke-1}}", []string{"exactly one of spec.self, spec.kubeconfigSecretRef and spec.clusterProfileRef"}},
+		{"a cluster profile without its namespace", "kind: ClusterTarget\nmetadata: {name: bad-profile3}\nspec: {clusterProfileRef: {name: spoke-1}}", []string{"spec.clusterProfileRef.namespace"}},
+		{"a namespaced Target naming a cluster profile", "kind: Target\nmetadata: {name: bad-profile4, namespace: default}\nspec: {clusterProfileRef: {namespace: fleet, name: spoke-1}}", []string{"spec.clusterProfileRef", "unknown field"}},
 		{"neither self nor a secret", "kind: Target\nmetadata: {name: bad2, namespace: default}\nspec: {labels: {a: b}}", []string{"exactly one of spec.self and spec.kubeconfigSecretRef"}},
 		{"unknown field", "kind: ClusterTarget\nmetadata: {name: bad3}\nspec: {self: true, selff: true}", []string{"spec.selff", "unknown field"}},
 		{"namespace mapped to an invalid name", "kind: ClusterTarget\nmetadata: {name: bad4}\nspec: {self: true, namespaceMapping: [{source: a, target: Not_A_Namespace}]}", []string{"spec.namespaceMapping[0].target"}},
