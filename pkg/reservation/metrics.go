@@ -1,10 +1,12 @@
 package reservation
 
 import (
+	"context"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
@@ -46,4 +48,61 @@ func init() {
 // sinceCreation is how long ago pod was created.
 func sinceCreation(pod *corev1.Pod) float64 {
 	return time.Since(pod.CreationTimestamp.Time).Seconds()
+}
+
+var (
+	waitingDesc = prometheus.NewDesc("flotilla_source_pods_waiting",
+		"Source pods of this cluster not bound to a node yet (not being deleted), read from the agent's cache at each scrape. Only the leading agent reports it.",
+		nil, nil)
+	oldestWaitingDesc = prometheus.NewDesc("flotilla_source_pods_waiting_oldest_seconds",
+		"Seconds since the creation of the oldest source pod not bound to a node yet (0: none waits). Only the leading agent reports it.",
+		nil, nil)
+)
+
+// WaitingCollector reports the source pods that wait for a place, from
+// Reader (the manager's cache: no API call) at each scrape, once Leading is
+// closed: a standby reports nothing, so a fleet's sum counts each pod once.
+type WaitingCollector struct {
+	Reader  client.Reader
+	Leading <-chan struct{}
+}
+
+// Describe implements prometheus.Collector.
+func (c WaitingCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- waitingDesc
+	ch <- oldestWaitingDesc
+}
+
+// Collect implements prometheus.Collector.
+func (c WaitingCollector) Collect(ch chan<- prometheus.Metric) {
+	select {
+	case <-c.Leading:
+	default:
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	list := &corev1.PodList{}
+	// Read-only, so the cache's objects need no copy.
+	if err := c.Reader.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
+		ch <- prometheus.NewInvalidMetric(waitingDesc, err)
+		return
+	}
+	n, oldest := sourcePodsWaiting(list.Items, time.Now())
+	ch <- prometheus.MustNewConstMetric(waitingDesc, prometheus.GaugeValue, float64(n))
+	ch <- prometheus.MustNewConstMetric(oldestWaitingDesc, prometheus.GaugeValue, oldest)
+}
+
+// sourcePodsWaiting counts the source pods of pods not bound and not being deleted,
+// and the age at now of the oldest in seconds.
+func sourcePodsWaiting(pods []corev1.Pod, now time.Time) (n int, oldest float64) {
+	for i := range pods {
+		pod := &pods[i]
+		if !isSourcePod(pod) || pod.Spec.NodeName != "" || pod.DeletionTimestamp != nil {
+			continue
+		}
+		n++
+		oldest = max(oldest, now.Sub(pod.CreationTimestamp.Time).Seconds())
+	}
+	return n, oldest
 }
