@@ -17,7 +17,7 @@ generate:
 	rm -f charts/flotilla/crds/*.yaml && cp config/crd/*.yaml charts/flotilla/crds/
 	cp config/rbac/role.yaml charts/flotilla/files/agent-rbac.yaml
 
-## tools: build the pinned etcd, kube-apiserver, kube-controller-manager, kubectl, kwok, helm and controller-gen into ./bin
+## tools: build the pinned etcd, kube-apiserver, kube-controller-manager, kubectl, kwok, helm, controller-gen and promtool into ./bin
 tools:
 	hack/tools.sh
 

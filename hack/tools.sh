@@ -14,6 +14,8 @@ ETCD_VERSION=v3.6.5
 KWOK_VERSION=v0.7.0
 HELM_VERSION=v3.19.0
 CONTROLLER_GEN_VERSION=v0.19.0
+# Prometheus 3.9.1: its Go module is tagged v0.<major*100+minor>.<patch>.
+PROMETHEUS_VERSION=v0.309.1
 
 log() { echo "tools: $*" >&2; }
 
@@ -56,7 +58,27 @@ install_at() {
   stamp "$name" "$version"
 }
 
-want="${*:-etcd kube-apiserver kube-controller-manager kubectl kwok helm controller-gen}"
+# Tools whose go.mod has exclude or replace directives cannot be installed
+# with "go install pkg@version": they build inside their own module, as
+# downloaded into the module cache (read-only; nothing is written there).
+build_in_module() {
+  local name="$1" module="$2" pkg="$3" version="$4" ldflags="${5:-}" dir
+  if fresh "$name" "$version"; then return; fi
+  log "building $name $version"
+  dir="$(go mod download -json "$module@$version" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+  [[ -n "$dir" ]] || { echo "tools: downloading $module@$version gave no directory" >&2; exit 1; }
+  (cd "$dir" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w $ldflags" -o "$BIN/$name" "$pkg")
+  stamp "$name" "$version"
+}
+
+# prometheus_release is PROMETHEUS_VERSION as Prometheus names it (v0.309.1: 3.9.1).
+prometheus_release() {
+  local v="${PROMETHEUS_VERSION#v0.}"
+  local mm="${v%%.*}"
+  echo "$((mm / 100)).$((mm % 100)).${v#*.}"
+}
+
+want="${*:-etcd kube-apiserver kube-controller-manager kubectl kwok helm controller-gen promtool}"
 for tool in $want; do
   case "$tool" in
     etcd) build_pinned etcd go.etcd.io/etcd/server/v3 "$ETCD_VERSION" "-s -w" ;;
@@ -66,6 +88,7 @@ for tool in $want; do
     kwok) install_at kwok sigs.k8s.io/kwok/cmd/kwok "$KWOK_VERSION" "-X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION" ;;
     helm) install_at helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION" "-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" ;;
     controller-gen) install_at controller-gen sigs.k8s.io/controller-tools/cmd/controller-gen "$CONTROLLER_GEN_VERSION" ;;
+    promtool) build_in_module promtool github.com/prometheus/prometheus ./cmd/promtool "$PROMETHEUS_VERSION" "-X github.com/prometheus/common/version.Version=$(prometheus_release)" ;;
     *) echo "tools: unknown tool $tool" >&2; exit 2 ;;
   esac
 done
