@@ -5,7 +5,7 @@ GO ?= go
 SANDBOX_DIR ?= $(CURDIR)/.sandbox/demo
 TEST_TIMEOUT ?= 60m
 
-.PHONY: all generate tools build test test-unit test-e2e demo demo-down bench bench-mesh bench-sweep chaos chaos-planted scenarios scenarios-planted vet clean
+.PHONY: all generate tools build test test-unit test-e2e test-monitoring demo demo-down bench bench-mesh bench-sweep chaos chaos-planted scenarios scenarios-planted vet clean
 
 all: build
 
@@ -36,6 +36,10 @@ test: tools build vet test-unit test-e2e
 
 test-unit:
 	$(GO) test -count=1 $$($(GO) list ./... | grep -v /test/)
+
+## test-monitoring: the chart's monitoring parts alone, in seconds, without a sandbox: promtool's check and unit tests of the alerts, the rendered ServiceMonitors, PrometheusRule and dashboard (make test runs them with test/...)
+test-monitoring: tools
+	$(GO) test -count=1 ./test/monitoring
 
 # Sandbox tests start real control planes: one package at a time.
 test-e2e:
