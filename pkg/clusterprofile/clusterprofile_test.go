@@ -98,7 +98,7 @@ func TestRESTConfig(t *testing.T) {
 
 		{name: "plain http: the token in clear", profile: with("https://spoke-1.example.com:6443", "http://spoke-1.example.com:6443"),
 			access: Access{Token: "tok"}, err: kubeconfig.ErrRefused, why: "not https"},
-		{name: "no scheme, which client-go reads as http", profile: with("https://spoke-1.example.com:6443", "spoke-1.example.com:80"),
+		{name: "host:port without a scheme, which client-go does not read as https", profile: with("https://spoke-1.example.com:6443", "spoke-1.example.com:80"),
 			access: Access{Token: "tok"}, err: kubeconfig.ErrRefused, why: "not https"},
 		{name: "TLS not verified", profile: with("      certificate-authority-data: Zm9v\n", "      insecure-skip-tls-verify: true\n"),
 			access: Access{Token: "tok"}, err: kubeconfig.ErrRefused, why: "insecure-skip-tls-verify"},
