@@ -27,8 +27,11 @@ func newMigrateCommand(kube *kubeFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "migrate SYSTEM",
 		Short: "Turn another multi-cluster scheduler's objects into Flotilla's",
-		Args:  cobra.NoArgs,
+		Args:  cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usageErrorf("migrate knows no system %q: kubectl flotilla migrate admiralty", args[0])
+			}
 			return usageErrorf("name the system to migrate from: kubectl flotilla migrate admiralty")
 		},
 	}

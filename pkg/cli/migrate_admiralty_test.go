@@ -446,3 +446,26 @@ func TestWriteMigrationYAMLHidesSecrets(t *testing.T) {
 		t.Errorf("the YAML carries status or creationTimestamp:\n%s", out)
 	}
 }
+
+func TestMigrateUsage(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want int
+		out  string
+	}{
+		{args: []string{"migrate"}, want: ExitUsage, out: "kubectl flotilla migrate admiralty"},
+		{args: []string{"migrate", "karmada"}, want: ExitUsage, out: `no system "karmada"`},
+		{args: []string{"migrate", "admiralty", "--help"}, want: ExitOK, out: "--apply"},
+		{args: []string{"migrate", "admiralty", "extra"}, want: ExitUsage, out: "no arguments"},
+		{args: []string{"migrate", "admiralty", "--namespaces", "a", "--namespace-selector", "b=c"}, want: ExitUsage, out: "exclude each other"},
+		{args: []string{"migrate", "admiralty", "--namespace-selector", "a in"}, want: ExitUsage, out: "--namespace-selector"},
+	} {
+		var stdout, stderr bytes.Buffer
+		if got := Main(tc.args, &stdout, &stderr); got != tc.want {
+			t.Errorf("%v: exit %d, want %d (stderr %q)", tc.args, got, tc.want, stderr.String())
+		}
+		if !strings.Contains(stdout.String()+stderr.String(), tc.out) {
+			t.Errorf("%v: output lacks %q: stdout %q stderr %q", tc.args, tc.out, stdout.String(), stderr.String())
+		}
+	}
+}
