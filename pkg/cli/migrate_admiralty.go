@@ -522,13 +522,13 @@ func optInFindings(st admiraltyState) []finding {
 		if w.Kind == "pod" {
 			f.Notes = append(f.Notes, "a pod is opted in when it is created: recreate it with the label "+protocol.ElectLabel+"=true and without the annotation "+admiraltyElect)
 		} else {
-			path := "/spec/template/metadata"
+			patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:null},"labels":{%q:"true"}}}`, admiraltyElect, protocol.ElectLabel)
+			patch = `{"spec":{"template":` + patch + `}}`
 			if w.Kind == "cronjob" {
-				path = "/spec/jobTemplate/spec/template/metadata"
+				patch = `{"spec":{"jobTemplate":` + patch + `}}`
 			}
 			f.Notes = append(f.Notes, "the patch changes the pod template: the workload replaces its pods, and the new ones go through Flotilla")
-			f.Commands = append(f.Commands, fmt.Sprintf(`kubectl -n %s patch %s %s --type json -p '[{"op":"remove","path":"%s/annotations/%s"},{"op":"add","path":"%s/labels/%s","value":"true"}]'`,
-				w.Namespace, w.Kind, w.Name, path, jsonPointerEscape(admiraltyElect), path, jsonPointerEscape(protocol.ElectLabel)))
+			f.Commands = append(f.Commands, fmt.Sprintf("kubectl -n %s patch %s %s --type merge -p '%s'", w.Namespace, w.Kind, w.Name, patch))
 		}
 		out = append(out, f)
 	}
@@ -548,11 +548,6 @@ func optInFindings(st admiraltyState) []finding {
 		})
 	}
 	return out
-}
-
-// jsonPointerEscape escapes a key for a JSON patch path.
-func jsonPointerEscape(s string) string {
-	return strings.ReplaceAll(strings.ReplaceAll(s, "~", "~0"), "/", "~1")
 }
 
 // podTemplateOptedIn reports whether annotations opt pods in to Admiralty.

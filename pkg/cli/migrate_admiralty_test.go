@@ -373,9 +373,9 @@ func TestAdmiraltyOptInFindings(t *testing.T) {
 	}{
 		{"namespace shop", nil, []string{"kubectl label namespace shop multicluster-scheduler- multicluster.flotilla.dev/enabled=true"}},
 		{"namespace web", nil, []string{"kubectl label namespace web multicluster-scheduler- multicluster.flotilla.dev/enabled=true"}},
-		{"cronjob shop/nightly", nil, []string{`kubectl -n shop patch cronjob nightly --type json -p '[{"op":"remove","path":"/spec/jobTemplate/spec/template/metadata/annotations/multicluster.admiralty.io~1elect"},{"op":"add","path":"/spec/jobTemplate/spec/template/metadata/labels/multicluster.flotilla.dev~1elect","value":"true"}]'`}},
+		{"cronjob shop/nightly", nil, []string{`kubectl -n shop patch cronjob nightly --type merge -p '{"spec":{"jobTemplate":{"spec":{"template":{"metadata":{"annotations":{"multicluster.admiralty.io/elect":null},"labels":{"multicluster.flotilla.dev/elect":"true"}}}}}}}'`}},
 		{"deployment shop/api", []string{"annotation multicluster.admiralty.io/no-reservation: Flotilla has no equivalent", "replaces its pods"},
-			[]string{`kubectl -n shop patch deployment api --type json -p '[{"op":"remove","path":"/spec/template/metadata/annotations/multicluster.admiralty.io~1elect"},{"op":"add","path":"/spec/template/metadata/labels/multicluster.flotilla.dev~1elect","value":"true"}]'`}},
+			[]string{`kubectl -n shop patch deployment api --type merge -p '{"spec":{"template":{"metadata":{"annotations":{"multicluster.admiralty.io/elect":null},"labels":{"multicluster.flotilla.dev/elect":"true"}}}}}'`}},
 		{"pod web/once", []string{"recreate it with the label multicluster.flotilla.dev/elect=true", "clustername: Admiralty ignores it since v0.8"}, nil},
 		{"node admiralty-cluster-c2", []string{"keep Admiralty installed"}, nil},
 		{"service shop/api", []string{"Flotilla reroutes no Service"}, []string{"kubectl -n shop edit service api"}},
