@@ -144,6 +144,12 @@ func TestNodeLabels(t *testing.T) {
 		{name: "properties, and the profile's labels win", profile: good, want: map[string]string{
 			"x-k8s.io/cluster-manager": "ocm", "region": "eu-west", "zone": "eu-west-1a",
 		}},
+		{name: "a label of the profile under Flotilla's prefix is skipped",
+			profile: with("    region: eu-west\n", "    region: eu-west\n    multicluster.flotilla.dev/target: forged\n"),
+			want: map[string]string{
+				"x-k8s.io/cluster-manager": "ocm", "region": "eu-west", "zone": "eu-west-1a",
+			},
+			skipped: []string{`label "multicluster.flotilla.dev/target": Flotilla's own`}},
 		{name: "what is no label is skipped with its reason",
 			profile: with("  - {name: zone, value: eu-west-1a}\n",
 				"  - {name: zone, value: eu-west-1a}\n"+
