@@ -59,7 +59,7 @@ fuzz:
 
 BENCH_FLAGS ?= -targets 3 -nodes 4 -pods 200
 
-## bench: one burst of pods through Flotilla and through plain kube-scheduler, side by side, each cluster in a CPU cgroup of 0.45 cores (needs root and a cpu controller; BENCH_FLAGS="... -cpu-per-cluster 0" runs uncapped; see docs/benchmarks.md)
+## bench: one burst of pods through Flotilla and through plain kube-scheduler, side by side, each cluster in a CPU cgroup of 0.45 cores, twice: every process of a cluster in its cgroup, then its control plane alone (needs root and a cpu controller; BENCH_FLAGS="... -shape all" runs the first only, "-cpu-per-cluster 0" uncapped; see docs/benchmarks.md)
 bench: tools build
 	$(GO) run ./test/bench $(BENCH_FLAGS)
 

@@ -21,22 +21,42 @@ const hitQuotaFraction = 0.10
 // periods, idle in others.
 const saturatedQuota = 0.90
 
+// The shapes of a budget (-shape): what of a cluster its quota holds.
+const (
+	// shapeAll: every process of the cluster, the kubelets (kwok) and the
+	// release's pods too, as if the cluster were a machine of its own.
+	shapeAll = "all"
+	// shapeControlPlane: the control plane alone (etcd, kube-apiserver,
+	// kube-controller-manager, the cluster's kube-scheduler), as in
+	// production, where the release's pods and the kubelets run on worker
+	// nodes. Those go into the cluster's uncapped workers group
+	// (workersGroup), whose CPU is reported apart.
+	shapeControlPlane = "control-plane"
+)
+
+// workersGroup names the uncapped group of a cluster's worker processes in
+// the control-plane shape.
+func workersGroup(cluster string) string { return cluster + "-workers" }
+
 // budget is every cluster's CPU cgroup, with -cpu-per-cluster.
 type budget struct {
 	cores  float64
+	shape  string
 	h      *cgroup.Hierarchy
 	groups map[string]*cgroup.Group
 }
 
 // newBudget makes a cgroup with a quota of cores CPUs for each cluster of
 // opts and has the sandbox move every process of the cluster into it as it
-// starts. The bench itself, the load generator, stays where it is.
-func newBudget(cores float64, opts *sandbox.Options) (*budget, error) {
+// starts; in the control-plane shape only its control plane, and the rest
+// into a group of its own without a quota. The bench itself, the load
+// generator, stays where it is.
+func newBudget(cores float64, shape string, opts *sandbox.Options) (*budget, error) {
 	h, err := cgroup.Detect()
 	if err != nil {
 		return nil, fmt.Errorf("-cpu-per-cluster %g: %w; -cpu-per-cluster 0 runs without a CPU budget", cores, err)
 	}
-	b := &budget{cores: cores, h: h, groups: map[string]*cgroup.Group{}}
+	b := &budget{cores: cores, shape: shape, h: h, groups: map[string]*cgroup.Group{}}
 	for i := range opts.Clusters {
 		spec := &opts.Clusters[i]
 		g, err := h.New(spec.Name, cores)
@@ -45,10 +65,50 @@ func newBudget(cores float64, opts *sandbox.Options) (*budget, error) {
 			return nil, fmt.Errorf("-cpu-per-cluster %g: %w", cores, err)
 		}
 		b.groups[spec.Name] = g
-		spec.OnProcessStart = g.Add
+		if shape != shapeControlPlane {
+			spec.OnProcessStart = func(_ string, pid int) error { return g.Add(pid) }
+			continue
+		}
+		workers, err := h.New(workersGroup(spec.Name), 0)
+		if err != nil {
+			b.remove()
+			return nil, fmt.Errorf("-shape %s: %w", shape, err)
+		}
+		b.groups[workers.Name] = workers
+		spec.OnProcessStart = func(name string, pid int) error {
+			if sandbox.ControlPlane(name) {
+				return g.Add(pid)
+			}
+			return workers.Add(pid)
+		}
 	}
-	fmt.Fprintf(os.Stderr, "bench: every cluster in a cgroup of its own with %g cores (%s, under %s)\n", cores, h.Version, h.CPU+"/"+cgroup.Parent)
+	what := "every process of it"
+	if shape == shapeControlPlane {
+		what = "its control plane; its workers (kwok, the release's pods) uncapped, in a group apart"
+	}
+	fmt.Fprintf(os.Stderr, "bench: every cluster in a cgroup of its own with %g cores, %s (%s, under %s)\n", cores, what, h.Version, h.CPU+"/"+cgroup.Parent)
 	return b, nil
+}
+
+// coresOf is the quota of a group, 0 for none or one it does not hold.
+func (b *budget) coresOf(group string) float64 {
+	if g, ok := b.groups[group]; ok {
+		return g.Cores
+	}
+	return 0
+}
+
+// names are the groups of clusters: each cluster's, and in the
+// control-plane shape its workers' too.
+func (b *budget) names(clusters []string) []string {
+	if b.shape != shapeControlPlane {
+		return clusters
+	}
+	var out []string
+	for _, c := range clusters {
+		out = append(out, c, workersGroup(c))
+	}
+	return out
 }
 
 // remove deletes the groups once the sandbox has stopped.
@@ -104,10 +164,11 @@ type ClusterBudget struct {
 	Saturated bool `json:"saturated"`
 }
 
-// budgetOf is what each of clusters used between before and after, a
-// window of seconds; cpuFallback gives a cluster's CPU from /proc when the
-// cgroup has no usage counter (cgroup v1 without cpuacct).
-func budgetOf(cores float64, clusters []string, before, after map[string]cgroup.Stats, seconds, pods float64, cpuFallback func(string) float64) map[string]ClusterBudget {
+// budgetOf is what each of groups used between before and after, a
+// window of seconds; cores gives a group's quota (0: none); cpuFallback
+// gives a group's CPU from /proc when the cgroup has no usage counter
+// (cgroup v1 without cpuacct).
+func budgetOf(cores func(group string) float64, clusters []string, before, after map[string]cgroup.Stats, seconds, pods float64, cpuFallback func(string) float64) map[string]ClusterBudget {
 	out := map[string]ClusterBudget{}
 	for _, name := range clusters {
 		a, ok1 := after[name]
@@ -129,8 +190,8 @@ func budgetOf(cores float64, clusters []string, before, after map[string]cgroup.
 			ThrottledSeconds:  d.ThrottledSeconds,
 			HitQuota:          d.ThrottledFraction() >= hitQuotaFraction,
 		}
-		if cores > 0 && seconds > 0 {
-			cb.QuotaUsed = cpu / (cores * seconds)
+		if q := cores(name); q > 0 && seconds > 0 {
+			cb.QuotaUsed = cpu / (q * seconds)
 		}
 		cb.Saturated = cb.QuotaUsed >= saturatedQuota
 		out[name] = cb
@@ -160,8 +221,16 @@ func oversubscribed(cfg config, cpus int) string {
 // budgetHead opens the table of each capped cluster's CPU: what it counts
 // (window says over which time and per which pods) and its header.
 func budgetHead(b *strings.Builder, cfg config, window string) {
-	fmt.Fprintf(b, "\nCPU budget: every cluster in a cgroup of its own (%s) with %g cores, the load generator uncapped; each cluster's CPU from its cgroup, %s. It hit its quota when throttled in ≥ %.0f %% of the 100 ms periods in which it had work: throughout (saturated) when it used ≥ %.0f %% of its quota over the run, else in bursts.\n\n",
-		cfg.CgroupVersion, cfg.CPUPerCluster, window, 100*hitQuotaFraction, 100*saturatedQuota)
+	what := "every cluster"
+	if cfg.Shape == shapeControlPlane {
+		what = "every cluster's control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler)"
+	}
+	fmt.Fprintf(b, "\nCPU budget: %s in a cgroup of its own (%s) with %g cores, the load generator uncapped; each cluster's CPU from its cgroup, %s. It hit its quota when throttled in ≥ %.0f %% of the 100 ms periods in which it had work: throughout (saturated) when it used ≥ %.0f %% of its quota over the run, else in bursts.\n\n",
+		what, cfg.CgroupVersion, cfg.CPUPerCluster, window, 100*hitQuotaFraction, 100*saturatedQuota)
+	if cfg.Shape == shapeControlPlane {
+		fmt.Fprintln(b, "What runs on a production cluster's worker nodes (kwok for the kubelets; the agents and Flotilla's schedulers) is in an uncapped group per cluster, `<cluster>-workers`, compared with the baseline's `base-workers` (its kwok).")
+		fmt.Fprintln(b)
+	}
 	if cfg.Oversubscribed != "" {
 		fmt.Fprintf(b, "**Warning:** %s.\n\n", cfg.Oversubscribed)
 	}
@@ -176,19 +245,32 @@ func (r *Report) budgetMarkdown(b *strings.Builder) {
 		return
 	}
 	budgetHead(b, r.Config, "from the first create to the last pod Running")
-	baseline := base.Budget["base"].CPUPerPodMillis
-	line := func(run, name string, c ClusterBudget) { budgetLine(b, run, name, c, baseline) }
-	line("baseline", "base", base.Budget["base"])
+	// A workers group is set against the baseline's workers, a cluster
+	// against the baseline cluster.
+	line := func(run, name string, c ClusterBudget) {
+		against := "base"
+		if strings.HasSuffix(name, workersGroup("")) {
+			against = workersGroup("base")
+		}
+		budgetLine(b, run, name, c, base.Budget[against].CPUPerPodMillis)
+	}
+	for _, n := range []string{"base", workersGroup("base")} {
+		if c, ok := base.Budget[n]; ok {
+			line("baseline", n, c)
+		}
+	}
+	// The source first, then the targets.
 	var names []string
 	for n := range f.Budget {
-		if n != "src" {
+		if n != "src" && n != workersGroup("src") {
 			names = append(names, n)
 		}
 	}
 	sort.Strings(names)
-	line("flotilla", "src", f.Budget["src"])
-	for _, n := range names {
-		line("flotilla", n, f.Budget[n])
+	for _, n := range append([]string{"src", workersGroup("src")}, names...) {
+		if c, ok := f.Budget[n]; ok {
+			line("flotilla", n, c)
+		}
 	}
 }
 

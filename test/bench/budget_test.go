@@ -17,7 +17,7 @@ func TestBudgetOf(t *testing.T) {
 		"src": {UsageSeconds: 14.5, Periods: 200, Throttled: 90, ThrottledSeconds: 6},
 		"t1":  {UsageSeconds: -1, Periods: 150, Throttled: 2},
 	}
-	got := budgetOf(0.45, []string{"src", "t1", "gone"}, before, after, 10, 400, func(name string) float64 {
+	got := budgetOf(func(string) float64 { return 0.45 }, []string{"src", "t1", "gone"}, before, after, 10, 400, func(name string) float64 {
 		if name != "t1" {
 			t.Errorf("fallback asked for %s, which has a usage counter", name)
 		}
@@ -61,5 +61,62 @@ func wantIn(t *testing.T, what, out, want string) {
 	t.Helper()
 	if !strings.Contains(out, want) {
 		t.Errorf("%s lacks %q:\n%s", what, want, out)
+	}
+}
+
+func TestBudgetMarkdownControlPlane(t *testing.T) {
+	r := &Report{
+		Config: config{Targets: 1, CPUPerCluster: 0.45, CgroupVersion: "cgroup v1", Shape: shapeControlPlane},
+		Baseline: &Run{Budget: map[string]ClusterBudget{
+			"base": {CPUPerPodMillis: 10}, "base-workers": {CPUPerPodMillis: 2},
+		}},
+		Flotilla: &Run{Budget: map[string]ClusterBudget{
+			"src": {CPUPerPodMillis: 15}, "src-workers": {CPUPerPodMillis: 6},
+			"t1": {CPUPerPodMillis: 5}, "t1-workers": {CPUPerPodMillis: 3},
+		}},
+	}
+	var b strings.Builder
+	r.budgetMarkdown(&b)
+	out := b.String()
+	// Each workers group against the baseline's workers, each cluster
+	// against the baseline cluster; the source before the targets.
+	for _, want := range []string{
+		"every cluster's control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler) in a cgroup",
+		"| baseline | base-workers | 0.0 | 2.0 ms |",
+		"| flotilla | src | 0.0 | 15.0 ms | 1.50× |",
+		"| flotilla | src-workers | 0.0 | 6.0 ms | 3.00× |",
+		"| flotilla | t1-workers | 0.0 | 3.0 ms | 1.50× |",
+	} {
+		wantIn(t, "report", out, want)
+	}
+	if strings.Index(out, "| flotilla | src-workers") > strings.Index(out, "| flotilla | t1 |") {
+		t.Errorf("the source's rows should come before the targets':\n%s", out)
+	}
+}
+
+func TestParseShape(t *testing.T) {
+	for _, tc := range []struct {
+		raw     string
+		allOnly bool
+		want    string
+	}{
+		{"", false, "all,control-plane"},
+		{"both", false, "all,control-plane"},
+		{"control-plane", false, "control-plane"},
+		{"all", false, "all"},
+		{"", true, "all"},
+		{"all", true, "all"},
+		{"control-plane", true, "error"},
+		{"both", true, "error"},
+		{"workers", false, "error"},
+	} {
+		got, err := parseShape(tc.raw, tc.allOnly)
+		s := strings.Join(got, ",")
+		if err != nil {
+			s = "error"
+		}
+		if s != tc.want {
+			t.Errorf("parseShape(%q, allOnly %v) = %s (%v), want %s", tc.raw, tc.allOnly, s, err, tc.want)
+		}
 	}
 }

@@ -65,6 +65,9 @@ type config struct {
 	// CPUPerCluster is the CPU quota, in cores, of the cgroup every cluster
 	// runs in (every process of it, the agent with its own); 0: uncapped.
 	CPUPerCluster float64 `json:"cpuPerCluster"`
+	// Shape is what of each cluster its CPU quota holds: shapeAll or
+	// shapeControlPlane (budget.go).
+	Shape string `json:"shape,omitempty"`
 	// CgroupVersion is the cgroup version of the quotas.
 	CgroupVersion string `json:"cgroup,omitempty"`
 	// Oversubscribed says when the quotas of the clusters of the Flotilla
@@ -120,7 +123,14 @@ func main() {
 	flag.IntVar(&cfg.NodePods, "node-pods", 1000, "With -mesh: the pods each kwok node takes (its allocatable pods; 64 CPUs each).")
 	gangs := flag.String("gangs", "", "Gang mode: the gang sizes, comma-separated (e.g. 4,16,64): for each, -gang-count gangs of 100m members placed all at once through Flotilla (anyClusters, targets that invite the source) and by kube-scheduler 1.35's own gang scheduling in the baseline cluster (Workloads with a gang policy); the JSON goes into <out>/gangs-....json. Empty: off.")
 	flag.IntVar(&cfg.GangCount, "gang-count", 8, "With -gangs: gangs of each size per run.")
+	shape := flag.String("shape", "", "With -cpu-per-cluster: what of each cluster its quota holds. all: every process of the cluster (control plane, kwok, the release's agent and scheduler); control-plane: its control plane alone (etcd, kube-apiserver, kube-controller-manager, kube-scheduler), as in production, with kwok and the release's pods in an uncapped group whose CPU is reported apart; both: the burst twice, all then control-plane, in two sandboxes. Empty: both for a burst, all with -gangs, -mesh or -spread (which take only all).")
 	flag.Parse()
+	shapes, err := parseShape(*shape, *gangs != "" || cfg.Mesh > 0 || cfg.Spread)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
+	cfg.Shape = shapes[0]
 	if *gangs != "" {
 		sizes, err := parseSizes(*gangs)
 		if err != nil || cfg.GangCount < 1 {
@@ -184,36 +194,70 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench: -mesh is 0 (off) or the number of clusters")
 		os.Exit(2)
 	}
-	report, err := run(cfg, *keep, *hold)
+	if cfg.CPUPerCluster == 0 {
+		shapes = shapes[:1]
+	}
+	for _, shape := range shapes {
+		cfg.Shape = shape
+		if len(shapes) > 1 {
+			fmt.Fprintf(os.Stderr, "bench: budget shape %s\n", shape)
+		}
+		if err := burst(cfg, *out, *keep, *hold); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+	}
+}
+
+// parseShape reads -shape: the shapes of the budget to run, in order;
+// only shapeAll where the mode (-gangs, -mesh, -spread) has no other.
+func parseShape(raw string, allOnly bool) ([]string, error) {
+	switch {
+	case raw == "" && allOnly, raw == shapeAll:
+		return []string{shapeAll}, nil
+	case allOnly:
+		return nil, fmt.Errorf("-shape %s: -gangs, -mesh and -spread run only with -shape %s", raw, shapeAll)
+	case raw == "" || raw == "both":
+		return []string{shapeAll, shapeControlPlane}, nil
+	case raw == shapeControlPlane:
+		return []string{shapeControlPlane}, nil
+	}
+	return nil, fmt.Errorf("-shape %q: want %s, %s or both", raw, shapeAll, shapeControlPlane)
+}
+
+// burst runs the burst bench once, in cfg's shape, prints its report and
+// writes its JSON into out.
+func burst(cfg config, out string, keep, hold bool) error {
+	report, err := run(cfg, keep, hold)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", err)
-		os.Exit(1)
+		return err
 	}
 	fmt.Println(report.Markdown())
-	if err := os.MkdirAll(*out, 0o755); err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", err)
-		os.Exit(1)
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return err
 	}
 	capped := ""
 	if cfg.CPUPerCluster > 0 {
 		// Aside from the uncapped runs of the sweep, which the plot reads.
 		capped = fmt.Sprintf("-cpu%g", cfg.CPUPerCluster)
+		if cfg.Shape == shapeControlPlane {
+			capped += "-cp"
+		}
 	}
-	name := filepath.Join(*out, fmt.Sprintf("k%d-m%d-p%d-r%g-c%d%s.json", cfg.Targets, cfg.Nodes, cfg.Pods, cfg.Rate, cfg.MaxCandidates, capped))
+	name := filepath.Join(out, fmt.Sprintf("k%d-m%d-p%d-r%g-c%d%s.json", cfg.Targets, cfg.Nodes, cfg.Pods, cfg.Rate, cfg.MaxCandidates, capped))
 	if cfg.Spread {
 		// Aside from the grid's files, which the plot reads all of.
-		name = filepath.Join(*out, "spread", fmt.Sprintf("k%d-m%d-p%d-c%d%s-%s.json", cfg.Targets, cfg.Nodes, cfg.Pods, cfg.MaxCandidates, capped, time.Now().UTC().Format("20060102T150405")))
+		name = filepath.Join(out, "spread", fmt.Sprintf("k%d-m%d-p%d-c%d%s-%s.json", cfg.Targets, cfg.Nodes, cfg.Pods, cfg.MaxCandidates, capped, time.Now().UTC().Format("20060102T150405")))
 		if err := os.MkdirAll(filepath.Dir(name), 0o755); err != nil {
-			fmt.Fprintln(os.Stderr, "bench:", err)
-			os.Exit(1)
+			return err
 		}
 	}
 	raw, _ := json.MarshalIndent(report, "", "  ")
 	if err := os.WriteFile(name, raw, 0o644); err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", err)
-		os.Exit(1)
+		return err
 	}
 	fmt.Println("results written to", name)
+	return nil
 }
 
 func (c config) profilePath(kind string) string {
@@ -613,7 +657,7 @@ func startSandbox(ctx context.Context, cfg *config, opts sandbox.Options, prefix
 	opts.Dir = dir
 	removeBudget := func() {}
 	if cfg.CPUPerCluster > 0 {
-		if cfg.budget, err = newBudget(cfg.CPUPerCluster, &opts); err != nil {
+		if cfg.budget, err = newBudget(cfg.CPUPerCluster, cfg.Shape, &opts); err != nil {
 			_ = os.RemoveAll(dir)
 			return nil, nil, err
 		}

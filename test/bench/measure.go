@@ -258,7 +258,7 @@ func measure(ctx context.Context, cfg config, all []*sandbox.Cluster, home *sand
 		for _, c := range clusters {
 			names = append(names, c.Name)
 		}
-		r.Budget = budgetOf(cfg.CPUPerCluster, names, cgBefore, cgAfter, window.Seconds(), float64(cfg.Pods), func(name string) float64 { return r.CPUByCluster[name] })
+		r.Budget = budgetOf(cfg.budget.coresOf, cfg.budget.names(names), cgBefore, cgAfter, window.Seconds(), float64(cfg.Pods), func(name string) float64 { return r.CPUByCluster[name] })
 	}
 	return r, nil
 }

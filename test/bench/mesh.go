@@ -676,7 +676,7 @@ func meshMeasure(ctx context.Context, cfg config, all, mesh []*sandbox.Cluster, 
 		names = append(names, c.Name)
 	}
 	if cfg.budget != nil {
-		r.Budget = budgetOf(cfg.CPUPerCluster, names, cgBefore, cgAfter, window.Seconds(), cfg.perCluster(), func(name string) float64 { return r.CPUByCluster[name] })
+		r.Budget = budgetOf(cfg.budget.coresOf, names, cgBefore, cgAfter, window.Seconds(), cfg.perCluster(), func(name string) float64 { return r.CPUByCluster[name] })
 	}
 	return &r, nil
 }

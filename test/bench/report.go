@@ -130,6 +130,17 @@ func (r *Report) Markdown() string {
 	if f.AgentLiveHeapMiB > 0 {
 		fmt.Fprintf(&b, "| agent: live heap after the run | %.1f MiB | | |\n", f.AgentLiveHeapMiB)
 	}
+	// What runs as pods on worker nodes in production: Flotilla's agents
+	// and schedulers, against the baseline's kube-scheduler, which does
+	// the work they share.
+	var releaseCPU, schedulerCPU float64
+	for _, p := range f.Processes {
+		releaseCPU += p.CPUSeconds
+	}
+	for _, p := range base.Processes {
+		schedulerCPU += p.CPUSeconds
+	}
+	row("CPU/pod of Flotilla's pods (every agent and Flotilla scheduler) / of kube-scheduler", 1000*releaseCPU/float64(f.Pods), 1000*schedulerCPU/float64(base.Pods), "ms")
 	for _, p := range f.Processes {
 		fmt.Fprintf(&b, "| %s: CPU s, peak RSS | %.1f s, %.0f MiB | | |\n", p.Name, p.CPUSeconds, p.PeakRSSMiB)
 	}

@@ -36,6 +36,19 @@ const (
 	Kwok               Component = "kwok"
 )
 
+// ControlPlane tells whether the process of that name (as OnProcessStart
+// gives it) is one a production cluster runs on its control plane: etcd,
+// the API server, the controller manager and the cluster's own scheduler.
+// kwok stands for the kubelets, and the release's processes (agents,
+// Flotilla's scheduler, hook Jobs) for pods: they run on worker nodes.
+func ControlPlane(name string) bool {
+	switch Component(name) {
+	case Etcd, APIServer, ControllerManager, Scheduler:
+		return true
+	}
+	return false
+}
+
 // startOrder is the order in which a cluster's processes come up and the
 // reverse of the order in which they stop.
 var startOrder = []Component{Etcd, APIServer, ControllerManager, Scheduler, Kwok}

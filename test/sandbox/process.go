@@ -19,8 +19,8 @@ type Process struct {
 	args    []string
 	env     []string // added to the sandbox's own environment
 	logPath string
-	// onStart is called with the pid right after each start (ClusterSpec.OnProcessStart).
-	onStart func(pid int) error
+	// onStart is called with the name and pid right after each start (ClusterSpec.OnProcessStart).
+	onStart func(name string, pid int) error
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -61,7 +61,7 @@ func (p *Process) start() error {
 		return fmt.Errorf("starting %s: %w", p.name, err)
 	}
 	if p.onStart != nil {
-		if err := p.onStart(cmd.Process.Pid); err != nil {
+		if err := p.onStart(p.name, cmd.Process.Pid); err != nil {
 			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 			_ = cmd.Wait()
 			logFile.Close()

@@ -335,7 +335,7 @@ func (r *Release) runHook(ctx context.Context, job *batchv1.Job) error {
 	cmd.Stdout, cmd.Stderr = &buf, &buf
 	err = cmd.Start()
 	if err == nil && c.spec.OnProcessStart != nil {
-		if err = c.spec.OnProcessStart(cmd.Process.Pid); err != nil {
+		if err = c.spec.OnProcessStart(job.Name, cmd.Process.Pid); err != nil {
 			_ = cmd.Process.Kill()
 		}
 	}

@@ -56,14 +56,17 @@ type ClusterSpec struct {
 	// scheduler.permitTimeoutSeconds, or the flotilla profile of the
 	// cluster's own scheduler without a release) instead of 30 s.
 	PermitTimeoutSeconds int
-	// OnProcessStart, when set, is called with the pid of every process the
-	// sandbox starts for this cluster (its control plane, kwok, its
-	// schedulers, the agents and hook Jobs of its Flotilla release), restarts
-	// included, as soon as it has started and before it is waited on; an
-	// error kills the process and fails its start. The bench moves each one
-	// into the cluster's CPU cgroup here (test/cgroup); what a process
-	// starts afterwards is born in its cgroup.
-	OnProcessStart func(pid int) error
+	// OnProcessStart, when set, is called with the name and pid of every
+	// process the sandbox starts for this cluster (its control plane, kwok,
+	// its schedulers, the agents and hook Jobs of its Flotilla release),
+	// restarts included, as soon as it has started and before it is waited
+	// on; an error kills the process and fails its start. The name is a
+	// Component for the cluster's own processes (ControlPlane tells which
+	// of them a production cluster runs on its control plane), and the
+	// process's or Job's name for the release's. The bench moves each one
+	// into a CPU cgroup here (test/cgroup); what a process starts afterwards
+	// is born in its cgroup.
+	OnProcessStart func(name string, pid int) error
 }
 
 // Sandbox is a set of running clusters.

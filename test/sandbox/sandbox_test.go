@@ -152,11 +152,11 @@ func TestSandbox(t *testing.T) {
 // OnProcessStart (where the bench caps a cluster's CPU).
 func TestTeardownLeavesNoProcess(t *testing.T) {
 	var mu sync.Mutex
-	started := map[int]bool{}
-	onStart := func(pid int) error {
+	started := map[int]string{}
+	onStart := func(name string, pid int) error {
 		mu.Lock()
 		defer mu.Unlock()
-		started[pid] = true
+		started[pid] = name
 		return nil
 	}
 	s, err := sandbox.Start(t.Context(), sandbox.Options{Dir: t.TempDir(), Clusters: []sandbox.ClusterSpec{{Name: "solo", Nodes: []sandbox.NodeSpec{{}}, OnProcessStart: onStart}}})
@@ -173,8 +173,8 @@ func TestTeardownLeavesNoProcess(t *testing.T) {
 	}
 	mu.Lock()
 	for comp, pid := range pids {
-		if !started[pid] {
-			t.Errorf("%s (pid %d) started without OnProcessStart", comp, pid)
+		if name, ok := started[pid]; !ok || name != string(comp) {
+			t.Errorf("%s (pid %d) started without OnProcessStart, or as %q", comp, pid, name)
 		}
 	}
 	mu.Unlock()
