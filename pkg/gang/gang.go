@@ -221,6 +221,10 @@ type Member struct {
 	Placed string
 	// Bound is true when the member is bound (in Placed).
 	Bound bool
+	// Elected is the target of the member's standing election, even one
+	// whose reservation has ended since (it is bound there, or elected
+	// there and not revoked); "" for none.
+	Elected string
 	// Reserved are the targets where the member holds a reservation that
 	// may be elected (not excluded), in the targets' order.
 	Reserved []string
@@ -243,9 +247,21 @@ type Verdict struct {
 	// holding a reservation anywhere. It grows as the gang comes closer
 	// to complete.
 	Held int
-	// Allow is true when min members are placed: a placed member's
-	// allowance may be written.
+	// Allow is true when min members are placed, or the gang Resumes: a
+	// placed member's allowance may be written.
 	Allow bool
+	// Resumes is true when the gang was placed whole and goes on: a member
+	// is bound (under OneCluster in the gang's target), and min members
+	// stand elected there, bound or waiting to bind. A member whose
+	// reservation ended between its gang's placement and its own
+	// binding is then elected again, where it stands elected, as soon as
+	// it holds a reservation there, and allowed at once: the gang's
+	// places were all taken together once, and holding the member back
+	// until every other straggler holds a reservation at the same moment
+	// again would only keep the bound members waiting for it. Members
+	// without a standing election (the pods that replace lost members) are
+	// not: they join as a gang, when it is Complete.
+	Resumes bool
 	// Missing says, when the gang is not complete, what it lacks. It
 	// does not count: it changes only when the gang does, not with every
 	// reservation made or let go.
@@ -275,11 +291,53 @@ func Decide(spec Spec, members []Member) Verdict {
 	} else {
 		decideOne(spec, members, &v)
 	}
-	v.Allow = v.Placed >= spec.MinMember
+	resume(spec, members, &v)
+	v.Allow = v.Placed >= spec.MinMember || v.Resumes
 	if !v.Complete {
 		v.Assign = map[string]string{}
 	}
 	return v
+}
+
+// resume sets v.Resumes, and then assigns each member that stands elected
+// but is not placed (its reservation ended) to the target of its
+// election where it holds a reservation there again; under AnyClusters,
+// elsewhere too, where the most of the gang is, as for any member.
+func resume(spec Spec, members []Member, v *Verdict) {
+	bound, elected := false, 0
+	places := map[string]int{}
+	for _, m := range members {
+		if v.Target != "" && m.Elected != v.Target {
+			continue
+		}
+		if m.Elected != "" {
+			elected++
+		}
+		if m.Bound {
+			bound = true
+		}
+		if m.Placed != "" {
+			places[m.Placed]++
+		}
+	}
+	if !bound || elected < spec.MinMember {
+		return
+	}
+	v.Resumes, v.Complete, v.Missing, v.Keep = true, true, "", nil
+	for _, m := range members {
+		if m.Placed != "" || m.Elected == "" || len(m.Reserved) == 0 || v.Assign[m.Name] != "" {
+			continue
+		}
+		switch {
+		case slices.Contains(m.Reserved, m.Elected):
+			v.Assign[m.Name] = m.Elected
+		case spec.Mode == AnyClusters:
+			v.Assign[m.Name] = where(m.Reserved, places)
+		default:
+			continue
+		}
+		places[v.Assign[m.Name]]++
+	}
 }
 
 func decideOne(spec Spec, members []Member, v *Verdict) {

@@ -235,6 +235,70 @@ func TestDecide(t *testing.T) {
 			assign:   map[string]string{},
 			allow:    true,
 		},
+		{
+			name: "one cluster, placed once: a straggler is elected again where it stood elected, and allowed",
+			spec: one,
+			members: []Member{
+				{Name: "a", Placed: "t1", Bound: true, Elected: "t1"},
+				{Name: "b", Elected: "t1", Reserved: []string{"t2", "t1"}},
+				{Name: "c", Elected: "t1"},
+			},
+			complete: true,
+			assign:   map[string]string{"b": "t1"},
+			allow:    true,
+		},
+		{
+			name: "one cluster, placed once: a straggler reserved only elsewhere waits",
+			spec: one,
+			members: []Member{
+				{Name: "a", Placed: "t1", Bound: true, Elected: "t1"},
+				{Name: "b", Elected: "t1", Reserved: []string{"t2"}},
+				{Name: "c", Placed: "t1", Elected: "t1"},
+			},
+			complete: true,
+			allow:    true,
+		},
+		{
+			name: "elections without a bound member: the gang is placed again as a whole",
+			spec: one,
+			members: []Member{
+				{Name: "a", Elected: "t1"},
+				{Name: "b", Elected: "t1", Reserved: []string{"t1"}},
+				{Name: "c", Elected: "t1", Reserved: []string{"t1"}},
+			},
+		},
+		{
+			name: "a replacement has no election: it joins as a gang, complete but not allowed",
+			spec: one,
+			members: []Member{
+				{Name: "a", Placed: "t1", Bound: true, Elected: "t1"},
+				{Name: "b", Reserved: []string{"t1"}},
+				{Name: "c", Elected: "t1", Reserved: []string{"t1"}},
+			},
+			complete: true,
+			assign:   map[string]string{"b": "t1", "c": "t1"},
+		},
+		{
+			name: "one cluster: elections in another target than the bound member's do not count",
+			spec: one,
+			members: []Member{
+				{Name: "a", Placed: "t1", Bound: true, Elected: "t1"},
+				{Name: "b", Elected: "t2", Reserved: []string{"t2"}},
+				{Name: "c", Elected: "t2", Placed: "t2"},
+			},
+		},
+		{
+			name: "any clusters, placed once: a straggler goes where the gang is when its target holds it no more",
+			spec: anyc,
+			members: []Member{
+				{Name: "a", Placed: "t1", Bound: true, Elected: "t1"},
+				{Name: "b", Elected: "t2", Reserved: []string{"t3", "t1"}},
+				{Name: "c", Placed: "t2", Elected: "t2"},
+			},
+			complete: true,
+			assign:   map[string]string{"b": "t1"},
+			allow:    true,
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v := Decide(tc.spec, tc.members)

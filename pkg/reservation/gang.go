@@ -247,7 +247,10 @@ func gangDenies(r *round) *gangDenial {
 // elected on a reservation its target still reports (or bound there), and
 // holding the other reservations it may be elected on.
 func gangMember(name string, e protocol.Election, boundTo string, observed []Observed) gang.Member {
-	m := gang.Member{Name: name, Placed: boundTo, Bound: boundTo != ""}
+	m := gang.Member{Name: name, Placed: boundTo, Bound: boundTo != "", Elected: boundTo}
+	if m.Elected == "" && e.Elected() {
+		m.Elected = e.Target
+	}
 	for _, o := range observed {
 		if !o.Exists {
 			continue

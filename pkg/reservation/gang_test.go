@@ -83,7 +83,8 @@ func TestGangGate(t *testing.T) {
 
 // TestGangMember: a member counts as placed only on the reservation its
 // election names (a reservation that ended does not hold its place), and
-// holds the others it may be elected on.
+// holds the others it may be elected on; its election stands whatever
+// became of the reservation it named.
 func TestGangMember(t *testing.T) {
 	e := protocol.Election{Generation: 1, Target: "t1", Nonce: "n1"}
 	for _, tc := range []struct {
@@ -93,15 +94,15 @@ func TestGangMember(t *testing.T) {
 		want     gang.Member
 	}{
 		{"reserved in two", protocol.Election{}, []Observed{reserved("t1", "n1", 1), reserved("t2", "n2", 1)}, gang.Member{Name: "m", Reserved: []string{"t1", "t2"}}},
-		{"elected on its reservation", e, []Observed{reserved("t1", "n1", 1), reserved("t2", "n2", 1)}, gang.Member{Name: "m", Placed: "t1"}},
-		{"elected, its target reserved anew", e, []Observed{reserved("t1", "n9", 1)}, gang.Member{Name: "m", Reserved: []string{"t1"}}},
-		{"elected, its reservation ended", e, []Observed{unreserved("t1", "n1"), reserved("t2", "n2", 1)}, gang.Member{Name: "m", Reserved: []string{"t2"}}},
-		{"bound on its election", e, []Observed{bound("t1", "n1", 1)}, gang.Member{Name: "m", Placed: "t1", Bound: true}},
+		{"elected on its reservation", e, []Observed{reserved("t1", "n1", 1), reserved("t2", "n2", 1)}, gang.Member{Name: "m", Placed: "t1", Elected: "t1"}},
+		{"elected, its target reserved anew", e, []Observed{reserved("t1", "n9", 1)}, gang.Member{Name: "m", Reserved: []string{"t1"}, Elected: "t1"}},
+		{"elected, its reservation ended", e, []Observed{unreserved("t1", "n1"), reserved("t2", "n2", 1)}, gang.Member{Name: "m", Reserved: []string{"t2"}, Elected: "t1"}},
+		{"bound on its election", e, []Observed{bound("t1", "n1", 1)}, gang.Member{Name: "m", Placed: "t1", Bound: true, Elected: "t1"}},
 		{"an excluded reservation does not count", protocol.Election{}, []Observed{{Target: "t1", Exists: true, State: protocol.State{Phase: protocol.PhaseReserved, Nonce: "n1"}, Excluded: "spread"}}, gang.Member{Name: "m"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := gangMember("m", tc.election, "", tc.observed)
-			if got.Name != tc.want.Name || got.Placed != tc.want.Placed || got.Bound != tc.want.Bound || len(got.Reserved) != len(tc.want.Reserved) {
+			if got.Name != tc.want.Name || got.Placed != tc.want.Placed || got.Bound != tc.want.Bound || got.Elected != tc.want.Elected || len(got.Reserved) != len(tc.want.Reserved) {
 				t.Fatalf("gangMember = %+v, want %+v", got, tc.want)
 			}
 			for i := range got.Reserved {
