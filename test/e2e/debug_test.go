@@ -28,6 +28,10 @@ import (
 // or unreserved, one bound) and its /debug/state (nothing waiting in
 // Permit, the Source's quota counting the delegate). A counter not
 // incremented, a handler not served or a provider not registered fails it.
+// Then every metric the chart's dashboard and alerts query must be in these
+// scrapes (or listed as appearing only after a fault), and the chart's
+// monitoring objects must pass a server-side dry run against the
+// Prometheus Operator's CRDs.
 func TestInspectableState(t *testing.T) {
 	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
 		{Name: "src", WithoutScheduler: true},
@@ -77,11 +81,21 @@ func TestInspectableState(t *testing.T) {
 		`flotilla_election_seconds_count`:                1,
 		`flotilla_pod_bound_seconds_count`:               1,
 		`flotilla_target_reachable{target="c2"}`:         1,
+		`flotilla_target_ready{target="c2"}`:             1,
 		`flotilla_target_candidates{target="c2"}`:        1,
+		`flotilla_source_pods_waiting`:                   0,
+		`flotilla_source_pods_waiting_oldest_seconds`:    0,
 	} {
 		if got, ok := agentMetrics.value(series); !ok || got != want {
 			t.Errorf("agent: %s = %v (present %t), want %v", series, got, ok, want)
 		}
+	}
+	if n, _ := agentMetrics.value(`flotilla_webhook_requests_total{result="allowed"}`); n < 1 {
+		t.Errorf("agent: flotilla_webhook_requests_total{result=\"allowed\"} = %v, want the placed pod's admission at least", n)
+	}
+	// The webhook's certificate is the rotator's: a year, renewed 90 days ahead.
+	if exp, _ := agentMetrics.value("flotilla_webhook_cert_expiry_timestamp_seconds"); time.Until(time.Unix(int64(exp), 0)) < 90*24*time.Hour {
+		t.Errorf("agent: flotilla_webhook_cert_expiry_timestamp_seconds %v: want the served certificate's expiry, months ahead", exp)
 	}
 
 	var agentState struct {
@@ -155,20 +169,34 @@ func TestInspectableState(t *testing.T) {
 	// Its metrics are on the secure port, behind the API server's authn/z.
 	secure := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // self-signed, loopback
 	var reserved, bound, unreserved float64
+	var sm metrics
 	waitFor(t, 30*time.Second, "the scheduler's metrics of the binding", func() (bool, string) {
 		body, err := get(secure, "https://"+c2.SchedulerAddr()+"/metrics", c2.RESTConfig().BearerToken)
 		if err != nil {
 			return false, err.Error()
 		}
-		sm := parseMetrics(body)
+		sm = parseMetrics(body)
 		reserved, _ = sm.value(`flotilla_candidates_reserved_total{cluster="src"}`)
 		bound, _ = sm.value(`flotilla_candidates_bound_total{cluster="src"}`)
 		unreserved = sm.sum(`flotilla_candidates_unreserved_total{cluster="src",`)
-		return bound >= 1, fmt.Sprintf("reserved %v, bound %v, unreserved %v", reserved, bound, unreserved)
+		// The quota's gauges are set every 10 s.
+		used, _ := sm.value(quotaSeries("used"))
+		limit, _ := sm.value(quotaSeries("limit"))
+		return bound >= 1 && used == 1 && limit == 5, fmt.Sprintf("reserved %v, bound %v, unreserved %v; pods quota used %v of %v", reserved, bound, unreserved, used, limit)
 	})
 	if bound != 1 || reserved != bound+unreserved {
 		t.Errorf("scheduler: reserved %v, bound %v, unreserved %v; want one bound, and every reservation ended bound or unreserved", reserved, bound, unreserved)
 	}
+
+	// What the chart's dashboard and alerts query is what these export,
+	// and its monitoring objects are valid Prometheus Operator objects.
+	checkChartQueriesAgainstScrapes(t, agentMetrics, sm)
+	dryRunMonitoringObjects(t, c2)
+}
+
+// quotaSeries is the series of the src invitation's pods quota, used or limit.
+func quotaSeries(which string) string {
+	return fmt.Sprintf(`flotilla_source_quota_%s{invitation="Source %s/src",resource="pods"}`, which, placementNS)
 }
 
 // get fetches url, with a bearer token if one is given.
