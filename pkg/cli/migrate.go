@@ -133,13 +133,16 @@ func runMigrateAdmiralty(ctx context.Context, kube *kubeFlags, apply bool, o mig
 	writeFindings(stderr, m.Findings)
 	var errs []error
 	for _, obj := range m.Objects {
+		// Named before it is written: the client's answer replaces the
+		// object, kind included.
+		name := describe(obj)
 		what, err := applyMigrated(ctx, c, obj)
 		if err != nil {
 			errs = append(errs, err)
-			fmt.Fprintf(stdout, "%s: failed: %v\n", describe(obj), err)
+			fmt.Fprintf(stdout, "%s: failed: %v\n", name, err)
 			continue
 		}
-		fmt.Fprintf(stdout, "%s: %s\n", describe(obj), what)
+		fmt.Fprintf(stdout, "%s: %s\n", name, what)
 	}
 	return errors.Join(errs...)
 }
