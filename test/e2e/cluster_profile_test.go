@@ -63,7 +63,7 @@ func TestClusterProfileTargets(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	profileTarget := func(name string, allowed ...string) {
+	profileTarget := func(t *testing.T, name string, allowed ...string) {
 		t.Helper()
 		ct := &v1alpha1.ClusterTarget{ObjectMeta: metav1.ObjectMeta{Name: name}}
 		ct.Spec.ClusterProfileRef = &v1alpha1.ClusterProfileRef{Namespace: "fleet", Name: name, AllowedServers: allowed}
@@ -72,7 +72,7 @@ func TestClusterProfileTargets(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitReason := func(name, reason, says string) {
+	waitReason := func(t *testing.T, name, reason, says string) {
 		t.Helper()
 		if err := src.WaitTarget(ctx, client.ObjectKey{Name: name}, 20*time.Second, func(st *v1alpha1.TargetStatus) bool {
 			c := meta.FindStatusCondition(st.Conditions, v1alpha1.TargetReady)
@@ -83,8 +83,8 @@ func TestClusterProfileTargets(t *testing.T) {
 	}
 
 	t.Run("without the ClusterProfile API the target says so", func(t *testing.T) {
-		profileTarget("spoke")
-		waitReason("spoke", v1alpha1.ReasonClusterProfileAPIMissing, "install the Cluster Inventory API")
+		profileTarget(t, "spoke")
+		waitReason(t, "spoke", v1alpha1.ReasonClusterProfileAPIMissing, "install the Cluster Inventory API")
 	})
 
 	installProfileCRD(t, src)
@@ -150,8 +150,8 @@ func TestClusterProfileTargets(t *testing.T) {
 			{"elsewhere", map[string]any{"server": strings.Replace(server, "127.0.0.1", "localhost", 1), "certificate-authority-data": ca}, []string{server}, "allowedServers"},
 		} {
 			writeProfile(t, cl, tc.name, nil, []any{map[string]any{"name": "secretreader", "cluster": tc.cluster}}, nil)
-			profileTarget(tc.name, tc.allowed...)
-			waitReason(tc.name, v1alpha1.ReasonClusterProfileRefused, tc.says)
+			profileTarget(t, tc.name, tc.allowed...)
+			waitReason(t, tc.name, v1alpha1.ReasonClusterProfileRefused, tc.says)
 			if _, err := srcClient.CoreV1().Nodes().Get(ctx, protocol.VirtualNodeName("", tc.name), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 				t.Errorf("%s: a virtual node for a refused profile: %v", tc.name, err)
 			}
@@ -170,7 +170,7 @@ func TestClusterProfileTargets(t *testing.T) {
 		if err := cl.Delete(ctx, u); err != nil {
 			t.Fatal(err)
 		}
-		waitReason("spoke", v1alpha1.ReasonClusterProfileNotFound, "fleet/spoke")
+		waitReason(t, "spoke", v1alpha1.ReasonClusterProfileNotFound, "fleet/spoke")
 	})
 }
 
