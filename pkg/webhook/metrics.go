@@ -28,6 +28,11 @@ var (
 
 func init() {
 	metrics.Registry.MustRegister(requests, certExpiry)
+	// Each result is exported from the start, at 0, so that a rate sees
+	// the first error too.
+	for _, result := range []string{"allowed", "denied", "error"} {
+		requests.WithLabelValues(result)
+	}
 }
 
 // counted counts the answers of h in flotilla_webhook_requests_total.
