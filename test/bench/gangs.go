@@ -75,7 +75,7 @@ func mainGangs(cfg config, sizes []int, keep bool) error {
 	opts := sandbox.Options{Clusters: []sandbox.ClusterSpec{{Name: "src", Nodes: []sandbox.NodeSpec{{}}, SourceOnly: cfg.SourceOnly}}}
 	base := sandbox.ClusterSpec{Name: "base", WithoutRelease: true, APIServerArgs: sandbox.WorkloadAPI, SchedulerArgs: sandbox.GangScheduling}
 	for k := 1; k <= cfg.Targets; k++ {
-		spec := sandbox.ClusterSpec{Name: fmt.Sprintf("t%d", k)}
+		spec := sandbox.ClusterSpec{Name: fmt.Sprintf("t%d", k), PermitTimeoutSeconds: cfg.PermitTimeoutSeconds}
 		for m := range cfg.Nodes {
 			n := sandbox.NodeSpec{Name: fmt.Sprintf("t%d-n%d", k, m), CPU: "64", Pods: 1000}
 			spec.Nodes = append(spec.Nodes, n)
@@ -387,7 +387,11 @@ func releasedReservations(ctx context.Context, targets []*sandbox.Cluster) (rele
 // Markdown is the report as a table, Flotilla against the baseline.
 func (r *GangReport) Markdown() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "## Gangs: %d gangs of each size, K=%d targets × %d nodes, %s\n\n", r.Config.GangCount, r.Config.Targets, r.Config.Nodes, budgetText(r.Config))
+	permit := ""
+	if r.Config.PermitTimeoutSeconds > 0 {
+		permit = fmt.Sprintf(", the targets' Permit timeout %d s", r.Config.PermitTimeoutSeconds)
+	}
+	fmt.Fprintf(&b, "## Gangs: %d gangs of each size, K=%d targets × %d nodes, %s%s\n\n", r.Config.GangCount, r.Config.Targets, r.Config.Nodes, budgetText(r.Config), permit)
 	b.WriteString("| size | run | started | gangs/s | ratio | start p50 ms | start p99 ms | reservations held (peak / mean) | released unbound: reservations, seconds held |\n|---|---|---|---|---|---|---|---|---|\n")
 	for i, size := range r.Sizes {
 		base, fl := r.Baseline[i], r.Flotilla[i]

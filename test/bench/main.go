@@ -90,6 +90,9 @@ type config struct {
 	NodePods int `json:"nodePods,omitempty"`
 	// GangCount, with -gangs, is how many gangs of each size a run places.
 	GangCount int `json:"gangCount,omitempty"`
+	// PermitTimeoutSeconds, with -gangs, is the targets' chart value
+	// scheduler.permitTimeoutSeconds; 0: the chart's default.
+	PermitTimeoutSeconds int `json:"permitTimeoutSeconds,omitempty"`
 	// budget holds the cgroups, with CPUPerCluster.
 	budget *budget
 }
@@ -123,6 +126,7 @@ func main() {
 	flag.IntVar(&cfg.NodePods, "node-pods", 1000, "With -mesh: the pods each kwok node takes (its allocatable pods; 64 CPUs each).")
 	gangs := flag.String("gangs", "", "Gang mode: the gang sizes, comma-separated (e.g. 4,16,64): for each, -gang-count gangs of 100m members placed all at once through Flotilla (anyClusters, targets that invite the source) and by kube-scheduler 1.35's own gang scheduling in the baseline cluster (Workloads with a gang policy); the JSON goes into <out>/gangs-....json. Empty: off.")
 	flag.IntVar(&cfg.GangCount, "gang-count", 8, "With -gangs: gangs of each size per run.")
+	flag.IntVar(&cfg.PermitTimeoutSeconds, "permit-timeout", 0, "With -gangs: the targets' scheduler.permitTimeoutSeconds, how long a reservation waits for its source (0: the chart's default, 30).")
 	shape := flag.String("shape", "", "With -cpu-per-cluster: what of each cluster its quota holds. all: every process of the cluster (control plane, kwok, the release's agent and scheduler); control-plane: its control plane alone (etcd, kube-apiserver, kube-controller-manager, kube-scheduler), as in production, with kwok and the release's pods in an uncapped group whose CPU is reported apart; both: the burst twice, all then control-plane, in two sandboxes. Empty: both for a burst, all with -gangs, -mesh or -spread (which take only all).")
 	flag.Parse()
 	shapes, err := parseShape(*shape, *gangs != "" || cfg.Mesh > 0 || cfg.Spread)
