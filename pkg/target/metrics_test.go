@@ -10,8 +10,8 @@ import (
 	"github.com/flotilla-dev/flotilla/api/v1alpha1"
 )
 
-// gatherReachable collects c and returns flotilla_target_reachable by target.
-func gatherReachable(t *testing.T, c prometheus.Collector) map[string]float64 {
+// gather collects c and returns its gauges by metric, then by target.
+func gather(t *testing.T, c prometheus.Collector) map[string]map[string]float64 {
 	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(c)
@@ -19,17 +19,30 @@ func gatherReachable(t *testing.T, c prometheus.Collector) map[string]float64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]float64{}
+	out := map[string]map[string]float64{}
 	for _, f := range families {
-		if f.GetName() != "flotilla_target_reachable" {
-			continue
-		}
 		for _, m := range f.GetMetric() {
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "target" {
-					out[l.GetValue()] = m.GetGauge().GetValue()
+				if l.GetName() != "target" {
+					continue
 				}
+				if out[f.GetName()] == nil {
+					out[f.GetName()] = map[string]float64{}
+				}
+				out[f.GetName()][l.GetValue()] = m.GetGauge().GetValue()
 			}
+		}
+	}
+	return out
+}
+
+// gatherTarget collects c and returns the gauges of target name, by metric.
+func gatherTarget(t *testing.T, c prometheus.Collector, name string) map[string]float64 {
+	t.Helper()
+	out := map[string]float64{}
+	for metric, byTarget := range gather(t, c) {
+		if v, ok := byTarget[name]; ok {
+			out[metric] = v
 		}
 	}
 	return out
@@ -39,35 +52,13 @@ func TestCollectorReachable(t *testing.T) {
 	up, down, fresh := newTestTarget(t, "up"), newTestTarget(t, "down"), newTestTarget(t, "fresh")
 	up.setHealth(classify(nil), time.Now())
 	down.setHealth(Health{Reason: v1alpha1.ReasonUnreachable}, time.Now())
-	got := gatherReachable(t, Collector{Set: NewSet(up, down, fresh)})
+	got := gather(t, Collector{Set: NewSet(up, down, fresh)})["flotilla_target_reachable"]
 	want := map[string]float64{"up": 1, "down": 0, "fresh": 0}
 	for name, v := range want {
 		if got[name] != v {
 			t.Errorf("flotilla_target_reachable{target=%q} = %v, want %v (all: %v)", name, got[name], v, got)
 		}
 	}
-}
-
-// gatherTarget collects c and returns the gauges of target name, by metric.
-func gatherTarget(t *testing.T, c prometheus.Collector, name string) map[string]float64 {
-	t.Helper()
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(c)
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]float64{}
-	for _, f := range families {
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "target" && l.GetValue() == name {
-					out[f.GetName()] = m.GetGauge().GetValue()
-				}
-			}
-		}
-	}
-	return out
 }
 
 // The collector's flotilla_target_ready is the Ready condition that
