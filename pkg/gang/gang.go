@@ -325,7 +325,8 @@ func resume(spec Spec, members []Member, v *Verdict) {
 	}
 	v.Resumes, v.Complete, v.Missing, v.Keep = true, true, "", nil
 	for _, m := range members {
-		if m.Placed != "" || m.Elected == "" || len(m.Reserved) == 0 || v.Assign[m.Name] != "" {
+		if m.Placed != "" || m.Elected == "" || len(m.Reserved) == 0 || v.Assign[m.Name] != "" ||
+			(v.Target != "" && m.Elected != v.Target) {
 			continue
 		}
 		switch {

@@ -259,6 +259,19 @@ func TestDecide(t *testing.T) {
 			allow:    true,
 		},
 		{
+			name: "one cluster, placed once: a member elected in another target is not elected there again",
+			spec: one,
+			members: []Member{
+				{Name: "a", Placed: "t1", Bound: true, Elected: "t1"},
+				{Name: "b", Elected: "t1", Placed: "t1"},
+				{Name: "c", Elected: "t1", Reserved: []string{"t1"}},
+				{Name: "d", Elected: "t2", Reserved: []string{"t2"}},
+			},
+			complete: true,
+			assign:   map[string]string{"c": "t1"},
+			allow:    true,
+		},
+		{
 			name: "elections without a bound member: the gang is placed again as a whole",
 			spec: one,
 			members: []Member{
