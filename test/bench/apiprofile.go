@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"k8s.io/client-go/kubernetes"
@@ -111,30 +110,23 @@ func podWatchMetrics(ctx context.Context, rc *rest.Config) (map[string]float64, 
 	}
 	out := map[string]float64{}
 	for _, line := range strings.Split(string(raw), "\n") {
-		name, rest, ok := strings.Cut(line, "{")
-		if !ok || !strings.Contains(rest, `resource="pods"`) {
+		name, labels, v, ok := sample(line)
+		if !ok || !strings.Contains(labels, `resource="pods"`) {
 			continue
 		}
 		switch name {
 		case "apiserver_longrunning_requests":
-			if !strings.Contains(rest, `verb="WATCH"`) {
+			if !strings.Contains(labels, `verb="WATCH"`) {
 				continue
 			}
 		case "apiserver_watch_events_total", "apiserver_watch_events_sizes_sum", "apiserver_watch_cache_events_dispatched_total":
-			if strings.Contains(rest, `group="`) && !strings.Contains(rest, `group=""`) {
+			if strings.Contains(labels, `group="`) && !strings.Contains(labels, `group=""`) {
 				continue
 			}
 		default:
 			continue
 		}
-		fields := strings.Fields(rest[strings.LastIndexByte(rest, '}')+1:])
-		if len(fields) == 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(fields[0], 64)
-		if err == nil {
-			out[name] += v
-		}
+		out[name] += v
 	}
 	return out, nil
 }

@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -365,12 +364,8 @@ func releasedReservations(ctx context.Context, targets []*sandbox.Cluster) (rele
 			return r, fmt.Errorf("cluster %s: reading its scheduler's /metrics: %s", t.Name, resp.Status)
 		}
 		for line := range strings.Lines(string(body)) {
-			name, rest, ok := strings.Cut(line, "{")
+			name, _, v, ok := sample(line)
 			if !ok {
-				continue
-			}
-			v, err := strconv.ParseFloat(strings.TrimSpace(rest[strings.LastIndexByte(rest, ' ')+1:]), 64)
-			if err != nil {
 				continue
 			}
 			switch name {

@@ -465,12 +465,8 @@ func scrapeRequests(ctx context.Context, c *sandbox.Cluster) (Requests, error) {
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		if !strings.HasPrefix(line, "apiserver_request_total{") {
-			continue
-		}
-		end := strings.LastIndexByte(line, ' ')
-		v, err := strconv.ParseFloat(line[end+1:], 64)
-		if err != nil {
+		name, _, v, ok := sample(line)
+		if !ok || name != "apiserver_request_total" {
 			continue
 		}
 		r.All += v
@@ -486,6 +482,23 @@ func scrapeRequests(ctx context.Context, c *sandbox.Cluster) (Requests, error) {
 		}
 	}
 	return r, sc.Err()
+}
+
+// sample reads one labelled sample of the Prometheus text format,
+// name{labels} value [timestamp]: its name, its labels as written, and its
+// value; false for any other line.
+func sample(line string) (name, labels string, value float64, ok bool) {
+	name, rest, found := strings.Cut(line, "{")
+	end := strings.LastIndexByte(rest, '}')
+	if !found || end < 0 {
+		return "", "", 0, false
+	}
+	fields := strings.Fields(rest[end+1:])
+	if len(fields) == 0 {
+		return "", "", 0, false
+	}
+	v, err := strconv.ParseFloat(fields[0], 64)
+	return name, rest[:end], v, err == nil
 }
 
 // label returns the value of one label of a Prometheus text-format line.
