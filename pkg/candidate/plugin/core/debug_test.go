@@ -34,6 +34,7 @@ func TestWaiting(t *testing.T) {
 		return nonce
 	}
 	b, a, allowed, fresh := candidate("b"), candidate("a"), candidate("allowed"), candidate("fresh")
+	beforeReserve := time.Now()
 	nonceB, nonceA := reserve(b, "node-2"), reserve(a, "node-1")
 	nonceAllowed := reserve(allowed, "node-3")
 	reserve(fresh, "node-4")
@@ -64,8 +65,8 @@ func TestWaiting(t *testing.T) {
 		t.Errorf("b shown as %+v", wb)
 	}
 
-	if kind, held := m.Unreserve(ctx, a, "node-1"); kind == "" || held <= 0 || held > time.Since(before) {
-		t.Errorf("a's Unreserve: %q after holding its node %s; want a kind, held since its Reserve (at most %s)", kind, held, time.Since(before))
+	if kind, held := m.Unreserve(ctx, a, "node-1"); kind == "" || held <= 0 || held > time.Since(beforeReserve) {
+		t.Errorf("a's Unreserve: %q after holding its node %s; want a kind, held since its Reserve (at most %s)", kind, held, time.Since(beforeReserve))
 	}
 	if got, held := m.Waiting(1); got.Total != 1 || got.Items[0].Pod != "ns/b" || held != 3 {
 		t.Errorf("after a's Unreserve: %+v, held %d; want only b, 3 held", got, held)
