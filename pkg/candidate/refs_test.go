@@ -3,6 +3,7 @@ package candidate
 import (
 	"encoding/json"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -11,6 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
+	"github.com/flotilla-dev/flotilla/pkg/sourcespec"
 )
 
 // referencingSpec names a ConfigMap or Secret in every place a pod spec
@@ -50,14 +52,9 @@ func referencingSpec() corev1.PodSpec {
 
 func referencingSource(t *testing.T) *corev1.Pod {
 	t.Helper()
-	raw, err := json.Marshal(referencingSpec())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
-		Name: "web-1", Namespace: "shop", UID: "uid-1",
-		Annotations: map[string]string{protocol.SourceSpecAnnotation: string(raw)},
-	}}
+	src := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-1", Namespace: "shop", UID: "uid-1"}}
+	setSpec(t, src, referencingSpec())
+	return src
 }
 
 // TestBuildReferencesCopies: a candidate that the target gets copies for
@@ -75,6 +72,9 @@ func TestBuildReferencesCopies(t *testing.T) {
 	if len(names) != 4+3*4+1 {
 		t.Fatalf("VisitObjectReferences visits %d names: %v", len(names), names)
 	}
+	// A candidate has no ephemeral containers: they are added to a running
+	// pod (kubectl debug), and no pod is created with them.
+	names = slices.DeleteFunc(names, func(n string) bool { return strings.HasPrefix(n, "ref-debug-") })
 	for _, tc := range []struct {
 		name      string
 		self      bool
@@ -88,7 +88,7 @@ func TestBuildReferencesCopies(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			src := referencingSource(t)
-			saved := src.Annotations[protocol.SourceSpecAnnotation]
+			before := src.DeepCopy()
 			c, err := Build(src, "c1", "t1", tc.namespace, tc.self, false)
 			if err != nil {
 				t.Fatal(err)
@@ -113,16 +113,22 @@ func TestBuildReferencesCopies(t *testing.T) {
 			if c.Spec.ImagePullSecrets[1].Name != "" {
 				t.Errorf("an empty image pull secret became %q", c.Spec.ImagePullSecrets[1].Name)
 			}
-			// The saved spec, and the decoded copy the cache keeps, are
-			// the source's: a second build starts from them again.
-			if src.Annotations[protocol.SourceSpecAnnotation] != saved {
-				t.Error("Build changed the source pod's saved spec")
+			// The source pod, which the agent's cache shares, and the
+			// decoded fields are the source's: a second build starts from
+			// them again.
+			if !reflect.DeepEqual(src, before) {
+				t.Error("Build changed the source pod")
 			}
-			spec, err := OriginalSpec(src)
+			spec, err := sourcespec.Original(src)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if want := referencingSpec(); !reflect.DeepEqual(spec, &want) {
+			if len(c.Spec.EphemeralContainers) > 0 {
+				t.Errorf("the candidate has ephemeral containers: %+v", c.Spec.EphemeralContainers)
+			}
+			want := referencingSpec()
+			want.EphemeralContainers = nil
+			if !reflect.DeepEqual(spec, &want) {
 				t.Errorf("Build changed the decoded saved spec:\n got %+v\nwant %+v", spec, want)
 			}
 		})

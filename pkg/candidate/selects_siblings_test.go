@@ -1,7 +1,6 @@
 package candidate
 
 import (
-	"encoding/json"
 	"fmt"
 	"testing"
 
@@ -12,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
+	"github.com/flotilla-dev/flotilla/pkg/sourcespec"
 )
 
 // withPodSelectors is the source pod of sourcePod whose saved spec has
@@ -19,17 +19,13 @@ import (
 func withPodSelectors(t *testing.T, name string, affinity *corev1.Affinity, spread []corev1.TopologySpreadConstraint) *corev1.Pod {
 	t.Helper()
 	src := sourcePod(t)
-	spec, err := OriginalSpec(src)
+	spec, err := sourcespec.Original(src)
 	if err != nil {
 		t.Fatal(err)
 	}
 	spec.Affinity, spec.TopologySpreadConstraints = affinity, spread
-	raw, err := json.Marshal(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
 	src.Name, src.UID = name, types.UID("uid-"+name)
-	src.Annotations[protocol.SourceSpecAnnotation] = string(raw)
+	setSpec(t, src, *spec)
 	return src
 }
 
@@ -140,7 +136,8 @@ func TestBuildSelectsCarriedLabels(t *testing.T) {
 }
 
 // TestBuildLeavesTheSourceAlone: the rewrite is the candidate's; neither
-// the source pod nor the saved spec that its siblings share change.
+// the source pod (whose spec the agent's cache shares between siblings)
+// nor what its candidates run change.
 func TestBuildLeavesTheSourceAlone(t *testing.T) {
 	anti := &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
 		LabelSelector: selector(map[string]string{"app": "web"}, "tier"), TopologyKey: "kubernetes.io/hostname", MatchLabelKeys: []string{"pod-template-hash"},
@@ -148,7 +145,7 @@ func TestBuildLeavesTheSourceAlone(t *testing.T) {
 	spread := []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: "zone", LabelSelector: selector(map[string]string{"app": "web"})}}
 	src := withPodSelectors(t, "web-1", anti, spread)
 	before := src.DeepCopy()
-	savedBefore, err := OriginalSpec(src)
+	savedBefore, err := sourcespec.Original(src)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +157,7 @@ func TestBuildLeavesTheSourceAlone(t *testing.T) {
 	if diff := cmp.Diff(before, src); diff != "" {
 		t.Errorf("Build changed the source pod (-before +after):\n%s", diff)
 	}
-	saved, err := OriginalSpec(src)
+	saved, err := sourcespec.Original(src)
 	if err != nil {
 		t.Fatal(err)
 	}

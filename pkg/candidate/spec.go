@@ -2,73 +2,17 @@ package candidate
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"strings"
-	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
+	"github.com/flotilla-dev/flotilla/pkg/sourcespec"
 )
-
-// serviceAccountVolumePrefix names the projected token volume that the
-// ServiceAccount admission plugin adds; a token of the source cluster means
-// nothing in a target.
-const serviceAccountVolumePrefix = "kube-api-access-"
-
-// OriginalSpec returns the spec the user wrote, saved by the webhook.
-func OriginalSpec(source *corev1.Pod) (*corev1.PodSpec, error) {
-	raw, ok := source.Annotations[protocol.SourceSpecAnnotation]
-	if !ok || raw == "" {
-		return nil, errors.New("source pod has no saved spec; was it admitted by the Flotilla webhook?")
-	}
-	spec, err := decoded.get(raw)
-	if err != nil {
-		return nil, fmt.Errorf("saved spec of the source pod is not a valid pod spec: %w", err)
-	}
-	return spec, nil
-}
-
-// decoded holds saved specs already decoded. The pods of a workload carry
-// one saved spec (one string, which the agent's cache shares between them),
-// so a burst of them decodes it once instead of once a pod and a target.
-var decoded = specCache{max: 128}
-
-// specCache maps saved specs to their decoded value; it starts over when
-// full, which only costs decoding again.
-type specCache struct {
-	mu  sync.Mutex
-	m   map[string]*corev1.PodSpec
-	max int
-}
-
-// get returns a copy of raw decoded, which the caller may change.
-func (c *specCache) get(raw string) (*corev1.PodSpec, error) {
-	c.mu.Lock()
-	spec, ok := c.m[raw]
-	c.mu.Unlock()
-	if ok {
-		return spec.DeepCopy(), nil
-	}
-	spec = &corev1.PodSpec{}
-	if err := json.Unmarshal([]byte(raw), spec); err != nil {
-		return nil, err
-	}
-	c.mu.Lock()
-	if len(c.m) >= c.max {
-		c.m = nil
-	}
-	if c.m == nil {
-		c.m = make(map[string]*corev1.PodSpec, c.max)
-	}
-	c.m[raw] = spec
-	c.mu.Unlock()
-	return spec.DeepCopy(), nil
-}
 
 // Build returns the candidate of a source pod for one target. The candidate
 // goes to namespace in the target (the source's, unless the target maps it)
@@ -93,7 +37,7 @@ func (c *specCache) get(raw string) (*corev1.PodSpec, error) {
 // it in the cluster's Services (its status mirrors the delegate's); the
 // two would be two endpoints of one pod.
 func Build(source *corev1.Pod, sourceCluster, target, namespace string, self, keepSourceLabels bool) (*corev1.Pod, error) {
-	spec, err := OriginalSpec(source)
+	spec, err := sourcespec.Original(source)
 	if err != nil {
 		return nil, err
 	}
@@ -103,8 +47,6 @@ func Build(source *corev1.Pod, sourceCluster, target, namespace string, self, ke
 	spec.ServiceAccountName = ""
 	spec.DeprecatedServiceAccount = ""
 	spec.AutomountServiceAccountToken = ptr.To(false)
-	// Specs saved before the webhook dropped the token still carry it.
-	*spec = WithoutServiceAccountToken(*spec)
 	spec.Tolerations = withoutVirtualNodeToleration(spec.Tolerations)
 	// Readiness gates are set by controllers of the source cluster; in the
 	// target nobody would ever set them. The source pod keeps them.
@@ -179,45 +121,6 @@ func Build(source *corev1.Pod, sourceCluster, target, namespace string, self, ke
 		}}
 	}
 	return candidate, nil
-}
-
-// WithoutServiceAccountToken returns spec without the projected
-// service-account token volume that the source cluster's ServiceAccount
-// admission added, and without its mounts: a token of the source cluster
-// means nothing in a target. The webhook saves the original spec without
-// it. spec itself is not modified.
-func WithoutServiceAccountToken(spec corev1.PodSpec) corev1.PodSpec {
-	drop := map[string]bool{}
-	var kept []corev1.Volume
-	for _, v := range spec.Volumes {
-		if strings.HasPrefix(v.Name, serviceAccountVolumePrefix) && v.Projected != nil {
-			drop[v.Name] = true
-			continue
-		}
-		kept = append(kept, v)
-	}
-	if len(drop) == 0 {
-		return spec
-	}
-	strip := func(cs []corev1.Container) []corev1.Container {
-		if cs == nil {
-			return nil
-		}
-		out := make([]corev1.Container, len(cs))
-		for i, c := range cs {
-			var mounts []corev1.VolumeMount
-			for _, m := range c.VolumeMounts {
-				if !drop[m.Name] {
-					mounts = append(mounts, m)
-				}
-			}
-			c.VolumeMounts = mounts
-			out[i] = c
-		}
-		return out
-	}
-	spec.Volumes, spec.Containers, spec.InitContainers = kept, strip(spec.Containers), strip(spec.InitContainers)
-	return spec
 }
 
 func withoutVirtualNodeToleration(tolerations []corev1.Toleration) []corev1.Toleration {

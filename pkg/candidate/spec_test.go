@@ -1,7 +1,6 @@
 package candidate
 
 import (
-	"encoding/json"
 	"maps"
 	"strings"
 	"testing"
@@ -11,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
+	"github.com/flotilla-dev/flotilla/pkg/sourcespec"
 )
 
 func sourcePod(t *testing.T) *corev1.Pod {
@@ -32,18 +32,33 @@ func sourcePod(t *testing.T) *corev1.Pod {
 			{Key: "gpu", Operator: corev1.TolerationOpExists},
 		},
 	}
-	raw, err := json.Marshal(original)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &corev1.Pod{
+	src := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: "web-1", Namespace: "shop", UID: "uid-1",
 			Labels:      map[string]string{"app": "web", protocol.ElectLabel: "true"},
-			Annotations: map[string]string{"team": "a", protocol.SourceSpecAnnotation: string(raw), protocol.ElectionAnnotation: "1/c2/n"},
+			Annotations: map[string]string{"team": "a", protocol.ElectionAnnotation: "1/c2/n"},
 		},
-		Spec: corev1.PodSpec{SchedulerName: protocol.SourceSchedulerName},
 	}
+	setSpec(t, src, original)
+	return src
+}
+
+// setSpec makes pod a source pod whose candidates run spec, as the webhook
+// makes one: spec is the pod's, but for the scheduler name, and its
+// scheduler name and tolerations are the original fields.
+func setSpec(t testing.TB, pod *corev1.Pod, spec corev1.PodSpec) {
+	t.Helper()
+	raw, err := sourcespec.FieldsOf(&spec).Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pod.Annotations == nil {
+		pod.Annotations = map[string]string{}
+	}
+	delete(pod.Annotations, protocol.SourceSpecAnnotation)
+	pod.Annotations[protocol.OriginalFieldsAnnotation] = raw
+	pod.Spec = *spec.DeepCopy()
+	pod.Spec.SchedulerName = protocol.SourceSchedulerName
 }
 
 func TestBuild(t *testing.T) {
@@ -74,7 +89,7 @@ func TestBuild(t *testing.T) {
 		c.Labels[protocol.TargetLabel] != protocol.TargetLabelValue("c2") {
 		t.Errorf("labels: %v", c.Labels)
 	}
-	if c.Annotations["team"] != "a" || c.Annotations[protocol.SourceSpecAnnotation] != "" || c.Annotations[protocol.ElectionAnnotation] != "" {
+	if c.Annotations["team"] != "a" || c.Annotations[protocol.OriginalFieldsAnnotation] != "" || c.Annotations[protocol.ElectionAnnotation] != "" {
 		t.Errorf("annotations: %v", c.Annotations)
 	}
 	if c.Annotations[protocol.SourceNamespaceAnnotation] != "shop" || c.Annotations[protocol.SourceNameAnnotation] != "web-1" || c.Annotations[protocol.TargetAnnotation] != "c2" {
@@ -93,41 +108,18 @@ func TestBuild(t *testing.T) {
 }
 
 func TestBuildRefusesBadSavedSpec(t *testing.T) {
+	for _, key := range []string{protocol.OriginalFieldsAnnotation, protocol.SourceSpecAnnotation} {
+		src := sourcePod(t)
+		delete(src.Annotations, protocol.OriginalFieldsAnnotation)
+		src.Annotations[key] = "{not json"
+		if _, err := Build(src, "c1", "c2", src.Namespace, false, false); err == nil {
+			t.Errorf("malformed %s accepted", key)
+		}
+	}
 	src := sourcePod(t)
-	src.Annotations[protocol.SourceSpecAnnotation] = "{not json"
+	delete(src.Annotations, protocol.OriginalFieldsAnnotation)
 	if _, err := Build(src, "c1", "c2", src.Namespace, false, false); err == nil {
-		t.Error("malformed saved spec accepted")
-	}
-	delete(src.Annotations, protocol.SourceSpecAnnotation)
-	if _, err := Build(src, "c1", "c2", src.Namespace, false, false); err == nil {
-		t.Error("missing saved spec accepted")
-	}
-}
-
-// TestOriginalSpecIsTheCallers: the pods of a workload share one saved
-// spec, decoded once; each caller gets a spec of its own to change.
-func TestOriginalSpecIsTheCallers(t *testing.T) {
-	a, b := sourcePod(t), sourcePod(t)
-	first, err := OriginalSpec(a)
-	if err != nil {
-		t.Fatal(err)
-	}
-	first.Containers[0].Image = "changed"
-	first.Tolerations = nil
-	if _, err := Build(a, "c1", "c2", "shop", false, false); err != nil {
-		t.Fatal(err)
-	}
-	second, err := OriginalSpec(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if second.Containers[0].Image != "app:1" || len(second.Tolerations) != 2 || second.NodeName != "should-go" {
-		t.Errorf("a caller's change reached another caller: %+v", second)
-	}
-	bad := sourcePod(t)
-	bad.Annotations[protocol.SourceSpecAnnotation] = `{"containers": 1}`
-	if _, err := OriginalSpec(bad); err == nil {
-		t.Error("a malformed saved spec decoded")
+		t.Error("a pod the webhook did not admit accepted")
 	}
 }
 

@@ -14,8 +14,8 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/flotilla-dev/flotilla/pkg/candidate"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
+	"github.com/flotilla-dev/flotilla/pkg/sourcespec"
 )
 
 // The agent watches the names of the source's ConfigMaps and Secrets and
@@ -119,20 +119,27 @@ func (w *Watcher) Exists(kind Kind, namespace, name string) (exists, known bool)
 }
 
 // refsOf lists the objects a source pod's candidates reference: those of
-// the spec the user wrote, without the source's service-account token
-// volume (whose root-CA ConfigMap the target has of its own).
+// the spec they run (sourcespec.Original), without the source's
+// service-account token volume (whose root-CA ConfigMap the target has of
+// its own).
 func refsOf(pod *corev1.Pod) ([]Ref, error) {
+	if _, ok := pod.Annotations[protocol.OriginalFieldsAnnotation]; ok {
+		// The pod's own spec but for fields that reference no object: read
+		// in place, not copied.
+		s := sourcespec.WithoutServiceAccountToken(pod.Spec)
+		s.EphemeralContainers = nil
+		return Of(&s), nil
+	}
 	raw := pod.Annotations[protocol.SourceSpecAnnotation]
 	// Most pods reference neither; their spec need not be decoded.
 	if !strings.Contains(raw, "configMap") && !strings.Contains(raw, "secret") && !strings.Contains(raw, "Secrets") {
 		return nil, nil
 	}
-	spec, err := candidate.OriginalSpec(pod)
+	spec, err := sourcespec.Original(pod)
 	if err != nil {
 		return nil, err
 	}
-	s := candidate.WithoutServiceAccountToken(*spec)
-	return Of(&s), nil
+	return Of(spec), nil
 }
 
 // IndexPod is the PodIndex function.

@@ -25,8 +25,13 @@ const (
 
 // On source pods (written by the source's webhook and agent).
 const (
-	// SourceSpecAnnotation holds the pod's spec as the user wrote it, JSON,
-	// saved once by the webhook.
+	// OriginalFieldsAnnotation holds, JSON (OriginalFields), the fields of
+	// a source pod's spec that the webhook changed, as they were before it:
+	// the rest of what its candidates run is the pod's own spec.
+	OriginalFieldsAnnotation = Prefix + "original-fields"
+	// SourceSpecAnnotation held a source pod's whole spec as admitted up to
+	// the webhook, JSON, on pods that agents before original-fields made
+	// source pods; it is still read from them.
 	SourceSpecAnnotation = Prefix + "source-spec"
 	// ElectionAnnotation is the durable election record, see Election.
 	ElectionAnnotation = Prefix + "election"

@@ -30,6 +30,7 @@ import (
 	"github.com/flotilla-dev/flotilla/pkg/objects"
 	"github.com/flotilla-dev/flotilla/pkg/policy"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
+	"github.com/flotilla-dev/flotilla/pkg/sourcespec"
 	"github.com/flotilla-dev/flotilla/pkg/target"
 )
 
@@ -261,11 +262,12 @@ func (c *Controller) requeueUnbound(ctx context.Context, changes chan<- event.Ty
 }
 
 // isSourcePod reports whether obj is a pod the webhook made a source pod:
-// one with the saved spec that no scheduler of the source serves. The
+// one with what its candidates run saved (sourcespec.Saved) that no
+// scheduler of the source serves. The
 // opt-in label asked for it at creation; removing it later changes nothing.
 func isSourcePod(obj client.Object) bool {
 	pod, ok := obj.(*corev1.Pod)
-	return ok && pod.Spec.SchedulerName == protocol.SourceSchedulerName && pod.Annotations[protocol.SourceSpecAnnotation] != ""
+	return ok && pod.Spec.SchedulerName == protocol.SourceSchedulerName && sourcespec.Saved(pod)
 }
 
 // Reconcile moves one source pod one step along the protocol: a deleted

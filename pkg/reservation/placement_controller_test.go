@@ -37,6 +37,7 @@ import (
 	"github.com/flotilla-dev/flotilla/pkg/policy"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
 	"github.com/flotilla-dev/flotilla/pkg/reservation"
+	"github.com/flotilla-dev/flotilla/pkg/sourcespec"
 	"github.com/flotilla-dev/flotilla/pkg/target"
 	"github.com/flotilla-dev/flotilla/pkg/workload"
 )
@@ -423,7 +424,7 @@ func (h *harness) newSourcePod(name string, opts ...func(*corev1.Pod)) *corev1.P
 		Name: "app", Image: "nginx",
 		Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")}},
 	}}}
-	saved, err := json.Marshal(spec)
+	fields, err := sourcespec.FieldsOf(&spec).Encode()
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -431,7 +432,7 @@ func (h *harness) newSourcePod(name string, opts ...func(*corev1.Pod)) *corev1.P
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: namespace, Name: name, UID: types.UID("uid-" + name),
 			Labels:      map[string]string{"app": "web", protocol.ElectLabel: "true"},
-			Annotations: map[string]string{protocol.SourceSpecAnnotation: string(saved)},
+			Annotations: map[string]string{protocol.OriginalFieldsAnnotation: fields},
 		},
 		Spec: *spec.DeepCopy(),
 	}

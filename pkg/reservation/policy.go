@@ -18,6 +18,7 @@ import (
 	"github.com/flotilla-dev/flotilla/pkg/placementpolicy"
 	"github.com/flotilla-dev/flotilla/pkg/policy"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
+	"github.com/flotilla-dev/flotilla/pkg/sourcespec"
 	"github.com/flotilla-dev/flotilla/pkg/target"
 	"github.com/flotilla-dev/flotilla/pkg/workload"
 )
@@ -203,14 +204,14 @@ func (p *plan) dropHeldBack(targets []*target.Target, now time.Time) []*target.T
 // needs a larger node from its candidate, so when none has room, all get
 // one.
 func (p *plan) dropUnfit(pod *corev1.Pod, targets []*target.Target) []*target.Target {
-	var required *corev1.NodeSelector
-	if a := pod.Spec.Affinity; a != nil && a.NodeAffinity != nil {
-		required = a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution
-	}
 	// The source pod asks for nothing of its own cluster: what it needs is
-	// in its saved spec.
-	if spec, err := candidate.OriginalSpec(pod); err == nil {
+	// in the spec its candidates run.
+	var required *corev1.NodeSelector
+	if spec, err := sourcespec.Original(pod); err == nil {
 		p.requests = resourcehelper.PodRequests(&corev1.Pod{Spec: *spec}, resourcehelper.PodResourcesOptions{})
+		if a := spec.Affinity; a != nil && a.NodeAffinity != nil {
+			required = a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution
+		}
 	}
 	exclude := func(name, why string) {
 		if p.excluded == nil {

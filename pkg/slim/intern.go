@@ -1,6 +1,8 @@
 package slim
 
 import (
+	"crypto/sha256"
+	"encoding/json"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -10,10 +12,11 @@ import (
 
 // A decoded pod carries its own copy of every string, though most repeat
 // from pod to pod: every label and annotation key, namespaces, target
-// names, images, condition types, and the saved spec, identical for the
-// pods of one workload. Cached for thousands of pods, the copies are a
-// sixth of the agent's heap. The transforms replace them with one shared
-// copy from a pool.
+// names, images, condition types, and the saved spec of pods admitted
+// before original-fields, identical for the pods of one workload. Cached
+// for thousands of pods, the copies are a sixth of the agent's heap. The
+// transforms replace them with one shared copy from a pool; the specs that
+// source pods keep are shared likewise (specPool).
 //
 // Go's unique package interns too, but keeps a value only while a Handle to
 // it lives; the cached pods hold strings, not Handles, so each collection
@@ -81,6 +84,54 @@ func (p *pool) internMap(m map[string]string) map[string]string {
 	return out
 }
 
+// specPool shares the specs that cached source pods keep, one for the
+// pods of a workload, as pool shares strings: keyed by the SHA-256 of their
+// JSON without the node name (the one field of the spec that differs
+// between them once admitted, but the token volume's name, which the
+// cache drops), starting over when full.
+type specPool struct {
+	mu    sync.Mutex
+	max   int
+	specs map[[sha256.Size]byte]corev1.PodSpec
+}
+
+// maxSpecs bounds the spec pool: about as many workloads' pods in flight
+// at once.
+const maxSpecs = 1 << 10
+
+var sharedSpecs = &specPool{max: maxSpecs, specs: map[[sha256.Size]byte]corev1.PodSpec{}}
+
+// intern returns spec, its slices, maps and pointers those of the pool's
+// spec that is the same but for the node name, which stays spec's. A spec
+// that does not encode stays its own.
+func (p *specPool) intern(spec corev1.PodSpec) corev1.PodSpec {
+	node := spec.NodeName
+	spec.NodeName = ""
+	raw, err := json.Marshal(&spec)
+	if err != nil {
+		spec.NodeName = node
+		return spec
+	}
+	key := sha256.Sum256(raw)
+	p.mu.Lock()
+	if pooled, ok := p.specs[key]; ok {
+		spec = pooled
+	} else {
+		if len(p.specs) >= p.max {
+			clear(p.specs)
+		}
+		for _, cs := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
+			for i := range cs {
+				cs[i].Name, cs[i].Image = shared.intern(cs[i].Name), shared.intern(cs[i].Image)
+			}
+		}
+		p.specs[key] = spec
+	}
+	p.mu.Unlock()
+	spec.NodeName = node
+	return spec
+}
+
 // internPod pools the repeating strings of a trimmed pod: its metadata but
 // names, UIDs and versions, and of its status what names a kind, a node or
 // an image. Strings unique to a pod (IPs, container IDs, messages) stay.
@@ -95,13 +146,10 @@ func (p *pool) internPod(pod *corev1.Pod) {
 		ref.APIVersion, ref.Kind, ref.Name = p.intern(ref.APIVersion), p.intern(ref.Kind), p.intern(ref.Name)
 	}
 
+	// The spec's own fields, not what they point to: a source pod's spec
+	// may be shared (specPool), and its containers were pooled before.
 	spec := &pod.Spec
 	spec.SchedulerName, spec.NodeName = p.intern(spec.SchedulerName), p.intern(spec.NodeName)
-	for _, cs := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
-		for i := range cs {
-			cs[i].Name, cs[i].Image = p.intern(cs[i].Name), p.intern(cs[i].Image)
-		}
-	}
 
 	st := &pod.Status
 	st.Phase = corev1.PodPhase(p.intern(string(st.Phase)))

@@ -17,32 +17,46 @@
 package slim
 
 import (
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
+	"github.com/flotilla-dev/flotilla/pkg/sourcespec"
 	corev1 "k8s.io/api/core/v1"
 )
 
 // SourcePod is the transform of the agent's cache of source pods, which
-// placement and every virtual node share. Placement reads the metadata (the
-// saved original spec is an annotation), spec.schedulerName and
-// spec.nodeName, and of a gang's members spec.priority (the gangs' order)
-// and spec.workloadRef (a Workload's gang); it writes only with patches. Status mirroring reads the
-// status, the containers' names, images and restart policies, and the
-// readiness gates; the virtual nodes write the cached pod
-// back through pods/status, where the API server keeps the stored spec
-// whatever the request carries.
+// placement and every virtual node share. Placement reads the metadata,
+// what the pod's candidates run (sourcespec.Original: the pod's spec with
+// its original fields; or, on pods admitted before original-fields, the
+// saved spec, an annotation), spec.schedulerName and spec.nodeName, and of
+// a gang's members spec.priority (the gangs' order) and spec.workloadRef
+// (a Workload's gang); it writes only with patches. Status mirroring reads
+// the status, the containers' names, images and restart policies, and the
+// readiness gates; the virtual nodes write the cached pod back through
+// pods/status, where the API server keeps the stored spec whatever the
+// request carries.
+//
+// The spec of a pod with original fields stays, without the source's
+// service-account token (no candidate runs it, and its volume's name is
+// the one part of the spec that differs between the pods of a workload),
+// and is shared with every cached pod whose spec is the same but for its
+// node: a workload's pods cost one spec. Nobody may change it.
 func SourcePod(obj any) (any, error) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
 		return obj, nil
 	}
 	pod.ManagedFields = nil
-	pod.Spec = corev1.PodSpec{
-		SchedulerName:  pod.Spec.SchedulerName,
-		NodeName:       pod.Spec.NodeName,
-		InitContainers: containerNames(pod.Spec.InitContainers),
-		Containers:     containerNames(pod.Spec.Containers),
-		ReadinessGates: pod.Spec.ReadinessGates,
-		Priority:       pod.Spec.Priority,
-		WorkloadRef:    pod.Spec.WorkloadRef,
+	if _, ok := pod.Annotations[protocol.OriginalFieldsAnnotation]; ok {
+		pod.Spec = sharedSpecs.intern(sourcespec.WithoutServiceAccountToken(pod.Spec))
+	} else {
+		pod.Spec = corev1.PodSpec{
+			SchedulerName:  pod.Spec.SchedulerName,
+			NodeName:       pod.Spec.NodeName,
+			InitContainers: shared.containerNames(pod.Spec.InitContainers),
+			Containers:     shared.containerNames(pod.Spec.Containers),
+			ReadinessGates: pod.Spec.ReadinessGates,
+			Priority:       pod.Spec.Priority,
+			WorkloadRef:    pod.Spec.WorkloadRef,
+		}
 	}
 	shared.internPod(pod)
 	return pod, nil
@@ -63,13 +77,15 @@ func Candidate(obj any) (any, error) {
 	return pod, nil
 }
 
-func containerNames(in []corev1.Container) []corev1.Container {
+// containerNames returns new containers with only the names, images and
+// restart policies of in, their strings pooled.
+func (p *pool) containerNames(in []corev1.Container) []corev1.Container {
 	if len(in) == 0 {
 		return nil
 	}
 	out := make([]corev1.Container, len(in))
 	for i, c := range in {
-		out[i] = corev1.Container{Name: c.Name, Image: c.Image, RestartPolicy: c.RestartPolicy}
+		out[i] = corev1.Container{Name: p.intern(c.Name), Image: p.intern(c.Image), RestartPolicy: c.RestartPolicy}
 	}
 	return out
 }

@@ -1,12 +1,15 @@
 package slim
 
 import (
+	"fmt"
 	"testing"
 
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 )
@@ -105,5 +108,73 @@ func TestTransforms(t *testing.T) {
 				t.Errorf("a tombstone came out as %+v, %v", passed, err)
 			}
 		})
+	}
+}
+
+// admittedSource is a source pod with original fields, as the webhook
+// admits one: its token volume's name is its own, like the pods of a
+// workload each have.
+func admittedSource(name, node, image string) *corev1.Pod {
+	pod := fullPod()
+	pod.Name, pod.UID = name, types.UID("uid-"+name)
+	pod.Annotations = map[string]string{protocol.OriginalFieldsAnnotation: `{"schedulerName":"default-scheduler"}`}
+	pod.Spec.NodeName = node
+	pod.Spec.Containers[0].Image = image
+	token := "kube-api-access-" + name
+	pod.Spec.Volumes = []corev1.Volume{
+		{Name: token, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{DefaultMode: ptr.To[int32](420)}}},
+		{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+	}
+	pod.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: token, MountPath: "/var/run/secrets"}, {Name: "data", MountPath: "/data"}}
+	return pod
+}
+
+// TestSourcePodKeepsItsSpec: a source pod with original fields keeps the
+// spec its candidates run, without the source's token, and the pods of a
+// workload share it but for their node. A transform that trimmed the spec
+// (Build would have nothing to run), kept the token or shared nothing
+// fails here.
+func TestSourcePodKeepsItsSpec(t *testing.T) {
+	transform := func(p *corev1.Pod) *corev1.Pod {
+		out, err := SourcePod(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out.(*corev1.Pod)
+	}
+	a := transform(admittedSource("a", "flotilla-t1", "app:1"))
+	b := transform(admittedSource("b", "flotilla-t2", "app:1"))
+	other := transform(admittedSource("c", "flotilla-t1", "app:2"))
+
+	want := admittedSource("a", "flotilla-t1", "app:1").Spec
+	want.Volumes = want.Volumes[1:]
+	want.Containers[0].VolumeMounts = want.Containers[0].VolumeMounts[1:]
+	if !equality.Semantic.DeepEqual(a.Spec, want) {
+		t.Errorf("cached spec:\n got %+v\nwant %+v", a.Spec, want)
+	}
+	if a.Spec.NodeName != "flotilla-t1" || b.Spec.NodeName != "flotilla-t2" {
+		t.Errorf("nodes %q and %q, want each its own", a.Spec.NodeName, b.Spec.NodeName)
+	}
+	if &a.Spec.Containers[0] != &b.Spec.Containers[0] || &a.Spec.Volumes[0] != &b.Spec.Volumes[0] {
+		t.Error("two pods of one workload keep two specs")
+	}
+	if &a.Spec.Containers[0] == &other.Spec.Containers[0] || other.Spec.Containers[0].Image != "app:2" {
+		t.Errorf("pods of two specs share one: %+v", other.Spec.Containers)
+	}
+	// Trimming a trimmed pod changes nothing.
+	if again := transform(a.DeepCopy()); !equality.Semantic.DeepEqual(again, a) {
+		t.Errorf("not idempotent:\n first %+v\nsecond %+v", a, again)
+	}
+}
+
+// TestSpecPoolBounded: specs that never repeat must not grow the pool
+// without end.
+func TestSpecPoolBounded(t *testing.T) {
+	p := &specPool{max: 4, specs: map[[32]byte]corev1.PodSpec{}}
+	for i := range 20 {
+		p.intern(corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: fmt.Sprintf("app:%d", i)}}})
+		if len(p.specs) > p.max {
+			t.Fatalf("pool holds %d specs, bound %d", len(p.specs), p.max)
+		}
 	}
 }

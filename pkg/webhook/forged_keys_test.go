@@ -10,12 +10,13 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
-	"github.com/flotilla-dev/flotilla/pkg/candidate"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
+	"github.com/flotilla-dev/flotilla/pkg/sourcespec"
 )
 
 // hiddenSpec is a privileged spec with the host's root mounted: what a
-// user would hide in the saved spec of a benign pod.
+// user would hide in the saved spec of a benign pod, as agents before
+// original-fields read it.
 func hiddenSpec(t *testing.T) string {
 	t.Helper()
 	spec := admittedPod(nil).Spec
@@ -29,35 +30,57 @@ func hiddenSpec(t *testing.T) string {
 	return string(raw)
 }
 
+// controlPlaneFields are original fields that would have a pod's
+// candidates tolerate every taint of a target's control-plane nodes and be
+// scheduled by another scheduler.
+func controlPlaneFields(t *testing.T) string {
+	t.Helper()
+	raw, err := sourcespec.Fields{SchedulerName: "my-scheduler", Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}}}.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw
+}
+
+// runs is the spec a source pod's candidates run.
+func runs(t *testing.T, pod *corev1.Pod) *corev1.PodSpec {
+	t.Helper()
+	spec, err := sourcespec.Original(pod)
+	if err != nil {
+		t.Fatalf("what the candidates run: %v", err)
+	}
+	return spec
+}
+
 // TestHandleReplacesFlotillaKeys checks that what a pod's author writes
 // of the keys Flotilla alone writes never reaches the stored pod, so that
-// the saved spec, which the targets run, is the spec the cluster's
+// what its candidates run in the targets is the spec the cluster's
 // admission let in.
 func TestHandleReplacesFlotillaKeys(t *testing.T) {
 	m := &Mutator{Decoder: admission.NewDecoder(clientgoscheme.Scheme), NotReadyTolerationSeconds: ptr.To[int64](60)}
 	// The source pod the webhook makes of a pod that came without any.
 	honest, _ := handled(t, m, admittedPod(nil))
-	honestSpec := honest.Annotations[protocol.SourceSpecAnnotation]
+	honestRuns := runs(t, honest)
 
-	looksLikeASourcePod := admittedPod(map[string]string{protocol.SourceSpecAnnotation: hiddenSpec(t)})
-	if _, err := MakeSource(&corev1.Pod{Spec: looksLikeASourcePod.Spec}, ptr.To[int64](60)); err != nil {
-		t.Fatal(err)
-	}
+	looksLikeASourcePod := admittedPod(map[string]string{protocol.OriginalFieldsAnnotation: controlPlaneFields(t)})
 	prepareSpec(&looksLikeASourcePod.Spec, ptr.To[int64](60))
 
-	splitOnly := admittedPod(map[string]string{protocol.SourceSpecAnnotation: hiddenSpec(t)})
+	splitOnly := admittedPod(map[string]string{protocol.SourceSpecAnnotation: hiddenSpec(t), protocol.OriginalFieldsAnnotation: controlPlaneFields(t)})
 	delete(splitOnly.Labels, protocol.ElectLabel)
 	splitOnly.Labels[protocol.LocalLabel] = "true"
 
 	for _, tt := range []struct {
 		name string
 		pod  *corev1.Pod
-		// wantSource: the pod is made a source pod whose saved spec is
-		// honestSpec; else it is left an ordinary pod.
+		// wantSource: the pod is made a source pod whose candidates run
+		// honestRuns; else it is left an ordinary pod.
 		wantSource bool
 	}{
 		{"a saved spec hiding a privileged hostPath spec", admittedPod(map[string]string{protocol.SourceSpecAnnotation: hiddenSpec(t)}), true},
 		{"a saved spec that is no spec", admittedPod(map[string]string{protocol.SourceSpecAnnotation: "{not json"}), true},
+		{"original fields tolerating every taint", admittedPod(map[string]string{protocol.OriginalFieldsAnnotation: controlPlaneFields(t)}), true},
+		{"original fields and a saved spec", admittedPod(map[string]string{protocol.OriginalFieldsAnnotation: controlPlaneFields(t), protocol.SourceSpecAnnotation: hiddenSpec(t)}), true},
+		{"original fields that are no JSON", admittedPod(map[string]string{protocol.OriginalFieldsAnnotation: "{not json"}), true},
 		{"an election", admittedPod(map[string]string{protocol.ElectionAnnotation: "7/c2/nonce", protocol.ElectedDomainAnnotation: `{"topology.kubernetes.io/zone":"a"}`}), true},
 		{"a candidate's annotations", admittedPod(map[string]string{
 			protocol.AllowedAnnotation: "u/1/n", protocol.DeniedAnnotation: "u/1", protocol.StateAnnotation: `{"phase":"Bound","nonce":"n"}`,
@@ -75,8 +98,8 @@ func TestHandleReplacesFlotillaKeys(t *testing.T) {
 			p.Labels[protocol.LocalLabel] = "true"
 			return p
 		}(), true},
-		{"a forged saved spec on a pod dressed as a source pod", looksLikeASourcePod, true},
-		{"a saved spec and a local mark on a pod of the split alone", splitOnly, false},
+		{"forged original fields on a pod dressed as a source pod", looksLikeASourcePod, true},
+		{"a saved spec, original fields and a local mark on a pod of the split alone", splitOnly, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			got, _ := handled(t, m, tt.pod)
@@ -86,13 +109,14 @@ func TestHandleReplacesFlotillaKeys(t *testing.T) {
 				}
 			}
 			for k := range got.Annotations {
-				if protocol.WrittenByFlotilla(k) && !(tt.wantSource && k == protocol.SourceSpecAnnotation) {
+				if protocol.WrittenByFlotilla(k) && !(tt.wantSource && k == protocol.OriginalFieldsAnnotation) {
 					t.Errorf("annotation %s=%q stayed", k, got.Annotations[k])
 				}
 			}
-			// The agent's records of an election, named, whatever
+			// The agent's records of an election and the saved spec that
+			// agents before original-fields read, named, whatever
 			// WrittenByFlotilla says.
-			for _, k := range []string{protocol.ElectionAnnotation, protocol.ElectedDomainAnnotation} {
+			for _, k := range []string{protocol.ElectionAnnotation, protocol.ElectedDomainAnnotation, protocol.SourceSpecAnnotation} {
 				if v, ok := got.Annotations[k]; ok {
 					t.Errorf("annotation %s=%q stayed", k, v)
 				}
@@ -106,57 +130,71 @@ func TestHandleReplacesFlotillaKeys(t *testing.T) {
 			if got.Spec.SchedulerName != protocol.SourceSchedulerName {
 				t.Errorf("schedulerName %q: not a source pod", got.Spec.SchedulerName)
 			}
-			saved := got.Annotations[protocol.SourceSpecAnnotation]
+			spec := runs(t, got)
 			if tt.pod == looksLikeASourcePod {
-				// Nothing tells what the author's tolerations were: the
-				// ones MakeSource gives are left out of the saved spec.
-				var spec corev1.PodSpec
-				if err := json.Unmarshal([]byte(saved), &spec); err != nil {
-					t.Fatal(err)
-				}
-				want := candidate.WithoutServiceAccountToken(tt.pod.Spec)
+				// Nothing tells what the author's scheduler and tolerations
+				// were: the candidates run the visible spec without the
+				// tolerations MakeSource gives.
+				want := sourcespec.WithoutServiceAccountToken(*tt.pod.Spec.DeepCopy())
 				want.Tolerations = nil
-				if !equality.Semantic.DeepEqual(spec, want) {
-					t.Errorf("saved spec %s, want the visible spec %+v", saved, want)
+				if !equality.Semantic.DeepEqual(*spec, want) {
+					t.Errorf("candidates run %+v, want the visible spec %+v", *spec, want)
 				}
 				return
 			}
-			if saved != honestSpec {
-				t.Errorf("saved spec %s, want the admitted spec %s", saved, honestSpec)
+			if !equality.Semantic.DeepEqual(spec, honestRuns) {
+				t.Errorf("candidates run %+v, want the admitted spec %+v", *spec, *honestRuns)
 			}
 		})
 	}
 }
 
-// TestHandleKeepsASavedSpecThatFits checks that a saved spec the pod came
-// with stays when making a source pod of it gives the pod's own spec (as
-// an earlier invocation of the webhook for the request left it), and is
-// replaced as soon as it differs in anything else.
-func TestHandleKeepsASavedSpecThatFits(t *testing.T) {
+// TestHandleKeepsOriginalFieldsThatFit checks that original fields the pod
+// came with stay when making a source pod of them gives the pod's own spec
+// (as an earlier invocation of the webhook for the request left them), and
+// are replaced as soon as they do not; either way the candidates run what
+// the pod's spec is once admitted.
+func TestHandleKeepsOriginalFieldsThatFit(t *testing.T) {
 	m := &Mutator{Decoder: admission.NewDecoder(clientgoscheme.Scheme), NotReadyTolerationSeconds: ptr.To[int64](60)}
 	first, _ := handled(t, m, admittedPod(nil))
-	saved := first.Annotations[protocol.SourceSpecAnnotation]
+	saved := first.Annotations[protocol.OriginalFieldsAnnotation]
+	controlPlane := corev1.Toleration{Key: "node-role.kubernetes.io/control-plane", Operator: corev1.TolerationOpExists}
 	for _, tt := range []struct {
 		name   string
 		change func(*corev1.Pod)
 		kept   bool
+		// want is what the candidates run, from the admitted spec.
+		want func(*corev1.PodSpec)
 	}{
-		{"a reinvocation", func(*corev1.Pod) {}, true},
-		{"another image", func(p *corev1.Pod) { p.Spec.Containers[0].Image = "registry.example/other:1" }, false},
-		{"the host's network", func(p *corev1.Pod) { p.Spec.HostNetwork = true }, false},
-		{"another toleration", func(p *corev1.Pod) {
-			p.Spec.Tolerations = append(p.Spec.Tolerations, corev1.Toleration{Key: "node-role.kubernetes.io/control-plane", Operator: corev1.TolerationOpExists})
-		}, false},
+		{"a reinvocation", func(*corev1.Pod) {}, true, func(*corev1.PodSpec) {}},
+		// Another webhook's change of a field that is not one of the
+		// original fields is what the candidates run.
+		{"another image", func(p *corev1.Pod) { p.Spec.Containers[0].Image = "registry.example/other:1" },
+			true, func(s *corev1.PodSpec) { s.Containers[0].Image = "registry.example/other:1" }},
+		{"the host's network", func(p *corev1.Pod) { p.Spec.HostNetwork = true }, true, func(s *corev1.PodSpec) { s.HostNetwork = true }},
+		// Nothing tells which scheduler and tolerations the pod had before
+		// (the candidates are given their own scheduler): those MakeSource
+		// gives are left out, and the target's admission gives the
+		// candidates its defaults.
+		{"another toleration", func(p *corev1.Pod) { p.Spec.Tolerations = append(p.Spec.Tolerations, controlPlane) },
+			false, func(s *corev1.PodSpec) {
+				s.SchedulerName, s.Tolerations = protocol.SourceSchedulerName, []corev1.Toleration{controlPlane}
+			}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			pod := first.DeepCopy()
 			tt.change(pod)
 			got, _ := handled(t, m, pod)
-			if kept := got.Annotations[protocol.SourceSpecAnnotation] == saved; kept != tt.kept {
-				t.Errorf("saved spec kept %v, want %v", kept, tt.kept)
+			if kept := got.Annotations[protocol.OriginalFieldsAnnotation] == saved; kept != tt.kept {
+				t.Errorf("original fields kept %v, want %v", kept, tt.kept)
 			}
-			if !savedSpecFits(got.Annotations[protocol.SourceSpecAnnotation], got.Spec, m.NotReadyTolerationSeconds) {
-				t.Errorf("the saved spec does not fit the pod's: %s", got.Annotations[protocol.SourceSpecAnnotation])
+			if !originalFieldsFit(got.Annotations[protocol.OriginalFieldsAnnotation], got.Spec, m.NotReadyTolerationSeconds) {
+				t.Errorf("the original fields do not fit the pod's: %s", got.Annotations[protocol.OriginalFieldsAnnotation])
+			}
+			want := runs(t, first)
+			tt.want(want)
+			if spec := runs(t, got); !equality.Semantic.DeepEqual(spec, want) {
+				t.Errorf("candidates run %+v, want %+v", *spec, *want)
 			}
 		})
 	}

@@ -24,9 +24,9 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
-	"github.com/flotilla-dev/flotilla/pkg/candidate"
 	"github.com/flotilla-dev/flotilla/pkg/local"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
+	"github.com/flotilla-dev/flotilla/pkg/sourcespec"
 	"github.com/flotilla-dev/flotilla/pkg/split"
 )
 
@@ -160,7 +160,7 @@ func (m *Mutator) admit(ctx context.Context, pod *corev1.Pod, dryRun bool) (spli
 		// Neither a source pod nor kept here by the webhook's verdict: it
 		// carries neither mark.
 		delete(pod.Labels, protocol.LocalLabel)
-		delete(pod.Annotations, protocol.SourceSpecAnnotation)
+		delete(pod.Annotations, protocol.OriginalFieldsAnnotation)
 		if !SplitOptedIn(pod) {
 			return false, nil
 		}
@@ -169,7 +169,7 @@ func (m *Mutator) admit(ctx context.Context, pod *corev1.Pod, dryRun bool) (spli
 	split = m.split(ctx, pod, dryRun)
 	// After the split: the place it gave the pod is where it must fit.
 	if m.keep(ctx, pod, dryRun) {
-		delete(pod.Annotations, protocol.SourceSpecAnnotation)
+		delete(pod.Annotations, protocol.OriginalFieldsAnnotation)
 		return split, nil
 	}
 	delete(pod.Labels, protocol.LocalLabel)
@@ -180,9 +180,10 @@ func (m *Mutator) admit(ctx context.Context, pod *corev1.Pod, dryRun bool) (spli
 }
 
 // stripFlotillaKeys takes off the pod every label and annotation that
-// Flotilla alone writes, but the saved spec and the local mark, which the
-// webhook judges itself (MakeSource, keep): an earlier invocation of the
-// webhook for this request may have written them.
+// Flotilla alone writes, but the original fields and the local mark, which
+// the webhook judges itself (MakeSource, keep): an earlier invocation of
+// the webhook for this request may have written them. The saved spec of
+// agents before original-fields goes: no pod is admitted with it any more.
 func stripFlotillaKeys(pod *corev1.Pod) {
 	for k := range pod.Labels {
 		if protocol.WrittenByFlotilla(k) && k != protocol.LocalLabel {
@@ -190,22 +191,22 @@ func stripFlotillaKeys(pod *corev1.Pod) {
 		}
 	}
 	for k := range pod.Annotations {
-		if protocol.WrittenByFlotilla(k) && k != protocol.SourceSpecAnnotation {
+		if protocol.WrittenByFlotilla(k) && k != protocol.OriginalFieldsAnnotation {
 			delete(pod.Annotations, k)
 		}
 	}
 }
 
 // keep reports whether an opted-in pod stays in this cluster, and labels it
-// so. A source pod admitted before (a reinvocation: its saved spec is the
-// one MakeSource saved, see savedSpecFits) stays one. Any other pod is
+// so. A source pod admitted before (a reinvocation: its original fields are
+// those MakeSource saved, see originalFieldsFit) stays one. Any other pod is
 // judged, the local mark it came with or not: the mark is the webhook's
 // verdict, never its author's, so a pod that an earlier invocation kept is
 // judged again, holding room once more until the view sees it (a
 // reinvocation comes only after another webhook changed the pod). A failure
 // to decide sends the pod through the targets, as without localFirst.
 func (m *Mutator) keep(ctx context.Context, pod *corev1.Pod, dryRun bool) bool {
-	if raw := pod.Annotations[protocol.SourceSpecAnnotation]; raw != "" && savedSpecFits(raw, pod.Spec, m.NotReadyTolerationSeconds) {
+	if raw := pod.Annotations[protocol.OriginalFieldsAnnotation]; raw != "" && originalFieldsFit(raw, pod.Spec, m.NotReadyTolerationSeconds) {
 		return false
 	}
 	if m.Local == nil {
@@ -259,25 +260,27 @@ func OptedIn(pod *corev1.Pod) bool {
 }
 
 // MakeSource turns an opted-in pod into a source pod. It is idempotent: on
-// reinvocation the saved spec is kept as it was first saved. notReadySeconds
-// is how long the pod tolerates a virtual node that is NotReady, its target
-// not answering (nil: forever).
+// reinvocation the original fields are kept as they were first saved.
+// notReadySeconds is how long the pod tolerates a virtual node that is
+// NotReady, its target not answering (nil: forever).
 //
-// The saved spec is what the targets will run, so it is the pod's own spec
-// as admitted: a spec the pod came with is kept only when making a source
-// pod of it gives the pod's spec (see savedSpecFits), as the one an earlier
-// invocation of the webhook saved does; any other is replaced.
+// The pod's candidates run its spec with the fields MakeSource changes as
+// they were before (sourcespec.Original), so the original fields saved are
+// the pod's own as admitted: fields the pod came with are kept only when
+// making a source pod of them gives the pod's spec (see originalFieldsFit),
+// as those an earlier invocation of the webhook saved do; any others are
+// replaced.
 func MakeSource(pod *corev1.Pod, notReadySeconds *int64) (bool, error) {
 	changed := false
-	raw, err := savedSpecFor(pod, notReadySeconds)
+	raw, err := originalFieldsFor(pod, notReadySeconds)
 	if err != nil {
 		return false, err
 	}
-	if old, ok := pod.Annotations[protocol.SourceSpecAnnotation]; !ok || old != raw {
+	if old, ok := pod.Annotations[protocol.OriginalFieldsAnnotation]; !ok || old != raw {
 		if pod.Annotations == nil {
 			pod.Annotations = map[string]string{}
 		}
-		pod.Annotations[protocol.SourceSpecAnnotation] = raw
+		pod.Annotations[protocol.OriginalFieldsAnnotation] = raw
 		changed = true
 	}
 	if prepareSpec(&pod.Spec, notReadySeconds) {
@@ -286,51 +289,45 @@ func MakeSource(pod *corev1.Pod, notReadySeconds *int64) (bool, error) {
 	return changed, nil
 }
 
-// savedSpecFor is the spec to save for a pod being made a source pod: the
-// one it carries when that fits its spec, else its spec without the
-// source's service-account token (no part of what runs in a target, and a
-// third of the saved spec of a simple pod) and, on a pod that already looks
-// like a source pod, without the tolerations MakeSource gives it.
-func savedSpecFor(pod *corev1.Pod, notReadySeconds *int64) (string, error) {
-	if raw, ok := pod.Annotations[protocol.SourceSpecAnnotation]; ok && savedSpecFits(raw, pod.Spec, notReadySeconds) {
+// originalFieldsFor is the original fields to save for a pod being made a
+// source pod: those it carries when they fit its spec, else its own and, on
+// a pod that already looks like a source pod, without the tolerations
+// MakeSource gives it.
+func originalFieldsFor(pod *corev1.Pod, notReadySeconds *int64) (string, error) {
+	if raw, ok := pod.Annotations[protocol.OriginalFieldsAnnotation]; ok && originalFieldsFit(raw, pod.Spec, notReadySeconds) {
 		return raw, nil
 	}
-	spec := candidate.WithoutServiceAccountToken(pod.Spec)
-	if spec.SchedulerName == protocol.SourceSchedulerName {
-		spec.Tolerations = withoutSourceTolerations(spec.Tolerations, notReadySeconds)
+	f := sourcespec.FieldsOf(&pod.Spec)
+	if f.SchedulerName == protocol.SourceSchedulerName {
+		f.Tolerations = withoutSourceTolerations(f.Tolerations, notReadySeconds)
 	}
-	raw, err := json.Marshal(spec)
-	if err != nil {
-		return "", fmt.Errorf("saving the original spec: %w", err)
-	}
-	return string(raw), nil
+	return f.Encode()
 }
 
-// savedSpecFits reports whether raw is a spec that MakeSource would have
-// saved for a pod whose spec is now visible: preparing it as MakeSource
-// prepares a source pod gives visible, but for the service-account token,
-// which candidate.Build drops as well. Such a spec differs from the spec
-// the cluster's admission let in only where a candidate is given its own
-// values (scheduler name, the virtual node's and the NoExecute
-// tolerations), so a candidate built from it runs what was admitted.
-func savedSpecFits(raw string, visible corev1.PodSpec, notReadySeconds *int64) bool {
-	var saved corev1.PodSpec
-	if err := json.Unmarshal([]byte(raw), &saved); err != nil {
+// originalFieldsFit reports whether raw holds fields that MakeSource would
+// have saved for a pod whose spec is now visible: the visible spec with
+// them, prepared as MakeSource prepares a source pod, is the visible spec.
+// Its candidates then run what the cluster's admission let in, but where a
+// candidate is given its own values (scheduler name, the virtual node's and
+// the NoExecute tolerations).
+func originalFieldsFit(raw string, visible corev1.PodSpec, notReadySeconds *int64) bool {
+	f, err := sourcespec.Decode(raw)
+	if err != nil {
 		return false
 	}
-	prepareSpec(&saved, notReadySeconds)
-	return equality.Semantic.DeepEqual(comparableSpec(saved), comparableSpec(visible))
+	spec := visible
+	f.ApplyTo(&spec)
+	prepareSpec(&spec, notReadySeconds)
+	return spec.SchedulerName == visible.SchedulerName && equality.Semantic.DeepEqual(sortedTolerations(spec.Tolerations), sortedTolerations(visible.Tolerations))
 }
 
-// comparableSpec is spec without the service-account token and with its
-// tolerations in one order: their order means nothing, and prepareSpec
-// appends the ones it adds after those another webhook may have added.
-func comparableSpec(spec corev1.PodSpec) corev1.PodSpec {
-	spec = candidate.WithoutServiceAccountToken(spec)
-	spec.Tolerations = slices.SortedFunc(slices.Values(spec.Tolerations), func(a, b corev1.Toleration) int {
+// sortedTolerations is ts in one order: their order means nothing, and
+// prepareSpec appends the ones it adds after those another webhook may have
+// added.
+func sortedTolerations(ts []corev1.Toleration) []corev1.Toleration {
+	return slices.SortedFunc(slices.Values(ts), func(a, b corev1.Toleration) int {
 		return strings.Compare(a.String(), b.String())
 	})
-	return spec
 }
 
 // prepareSpec makes spec the spec of a source pod and reports whether it

@@ -2,7 +2,6 @@ package webhook
 
 import (
 	"context"
-	"encoding/json"
 	"testing"
 
 	"github.com/go-logr/logr"
@@ -11,6 +10,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
+	"github.com/flotilla-dev/flotilla/pkg/sourcespec"
 	"github.com/flotilla-dev/flotilla/pkg/split"
 	"github.com/flotilla-dev/flotilla/pkg/workload"
 )
@@ -32,12 +32,12 @@ func TestMakeSourceIsIdempotent(t *testing.T) {
 	if err != nil || !changed {
 		t.Fatalf("first admission: changed=%v err=%v", changed, err)
 	}
-	var saved corev1.PodSpec
-	if err := json.Unmarshal([]byte(pod.Annotations[protocol.SourceSpecAnnotation]), &saved); err != nil {
+	saved, err := sourcespec.Original(pod)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if saved.SchedulerName != "default-scheduler" || len(saved.Tolerations) != 2 {
-		t.Errorf("saved spec is not the original: %+v", saved)
+		t.Errorf("candidates would not run the original: %+v", saved)
 	}
 	if pod.Spec.SchedulerName != protocol.SourceSchedulerName || len(pod.Spec.Tolerations) != 3 {
 		t.Errorf("source pod not prepared: %+v", pod.Spec)
@@ -54,13 +54,13 @@ func TestMakeSourceIsIdempotent(t *testing.T) {
 			}
 		}
 	}
-	before := pod.Annotations[protocol.SourceSpecAnnotation]
+	before := pod.Annotations[protocol.OriginalFieldsAnnotation]
 	changed, err = MakeSource(pod, ptr.To[int64](60))
 	if err != nil || changed {
 		t.Fatalf("reinvocation changed the pod (changed=%v err=%v)", changed, err)
 	}
-	if pod.Annotations[protocol.SourceSpecAnnotation] != before || len(pod.Spec.Tolerations) != 3 {
-		t.Error("reinvocation rewrote the saved spec or duplicated the toleration")
+	if pod.Annotations[protocol.OriginalFieldsAnnotation] != before || len(pod.Spec.Tolerations) != 3 {
+		t.Error("reinvocation rewrote the original fields or duplicated the toleration")
 	}
 }
 
@@ -115,11 +115,11 @@ func TestOptedIn(t *testing.T) {
 	}
 }
 
-// TestMakeSourceSavesSpecWithoutToken checks that the saved spec leaves out
-// the source's service-account token (volume and mounts) and that the
-// source pod itself keeps them: the saved copy must not alias the pod's
-// containers.
-func TestMakeSourceSavesSpecWithoutToken(t *testing.T) {
+// TestCandidatesRunNoToken checks that the spec a source pod's candidates
+// run leaves out the source's service-account token (volume and mounts)
+// and that the source pod itself keeps them: the candidates' spec must not
+// alias the pod's containers.
+func TestCandidatesRunNoToken(t *testing.T) {
 	token := corev1.Volume{Name: "kube-api-access-x1y2z", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{}}}
 	data := corev1.Volume{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}
 	mounts := []corev1.VolumeMount{{Name: token.Name, MountPath: "/var/run/secrets/kubernetes.io/serviceaccount"}, {Name: "data", MountPath: "/data"}}
@@ -134,8 +134,8 @@ func TestMakeSourceSavesSpecWithoutToken(t *testing.T) {
 	if _, err := MakeSource(pod, nil); err != nil {
 		t.Fatal(err)
 	}
-	var saved corev1.PodSpec
-	if err := json.Unmarshal([]byte(pod.Annotations[protocol.SourceSpecAnnotation]), &saved); err != nil {
+	saved, err := sourcespec.Original(pod)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if len(saved.Volumes) != 1 || saved.Volumes[0].Name != "data" {
@@ -163,7 +163,7 @@ func (splitCache) Workload(_ context.Context, ns string, key workload.Key) (*spl
 	return &split.Workload{Namespace: ns, Key: key, Annotations: map[string]string{protocol.MaxOnDemandAnnotation: "1"}}, nil
 }
 
-// TestMutatorSplits checks that the split comes before the saved spec of a
+// TestMutatorSplits checks that the split comes before the original fields of a
 // multi-cluster pod, so its targets get its place, and that a pod opted in
 // to the split alone is only split.
 func TestMutatorSplits(t *testing.T) {
@@ -193,17 +193,17 @@ func TestMutatorSplits(t *testing.T) {
 			terms[0].MatchExpressions[0].Values[0] == protocol.CapacityOnDemand
 	}
 
-	t.Run("multi-cluster: the saved spec carries the place", func(t *testing.T) {
+	t.Run("multi-cluster: the candidates' spec carries the place", func(t *testing.T) {
 		pod := admit(t, map[string]string{protocol.ElectLabel: "true"})
 		if pod.Spec.SchedulerName != protocol.SourceSchedulerName || pod.Labels[protocol.CapacityTypeLabel] != protocol.CapacityOnDemand {
 			t.Fatalf("not a split source pod: scheduler %q, labels %v", pod.Spec.SchedulerName, pod.Labels)
 		}
-		var saved corev1.PodSpec
-		if err := json.Unmarshal([]byte(pod.Annotations[protocol.SourceSpecAnnotation]), &saved); err != nil {
+		saved, err := sourcespec.Original(pod)
+		if err != nil {
 			t.Fatal(err)
 		}
-		if !onDemand(saved) {
-			t.Errorf("the saved spec has no on-demand affinity: %+v", saved.Affinity)
+		if !onDemand(*saved) {
+			t.Errorf("the candidates' spec has no on-demand affinity: %+v", saved.Affinity)
 		}
 	})
 
@@ -216,7 +216,7 @@ func TestMutatorSplits(t *testing.T) {
 
 	t.Run("the split alone: a pod for the cluster's own scheduler", func(t *testing.T) {
 		pod := admit(t, map[string]string{protocol.CapacitySplitLabel: "true"})
-		if pod.Spec.SchedulerName != "" || pod.Annotations[protocol.SourceSpecAnnotation] != "" || len(pod.Spec.Tolerations) != 0 {
+		if pod.Spec.SchedulerName != "" || pod.Annotations[protocol.OriginalFieldsAnnotation] != "" || len(pod.Spec.Tolerations) != 0 {
 			t.Errorf("made a source pod: %+v", pod)
 		}
 		if !onDemand(pod.Spec) || pod.Annotations[protocol.PodDeletionCostAnnotation] == "" {

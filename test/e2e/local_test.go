@@ -11,6 +11,7 @@ import (
 
 	"github.com/flotilla-dev/flotilla/api/v1alpha1"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
+	"github.com/flotilla-dev/flotilla/pkg/sourcespec"
 	"github.com/flotilla-dev/flotilla/test/sandbox"
 )
 
@@ -115,8 +116,8 @@ func TestLocalFirst(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if p.Labels[protocol.LocalLabel] != "true" || p.Spec.SchedulerName != corev1.DefaultSchedulerName || p.Annotations[protocol.SourceSpecAnnotation] != "" {
-				t.Errorf("%s: labels %v, schedulerName %q, saved spec %t: want a pod kept in home", name, p.Labels, p.Spec.SchedulerName, p.Annotations[protocol.SourceSpecAnnotation] != "")
+			if p.Labels[protocol.LocalLabel] != "true" || p.Spec.SchedulerName != corev1.DefaultSchedulerName || sourcespec.Saved(p) {
+				t.Errorf("%s: labels %v, schedulerName %q, original fields %t: want a pod kept in home", name, p.Labels, p.Spec.SchedulerName, sourcespec.Saved(p))
 			}
 			if n := candidatesOf(p); n != 0 {
 				t.Errorf("%s has %d candidates, want none", name, n)

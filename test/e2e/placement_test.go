@@ -18,6 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
+	"github.com/flotilla-dev/flotilla/pkg/sourcespec"
 	"github.com/flotilla-dev/flotilla/test/sandbox"
 )
 
@@ -163,7 +164,7 @@ func TestPlacement(t *testing.T) {
 			t.Fatal(err)
 		}
 		got := waitSourcePods(t, c1, "app=plain", 1, func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })[0]
-		if got.Spec.SchedulerName != corev1.DefaultSchedulerName || strings.HasPrefix(got.Spec.NodeName, "flotilla-") || got.Annotations[protocol.SourceSpecAnnotation] != "" {
+		if got.Spec.SchedulerName != corev1.DefaultSchedulerName || strings.HasPrefix(got.Spec.NodeName, "flotilla-") || sourcespec.Saved(&got) {
 			t.Errorf("pod not opted in was changed: scheduler %q node %q", got.Spec.SchedulerName, got.Spec.NodeName)
 		}
 	})

@@ -20,6 +20,7 @@ import (
 	"github.com/flotilla-dev/flotilla/api/v1alpha1"
 	flotillacandidate "github.com/flotilla-dev/flotilla/pkg/candidate"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
+	"github.com/flotilla-dev/flotilla/pkg/sourcespec"
 	"github.com/flotilla-dev/flotilla/test/sandbox"
 )
 
@@ -45,6 +46,13 @@ func TestSourceUsersCannotSteer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// everywhere is what a user would have the target run the pod with
+	// instead of its tolerations: every taint tolerated (a target's
+	// control plane, its dedicated nodes), by another scheduler.
+	everywhere, err := sourcespec.Fields{SchedulerName: "my-scheduler", Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}}}.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	// Opted-in pods carrying keys only Flotilla writes: the webhook
 	// replaces them, and each pod is placed as an ordinary one.
@@ -52,6 +60,9 @@ func TestSourceUsersCannotSteer(t *testing.T) {
 	for name, forge := range map[string]func(*corev1.Pod){
 		"forged-spec": func(p *corev1.Pod) {
 			p.Annotations = map[string]string{protocol.SourceSpecAnnotation: string(hiddenRaw)}
+		},
+		"forged-fields": func(p *corev1.Pod) {
+			p.Annotations = map[string]string{protocol.OriginalFieldsAnnotation: everywhere}
 		},
 		"forged-election": func(p *corev1.Pod) {
 			p.Annotations = map[string]string{protocol.ElectionAnnotation: "7/tgt/forged", protocol.ElectedDomainAnnotation: `{"topology.kubernetes.io/zone":"forged"}`}
@@ -79,15 +90,18 @@ func TestSourceUsersCannotSteer(t *testing.T) {
 				}
 			}
 			for k, v := range p.Annotations {
-				if protocol.WrittenByFlotilla(k) && k != protocol.SourceSpecAnnotation {
+				if protocol.WrittenByFlotilla(k) && k != protocol.OriginalFieldsAnnotation {
 					t.Errorf("%s: kept annotation %s=%s", name, k, v)
 				}
 			}
 			if p.Spec.SchedulerName != protocol.SourceSchedulerName {
 				t.Errorf("%s: schedulerName %q, want a source pod", name, p.Spec.SchedulerName)
 			}
-			if strings.Contains(p.Annotations[protocol.SourceSpecAnnotation], "hostPath") {
-				t.Errorf("%s: the saved spec is the forged one: %s", name, p.Annotations[protocol.SourceSpecAnnotation])
+			if v, ok := p.Annotations[protocol.SourceSpecAnnotation]; ok {
+				t.Errorf("%s: kept a saved spec: %s", name, v)
+			}
+			if f := p.Annotations[protocol.OriginalFieldsAnnotation]; f == everywhere || strings.Contains(f, "my-scheduler") {
+				t.Errorf("%s: the original fields are the forged ones: %s", name, f)
 			}
 		}
 	})
@@ -105,6 +119,11 @@ func TestSourceUsersCannotSteer(t *testing.T) {
 			}
 			if got := d.Spec.Containers[0].Image; got != "registry.example/app:1" {
 				t.Errorf("%s: the delegate runs %s", name, got)
+			}
+			for _, tol := range d.Spec.Tolerations {
+				if tol.Key == "" {
+					t.Errorf("%s: the delegate tolerates every taint: %+v", name, tol)
+				}
 			}
 		}
 		waitFor(t, 60*time.Second, "the forged-election pod on its virtual node, elected by the agent", func() (bool, string) {
@@ -138,6 +157,13 @@ func TestSourceUsersCannotSteer(t *testing.T) {
 				p.Annotations = map[string]string{protocol.SourceSpecAnnotation: string(hiddenRaw)}
 				return p
 			}()},
+			{"original fields, not opted in", func() *corev1.Pod {
+				p := optedInPod("fields-not-opted-in", "100m")
+				delete(p.Labels, protocol.ElectLabel)
+				p.Spec.SchedulerName = protocol.SourceSchedulerName
+				p.Annotations = map[string]string{protocol.OriginalFieldsAnnotation: everywhere}
+				return p
+			}()},
 			{"a local mark, not opted in", func() *corev1.Pod {
 				p := optedInPod("local-not-opted-in", "100m")
 				delete(p.Labels, protocol.ElectLabel)
@@ -166,6 +192,8 @@ func TestSourceUsersCannotSteer(t *testing.T) {
 			`{"metadata":{"annotations":{"multicluster.flotilla.dev/election":null}}}`,
 			`{"metadata":{"annotations":{"multicluster.flotilla.dev/elected-domain":"{\"topology.kubernetes.io/zone\":\"mine\"}"}}}`,
 			`{"metadata":{"annotations":{"multicluster.flotilla.dev/source-spec":` + jsonString(t, string(hiddenRaw)) + `}}}`,
+			`{"metadata":{"annotations":{"multicluster.flotilla.dev/original-fields":` + jsonString(t, everywhere) + `}}}`,
+			`{"metadata":{"annotations":{"multicluster.flotilla.dev/original-fields":null}}}`,
 			`{"metadata":{"labels":{"multicluster.flotilla.dev/local":"true"}}}`,
 		} {
 			_, err := srcPods.Patch(ctx, "forged-spec", types.MergePatchType, []byte(patch), metav1.PatchOptions{})

@@ -21,6 +21,7 @@ import (
 
 	"github.com/flotilla-dev/flotilla/api/v1alpha1"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
+	"github.com/flotilla-dev/flotilla/pkg/sourcespec"
 	"github.com/flotilla-dev/flotilla/pkg/split"
 	"github.com/flotilla-dev/flotilla/test/sandbox"
 )
@@ -69,7 +70,7 @@ func TestCapacitySplit(t *testing.T) {
 		pods := waitSplit(t, client, "web", 5, 3)
 		slots := map[string]bool{}
 		for _, p := range pods {
-			if p.Spec.SchedulerName != corev1.DefaultSchedulerName || p.Annotations[protocol.SourceSpecAnnotation] != "" {
+			if p.Spec.SchedulerName != corev1.DefaultSchedulerName || sourcespec.Saved(&p) {
 				t.Errorf("pod %s went through multi-cluster scheduling (scheduler %q)", p.Name, p.Spec.SchedulerName)
 			}
 			place, ok := split.PlaceOf(p.Labels)

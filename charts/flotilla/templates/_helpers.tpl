@@ -48,7 +48,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{/*
 The webhook's namespaceSelector as a CEL condition over
 variables.namespaceLabels: the namespaces whose opted-in pods the pod
-webhook sees, for the policy that lets only those carry a saved spec.
+webhook sees, for the policy that lets only those carry original fields.
 */}}
 {{- define "flotilla.webhookNamespacesCEL" -}}
 {{- $terms := list "true" -}}
