@@ -36,9 +36,12 @@ func Scheme() *runtime.Scheme {
 func NewManager(restCfg *rest.Config, c *Config) (manager.Manager, error) {
 	cfg := rest.CopyConfig(restCfg)
 	cfg.QPS, cfg.Burst = float32(*c.ClientConnection.QPS), int(*c.ClientConnection.Burst)
-	// The manager's client writes Flotilla's own kinds, which have no
-	// protobuf: it sends JSON. Setup's clientset speaks protobuf.
-	cfg.ContentType = runtime.ContentTypeJSON
+	// No content type: the manager's cache and client speak protobuf for
+	// the API's own kinds (controller-runtime's choice when none is set) and
+	// JSON for Flotilla's, which have no protobuf. Its watch of the source
+	// pods in JSON cost the API server an encoding of every event in JSON
+	// for the agent alone, beside the protobuf one it shares between
+	// kube-scheduler, the controller manager and the kubelets.
 	l := c.LeaderElection
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme: Scheme(),
