@@ -17,9 +17,10 @@
 package slim
 
 import (
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
 	"github.com/flotilla-dev/flotilla/pkg/sourcespec"
-	corev1 "k8s.io/api/core/v1"
 )
 
 // SourcePod is the transform of the agent's cache of source pods, which
