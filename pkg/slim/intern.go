@@ -87,8 +87,9 @@ func (p *pool) internMap(m map[string]string) map[string]string {
 // specPool shares the specs that cached source pods keep, one for the
 // pods of a workload, as pool shares strings: keyed by the SHA-256 of their
 // JSON without the node name (the one field of the spec that differs
-// between them once admitted, but the token volume's name, which the
-// cache drops), starting over when full.
+// between a Deployment's or a Job's pods once admitted, but the token
+// volume's name, which the cache drops; a StatefulSet's pods differ in
+// their hostname too, and keep one each), starting over when full.
 type specPool struct {
 	mu    sync.Mutex
 	max   int
