@@ -42,7 +42,6 @@ func Build(source *corev1.Pod, sourceCluster, target, namespace string, self, ke
 		return nil, err
 	}
 	spec.SchedulerName = protocol.SchedulerName
-	spec.NodeName = ""
 	spec.Priority = nil
 	spec.ServiceAccountName = ""
 	spec.DeprecatedServiceAccount = ""

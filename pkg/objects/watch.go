@@ -124,10 +124,9 @@ func (w *Watcher) Exists(kind Kind, namespace, name string) (exists, known bool)
 // its own).
 func refsOf(pod *corev1.Pod) ([]Ref, error) {
 	if _, ok := pod.Annotations[protocol.OriginalFieldsAnnotation]; ok {
-		// The pod's own spec but for fields that reference no object: read
-		// in place, not copied.
-		s := sourcespec.WithoutServiceAccountToken(pod.Spec)
-		s.EphemeralContainers = nil
+		// The original fields reference no object: the pod's own spec is
+		// read in place, not copied.
+		s := sourcespec.Own(pod)
 		return Of(&s), nil
 	}
 	raw := pod.Annotations[protocol.SourceSpecAnnotation]

@@ -263,8 +263,8 @@ func (c *Controller) requeueUnbound(ctx context.Context, changes chan<- event.Ty
 
 // isSourcePod reports whether obj is a pod the webhook made a source pod:
 // one with what its candidates run saved (sourcespec.Saved) that no
-// scheduler of the source serves. The
-// opt-in label asked for it at creation; removing it later changes nothing.
+// scheduler of the source serves. The opt-in label asked for it at
+// creation; removing it later changes nothing.
 func isSourcePod(obj client.Object) bool {
 	pod, ok := obj.(*corev1.Pod)
 	return ok && pod.Spec.SchedulerName == protocol.SourceSchedulerName && sourcespec.Saved(pod)

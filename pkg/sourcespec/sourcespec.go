@@ -65,6 +65,20 @@ func Saved(pod *corev1.Pod) bool {
 	return pod.Annotations[protocol.OriginalFieldsAnnotation] != "" || pod.Annotations[protocol.SourceSpecAnnotation] != ""
 }
 
+// Own is what a source pod with original fields runs of its own spec: its
+// spec but for the original fields (which Original puts back), without
+// the source's service-account token (WithoutServiceAccountToken), a node
+// name (the virtual node is the agent's) or ephemeral containers (added to
+// the running pod, by kubectl debug; a pod is never created with them). It
+// shares the pod's slices, maps and pointers: the caller reads it and
+// changes nothing of it.
+func Own(pod *corev1.Pod) corev1.PodSpec {
+	spec := WithoutServiceAccountToken(pod.Spec)
+	spec.NodeName = ""
+	spec.EphemeralContainers = nil
+	return spec
+}
+
 // Original returns the spec that a source pod's candidates run, as the
 // cluster's admission let it in up to the webhook, without the
 // service-account token of the source (WithoutServiceAccountToken) and
@@ -76,12 +90,8 @@ func Original(pod *corev1.Pod) (*corev1.PodSpec, error) {
 		if err != nil {
 			return nil, fmt.Errorf("original fields of the source pod are not valid: %w", err)
 		}
-		spec := pod.Spec.DeepCopy()
-		*spec = WithoutServiceAccountToken(*spec)
-		spec.NodeName = ""
-		// Added to the running pod (kubectl debug): a pod is never
-		// created with them.
-		spec.EphemeralContainers = nil
+		own := Own(pod)
+		spec := own.DeepCopy()
 		f.ApplyTo(spec)
 		return spec, nil
 	}
