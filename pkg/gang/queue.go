@@ -56,6 +56,8 @@ type waiting struct {
 	most                  int
 	yieldUntil            time.Time
 	backoff               time.Duration
+	// yields counts the turns it gave up: its attempt (Attempt).
+	yields int
 }
 
 // forgetAfter is how long a gang no member looked at stays in the queue:
@@ -109,6 +111,7 @@ func (q *Queue) Turn(key string, o Order, held int, now time.Time) (mine bool, h
 		wait := h.backoff + time.Duration(float64(h.backoff)*0.2*q.jitter())
 		h.yieldUntil, h.headSince = now.Add(wait), time.Time{}
 		h.backoff = min(2*h.backoff, q.MaxBackoff)
+		h.yields++
 		if q.Yielded != nil {
 			q.Yielded(head)
 		}
@@ -164,6 +167,36 @@ func (q *Queue) Done(key string) (Order, bool) {
 	}
 	delete(q.gangs, key)
 	return w.order, true
+}
+
+// Complete notes that gang key holds places for its whole size now: a
+// complete gang is electing its members, and keeps its turn for as long
+// as it stays complete (HeadFor counts again from now, and its turn is not
+// cut by MaxHeadFor). Its members look at it again within seconds while it
+// is, so a gang that stops being complete loses the turn as any other.
+func (q *Queue) Complete(key string, now time.Time) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	w, ok := q.gangs[key]
+	if !ok {
+		return
+	}
+	w.seen, w.progressAt = now, now
+	if !w.headSince.IsZero() {
+		w.headSince = now
+	}
+}
+
+// Attempt is how many turns gang key gave up while it waited: a gang that
+// could not be completed draws other targets on its next attempt
+// (DrawKey). A gang the queue does not hold is at its first (0).
+func (q *Queue) Attempt(key string) int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if w, ok := q.gangs[key]; ok {
+		return w.yields
+	}
+	return 0
 }
 
 // Len is the number of gangs in the queue.

@@ -141,3 +141,36 @@ func TestQueueKeepsTheTurnOfAGangThatGrows(t *testing.T) {
 		t.Fatal("a gang that grows kept its turn past MaxHeadFor")
 	}
 }
+
+// TestQueueAttempts: each turn a gang gives up is a new attempt (its
+// next draw of targets), and a complete gang keeps its turn past HeadFor
+// and MaxHeadFor for as long as it stays complete.
+func TestQueueAttempts(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	q := &Queue{HeadFor: time.Minute, MaxHeadFor: 5 * time.Minute, Backoff: 30 * time.Second, MaxBackoff: 5 * time.Minute}
+	o := Order{Created: t0}
+	if got := q.Attempt("g"); got != 0 {
+		t.Fatalf("a gang not queued is at attempt %d", got)
+	}
+	q.Turn("g", o, 1, t0)
+	q.Turn("g", o, 1, t0.Add(61*time.Second)) // no progress for a minute: yields
+	if got := q.Attempt("g"); got != 1 {
+		t.Fatalf("after one yield: attempt %d, want 1", got)
+	}
+	// Back after its backoff, it completes and stays complete: it keeps
+	// its turn for ten minutes, well past MaxHeadFor.
+	at := 100 * time.Second
+	if mine, _, _ := q.Turn("g", o, 1, t0.Add(at)); !mine {
+		t.Fatal("after its backoff the gang does not go first")
+	}
+	q.Turn("other", Order{Created: t0.Add(time.Second)}, 0, t0.Add(at))
+	for ; at < 700*time.Second; at += 5 * time.Second {
+		q.Complete("g", t0.Add(at))
+		if mine, _, _ := q.Turn("other", Order{Created: t0.Add(time.Second)}, 0, t0.Add(at)); mine {
+			t.Fatalf("the other gang went first at %s while g was complete", at)
+		}
+	}
+	if got := q.Attempt("g"); got != 1 {
+		t.Fatalf("a complete gang yielded: attempt %d", got)
+	}
+}

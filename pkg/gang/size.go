@@ -7,6 +7,8 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	schedulingv1alpha1 "k8s.io/api/scheduling/v1alpha1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
@@ -16,6 +18,27 @@ import (
 // ErrNotAGang is SizeOf's error for a Workload's pod group whose policy is
 // not a gang's (basic): its pods are ordinary pods, and nothing is wrong.
 var ErrNotAGang = errors.New("the Workload's pod group has no gang policy")
+
+// ErrBadSize is wrapped by SizeOf's errors for an object that declares no
+// usable size (a PodGroup's minMember out of range, a Workload without the
+// pod group, a JobSet without replicated jobs): the declaration is
+// malformed, which waiting does not mend.
+var ErrBadSize = errors.New("no usable size")
+
+// ReadFailed reports whether SizeOf's error is a failure to read the
+// object (a timeout, a refusal, a server error, a lost connection) rather
+// than an answer about it (none, NotFound, a kind the cluster does not
+// serve, no gang policy, a malformed size). A gang whose size could not
+// be read waits: placing its members one by one would break all or
+// nothing on a hiccup of the API server.
+func ReadFailed(err error) bool {
+	switch {
+	case err == nil, errors.Is(err, ErrNotAGang), errors.Is(err, ErrBadSize),
+		apierrors.IsNotFound(err), meta.IsNoMatchError(err):
+		return false
+	}
+	return true
+}
 
 // JobSetResource is JobSet's kind, which may give a gang's size (its
 // replicated jobs' pods) where its members do not.
@@ -47,7 +70,7 @@ func SizeOf(ctx context.Context, r client.Reader, namespace string, s Spec) (int
 	}
 	n, ok := MinMemberOf(pg)
 	if !ok {
-		return 0, fmt.Errorf("PodGroup %s: spec.minMember is not a whole number from 1 to %d", s.Name, MaxMinMember)
+		return 0, fmt.Errorf("PodGroup %s: spec.minMember is not a whole number from 1 to %d: %w", s.Name, MaxMinMember, ErrBadSize)
 	}
 	return n, nil
 }
@@ -66,7 +89,7 @@ func workloadSize(ctx context.Context, r client.Reader, namespace string, s Spec
 		}
 		return checked(int64(g.Policy.Gang.MinCount))
 	}
-	return 0, fmt.Errorf("Workload %s has no pod group %s", s.Workload, s.PodGroup)
+	return 0, fmt.Errorf("Workload %s has no pod group %s: %w", s.Workload, s.PodGroup, ErrBadSize)
 }
 
 // jobSetSize adds up the pods of a JobSet's replicated jobs: replicas
@@ -79,17 +102,17 @@ func jobSetSize(ctx context.Context, r client.Reader, namespace, name string) (i
 	}
 	jobs, found, err := unstructured.NestedSlice(js.Object, "spec", "replicatedJobs")
 	if err != nil || !found || len(jobs) == 0 {
-		return 0, fmt.Errorf("JobSet %s has no spec.replicatedJobs", name)
+		return 0, fmt.Errorf("JobSet %s has no spec.replicatedJobs: %w", name, ErrBadSize)
 	}
 	var total int64
 	for _, j := range jobs {
 		rj, ok := j.(map[string]any)
 		if !ok {
-			return 0, fmt.Errorf("JobSet %s: a replicated job is not an object", name)
+			return 0, fmt.Errorf("JobSet %s: a replicated job is not an object: %w", name, ErrBadSize)
 		}
 		replicas, found, err := unstructured.NestedInt64(rj, "replicas")
 		if err != nil {
-			return 0, fmt.Errorf("JobSet %s: replicas: %w", name, err)
+			return 0, fmt.Errorf("JobSet %s: replicas: %w (%w)", name, err, ErrBadSize)
 		}
 		if !found {
 			replicas = 1
@@ -124,7 +147,7 @@ func jobPods(parallelism, completions *int32) int64 {
 
 func checked(n int64) (int, error) {
 	if n < 1 || n > MaxMinMember {
-		return 0, fmt.Errorf("a gang of %d: want a whole number from 1 to %d", n, MaxMinMember)
+		return 0, fmt.Errorf("a gang of %d: want a whole number from 1 to %d: %w", n, MaxMinMember, ErrBadSize)
 	}
 	return int(n), nil
 }

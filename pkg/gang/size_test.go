@@ -1,15 +1,21 @@
 package gang
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"net/url"
 	"strings"
 	"testing"
 
 	batchv1 "k8s.io/api/batch/v1"
 	schedulingv1alpha1 "k8s.io/api/scheduling/v1alpha1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -77,5 +83,32 @@ func TestSizeOf(t *testing.T) {
 	}
 	if _, err := SizeOf(t.Context(), r, ns, Spec{Name: "train/driver", Source: FromWorkload, Workload: "train", PodGroup: "driver"}); !errors.Is(err, ErrNotAGang) {
 		t.Errorf("a basic pod group: %v, want ErrNotAGang", err)
+	}
+}
+
+// TestReadFailed: a failure to read a gang's size keeps its members
+// waiting; an answer about the object does not.
+func TestReadFailed(t *testing.T) {
+	gr := schema.GroupResource{Group: "batch", Resource: "jobs"}
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{nil, false},
+		{ErrNotAGang, false},
+		{fmt.Errorf("PodGroup x: %w", ErrBadSize), false},
+		{apierrors.NewNotFound(gr, "train"), false},
+		{&meta.NoKindMatchError{GroupKind: schema.GroupKind{Group: "scheduling.x-k8s.io", Kind: "PodGroup"}}, false},
+		{apierrors.NewForbidden(gr, "train", errors.New("no")), true},
+		{apierrors.NewInternalError(errors.New("etcd")), true},
+		{apierrors.NewServiceUnavailable("later"), true},
+		{apierrors.NewTimeoutError("slow", 1), true},
+		{apierrors.NewTooManyRequests("later", 1), true},
+		{context.DeadlineExceeded, true},
+		{&url.Error{Op: "Get", URL: "https://127.0.0.1:1", Err: errors.New("connection refused")}, true},
+	} {
+		if got := ReadFailed(tc.err); got != tc.want {
+			t.Errorf("ReadFailed(%v) = %v, want %v", tc.err, got, tc.want)
+		}
 	}
 }

@@ -23,6 +23,11 @@ import (
 // declaration is malformed: it is placed as an ordinary pod.
 const ReasonGangInvalid = "GangInvalid"
 
+// ReasonGangSizeUnread is the reason of the Event of a member whose gang's
+// size could not be read (a timeout, a refusal, a server error): it waits
+// and reads it again, never placed as an ordinary pod on an error.
+const ReasonGangSizeUnread = "GangSizeUnread"
+
 // ReasonWaitingForGang is the reason of the PodScheduled condition of a
 // gang member held back until its gang holds enough places.
 const ReasonWaitingForGang = "WaitingForGang"
@@ -55,10 +60,17 @@ const gangDeclareGrace = time.Minute
 
 // gangRound is a gang member's part of a round.
 type gangRound struct {
-	spec    gang.Spec
+	spec gang.Spec
+	// sized is false while the gang's size is not known (its owner does
+	// not exist yet, or could not be read): the member waits, why says
+	// why, and nothing is chosen for it.
+	sized   bool
 	verdict gang.Verdict
 	// members are the gang's pods other than the round's.
 	members []*corev1.Pod
+	// choice is where the gang's members get candidates (gang.Choose),
+	// once the round has planned its targets; nil before.
+	choice *gang.Choice
 	// waits is set when another gang goes first, or this one backs off:
 	// every candidate of the member is denied, so it holds no node. why
 	// says so.
@@ -70,24 +82,30 @@ type gangRound struct {
 	again time.Duration
 }
 
-// gangGate is what the pod's gang lets it do this round, nil when it is in
-// no gang, or its declaration is malformed (an Event says so, and it is
-// placed as an ordinary pod). It takes the gang's lock, held until the
-// round's election is written, so that the members decide one at a time on
-// each other's elections.
-func (c *Controller) gangGate(ctx context.Context, r *round) *GangGate {
+// gangOf reads the pod's gang into r.gang at the start of its round: nil
+// when it is in no gang, or its declaration is malformed (an Event says
+// so, and it is placed as an ordinary pod). A gang whose size is not known
+// yet (its PodGroup or Workload not made yet, for a while) or could not be
+// read (fail closed: never placed member by member on an error) holds the
+// member back, with why.
+func (c *Controller) gangOf(ctx context.Context, r *round) {
 	pod := r.pod
 	spec, ok, err := gang.Of(pod)
 	if !ok {
-		return nil
+		return
 	}
 	if errors.Is(err, gang.ErrNoMinMember) {
 		n, serr := c.gangSize(ctx, pod.Namespace, spec)
 		switch {
 		case errors.Is(serr, gang.ErrNotAGang):
-			return nil
+			return
 		case serr == nil:
 			spec.MinMember, err = n, nil
+		case gang.ReadFailed(serr):
+			why := fmt.Sprintf("%s: reading its size failed (%v); it waits, and reads it again", spec, serr)
+			c.reportGangProblem(pod, ReasonGangSizeUnread, why)
+			r.gang = &gangRound{spec: spec, why: why, again: gangLookAgain}
+			return
 		case apierrors.IsNotFound(serr):
 			if left := gangDeclareGrace - c.now().Sub(pod.CreationTimestamp.Time); left > 0 {
 				// Made in the wrong order (the pods before their
@@ -95,21 +113,16 @@ func (c *Controller) gangGate(ctx context.Context, r *round) *GangGate {
 				// The message does not count down: it is written once.
 				why := fmt.Sprintf("%s gives no size yet (%v); placed as an ordinary pod %s after its creation unless it appears", spec, serr, gangDeclareGrace)
 				r.gang = &gangRound{spec: spec, why: why, again: min(left, gangLookAgain)}
-				return &GangGate{Why: why}
+				return
 			}
 		}
 	}
 	if err != nil {
-		if prev, loaded := c.problems.Swap(gangProblemKey(pod.UID), reported{err.Error(), c.now()}); !loaded || prev.(reported).msg != err.Error() {
-			c.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, ReasonGangInvalid, "Elect", "%v; placed as an ordinary pod", err)
-		}
-		return nil
+		c.reportGangProblem(pod, ReasonGangInvalid, fmt.Sprintf("%v; placed as an ordinary pod", err))
+		return
 	}
-	r.hold(c.locks.lock("gang:" + spec.Key(pod.Namespace)))
-
-	self := gangMember(pod.Name, r.election, "", r.observed)
-	members := []gang.Member{self}
-	var others []*corev1.Pod
+	c.problems.Delete(gangProblemKey(pod.UID))
+	g := &gangRound{spec: spec, sized: true}
 	if c.SourcePods != nil {
 		objs, _ := c.SourcePods.ByIndex(gang.MemberIndex, spec.Key(pod.Namespace))
 		for _, obj := range objs {
@@ -117,24 +130,127 @@ func (c *Controller) gangGate(ctx context.Context, r *round) *GangGate {
 			if !ok || m.UID == pod.UID || !gangCounts(m) {
 				continue
 			}
-			others = append(others, m)
-			members = append(members, c.observeMember(m, r.targets))
+			g.members = append(g.members, m)
 		}
+	}
+	r.gang = g
+}
+
+// reportGangProblem writes a Warning Event on the member, once per
+// message.
+func (c *Controller) reportGangProblem(pod *corev1.Pod, reason, msg string) {
+	if prev, loaded := c.problems.Swap(gangProblemKey(pod.UID), reported{msg, c.now()}); !loaded || prev.(reported).msg != msg {
+		c.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, reason, "Elect", "%s", msg)
+	}
+}
+
+// chooseForGang chooses where the gang's members get candidates, from the
+// targets the round's plan selected (gang.Choose): the same for every
+// member of the gang, so that its targets each hold the whole gang's
+// candidates. A gang whose member is bound under oneCluster goes where it
+// is; a gang that gave up a turn draws again.
+func (c *Controller) chooseForGang(r *round) {
+	g := r.gang
+	if g == nil || !g.sized {
+		return
+	}
+	pinned := ""
+	if g.spec.Mode != gang.AnyClusters {
+		for _, m := range g.members {
+			if m.Spec.NodeName == "" {
+				continue
+			}
+			if t, ok := c.Targets.ByVirtualNode(m.Spec.NodeName); ok {
+				pinned = t.Name
+				break
+			}
+		}
+	}
+	raw := r.pl.room(c.SelfFree)
+	weights := c.prospects(&r.pl)
+	places := make([]gang.Place, 0, len(r.pl.selected))
+	for _, t := range r.pl.selected {
+		p := gang.Place{Name: t.Name, Cluster: t.Cluster(), Room: raw[t.Name], Unreachable: t.Err() != nil, Weight: 1}
+		if weights != nil {
+			// Its speed, its misses and the policy's preference; its room
+			// decides the tiers, not the draw.
+			pr := weights(t)
+			pr.Room = 1
+			p.Weight = pr.Weight()
+		}
+		places = append(places, p)
+	}
+	key := g.spec.Key(r.pod.Namespace)
+	choice := gang.Choose(g.spec, gang.DrawKey(key, c.gangs().Attempt(key)), pinned, places, c.MaxCandidates)
+	g.choice = &choice
+}
+
+// gangFanOut narrows the targets the member's candidates go to now to its
+// gang's choice: under oneCluster every chosen target (each is to hold the
+// whole gang), under anyClusters the member's own draw among them. The
+// others are left out, and their candidates denied (gangDenies).
+func (c *Controller) gangFanOut(r *round, views []candidate.View) []candidate.View {
+	// In the targets' order, as any pod's: the gang's verdict breaks ties
+	// by it.
+	chosen := make([]candidate.View, 0, len(r.gang.choice.Targets))
+	for _, v := range views {
+		if r.gang.choice.Has(v.Name) {
+			chosen = append(chosen, v)
+		}
+	}
+	if r.gang.spec.Mode == gang.AnyClusters {
+		return candidate.Eligible(chosen, string(r.pod.UID), c.MaxCandidates)
+	}
+	return chosen
+}
+
+// gangGate is what the pod's gang lets it do this round, nil when it is in
+// no gang (gangOf). It takes the gang's lock, held until the round's
+// election is written, so that the members decide one at a time on each
+// other's elections.
+func (c *Controller) gangGate(ctx context.Context, r *round) *GangGate {
+	g := r.gang
+	if g == nil {
+		return nil
+	}
+	if !g.sized {
+		return &GangGate{Why: g.why}
+	}
+	spec, pod := g.spec, r.pod
+	r.hold(c.locks.lock("gang:" + spec.Key(pod.Namespace)))
+
+	self := gangMember(pod.Name, r.election, "", r.observed)
+	members := []gang.Member{self}
+	for _, m := range g.members {
+		members = append(members, g.chosen(c.observeMember(m, r.targets)))
 	}
 	slices.SortFunc(members, func(a, b gang.Member) int { return strings.Compare(a.Name, b.Name) })
 	v := gang.Decide(spec, members)
-	r.gang = &gangRound{spec: spec, verdict: v, members: others, why: v.Missing}
-	g := &GangGate{Target: self.Placed, Allow: v.MayBind(self), Why: v.Missing}
-	if g.Target == "" {
-		g.Target = v.Assign[self.Name]
+	g.verdict, g.why = v, v.Missing
+	if !v.Complete && g.choice != nil && !g.choice.Fits {
+		g.why = fmt.Sprintf("%s; no target publishes room for %d of its members", v.Missing, spec.MinMember)
+	}
+	gate := &GangGate{Target: self.Placed, Allow: v.MayBind(self), Why: g.why}
+	if gate.Target == "" {
+		gate.Target = v.Assign[self.Name]
 		// Its election may complete the gang's places: then its
 		// allowance follows it in the same round. Every other election
 		// counted is written (this process's own writes included), and
 		// its own is written before its allowance.
-		g.Allow = g.Target != "" && allowsOnceElected(spec, members, self.Name, g.Target)
+		gate.Allow = gate.Target != "" && allowsOnceElected(spec, members, self.Name, gate.Target)
 	}
-	c.takeTurn(r, members, g)
-	return g
+	c.takeTurn(r, members, gate)
+	return gate
+}
+
+// chosen is m with the reservations its gang's choice leaves out dropped:
+// they are being let go (denied), and a gang never counts on them.
+func (g *gangRound) chosen(m gang.Member) gang.Member {
+	if g.choice == nil || m.Placed != "" {
+		return m
+	}
+	m.Reserved = slices.DeleteFunc(m.Reserved, func(t string) bool { return !g.choice.Has(t) })
+	return m
 }
 
 // allowsOnceElected reports whether member name, elected in target, makes
@@ -165,6 +281,8 @@ func (c *Controller) takeTurn(r *round, members []gang.Member, g *GangGate) {
 		return
 	}
 	if v.Complete {
+		// Complete, it elects its members: it keeps its turn.
+		c.gangs().Complete(key, c.now())
 		return
 	}
 	mine, head, again := c.gangs().Turn(key, gangOrder(r.pod, r.gang.members), v.Held, c.now())
@@ -231,14 +349,20 @@ func gangDenies(r *round) *gangDenial {
 	if r.gang.waits {
 		return &gangDenial{want: func(string) bool { return true }}
 	}
+	// Its gang's choice leaves a target out: the member's candidate there
+	// would hold a node the gang does not count on.
+	left := func(t string) bool { return r.gang.choice != nil && !r.gang.choice.Has(t) }
 	if keep := r.gang.verdict.Keep[r.pod.Name]; keep != "" {
-		return &gangDenial{want: func(t string) bool { return t != keep }, now: true}
+		return &gangDenial{want: func(t string) bool { return t != keep || left(t) }, now: true}
 	}
 	if to := r.gang.verdict.Assign[r.pod.Name]; to != "" {
 		// Complete, it is about to be elected there: what its gang
 		// denied elsewhere stays denied, as the election would deny it
 		// after placement.denyAfter anyway.
 		return &gangDenial{want: func(t string) bool { return t != to }}
+	}
+	if r.gang.choice != nil {
+		return &gangDenial{want: left, now: true}
 	}
 	return nil
 }
@@ -276,11 +400,13 @@ func gangMember(name string, e protocol.Election, boundTo string, observed []Obs
 }
 
 // gangCounts reports whether a member counts in its gang: not when it is
-// deleted or failed (a Job's failed pod keeps its node name; the pod that
-// replaces it takes its place in the gang). A member that succeeded
-// counts: it held its place and did its work.
+// deleted or has ended. A Job's failed pod keeps its node name; the pod
+// that replaces it takes its place in the gang. A member that succeeded
+// held its place and did its work: the pods of a second run of the same
+// pod group are a gang of their own, placed all or nothing, not members
+// of a gang the finished pods would seem to hold places of.
 func gangCounts(p *corev1.Pod) bool {
-	return p.DeletionTimestamp == nil && p.Status.Phase != corev1.PodFailed
+	return p.DeletionTimestamp == nil && p.Status.Phase != corev1.PodFailed && p.Status.Phase != corev1.PodSucceeded
 }
 
 // observeMember reads another member of a gang from the caches (and the

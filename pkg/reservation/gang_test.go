@@ -128,8 +128,8 @@ func TestRoundHoldsEveryLock(t *testing.T) {
 	}
 }
 
-// TestGangCounts: a member deleted or failed holds no place of its gang;
-// one running or done does.
+// TestGangCounts: a member deleted or ended (failed, or succeeded: a
+// finished run's) holds no place of its gang; one pending or running does.
 func TestGangCounts(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -138,7 +138,7 @@ func TestGangCounts(t *testing.T) {
 	}{
 		{"pending", corev1.Pod{}, true},
 		{"running", corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodRunning}}, true},
-		{"succeeded", corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodSucceeded}}, true},
+		{"succeeded", corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodSucceeded}}, false},
 		{"failed", corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodFailed}}, false},
 		{"deleted", corev1.Pod{ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: &metav1.Time{}}}, false},
 	} {

@@ -14,6 +14,7 @@ import (
 	resourcehelper "k8s.io/component-helpers/resource"
 
 	"github.com/flotilla-dev/flotilla/pkg/candidate"
+	"github.com/flotilla-dev/flotilla/pkg/gang"
 	"github.com/flotilla-dev/flotilla/pkg/placement"
 	"github.com/flotilla-dev/flotilla/pkg/placementpolicy"
 	"github.com/flotilla-dev/flotilla/pkg/policy"
@@ -109,6 +110,26 @@ func (c *Controller) leftOut(pod *corev1.Pod, invited, eligible []*target.Target
 		}
 	}
 	return out
+}
+
+// leaveOutForGang marks the candidates in targets the pod's gang did not
+// choose as left out: never elected, and no place of the gang. The target
+// of the pod's standing election is kept: its candidate there is its
+// place.
+func (p *plan) leaveOutForGang(placements []candidate.Placement, election protocol.Election, choice *gang.Choice) {
+	for _, pl := range placements {
+		name := pl.Target.Name
+		if choice.Has(name) || (election.Elected() && election.Target == name) {
+			continue
+		}
+		if _, ok := p.leftOut[name]; ok {
+			continue
+		}
+		if p.leftOut == nil {
+			p.leftOut = map[string]string{}
+		}
+		p.leftOut[name] = "not among the targets chosen for its gang"
+	}
 }
 
 // planFor resolves the policy of a source pod and selects its targets.
@@ -269,20 +290,31 @@ func (c *Controller) prospects(p *plan) func(*target.Target) candidate.Prospect 
 	}
 }
 
-// weigh is the prospect of each selected target (see prospects): a
-// target's room is from its ClusterSummary, a self target's from selfFree
-// (nil: unknown).
-func (p *plan) weigh(selfFree func() (corev1.ResourceList, bool)) map[string]candidate.Prospect {
-	ps := make(map[string]candidate.Prospect, len(p.selected))
+// room is how many pods like the plan's each selected target's free room
+// holds: a target's from its ClusterSummary, a self target's from selfFree
+// (nil: unknown); negative when unknown.
+func (p *plan) room(selfFree func() (corev1.ResourceList, bool)) map[string]float64 {
+	room := make(map[string]float64, len(p.selected))
 	for _, t := range p.selected {
-		pr := candidate.Prospect{Room: -1}
+		room[t.Name] = -1
 		if s := t.Summary(); s != nil && s.Free != nil {
-			pr.Room = placement.Room(s.Free, p.requests)
+			room[t.Name] = placement.Room(s.Free, p.requests)
 		} else if t.Self && selfFree != nil {
 			if free, ok := selfFree(); ok {
-				pr.Room = placement.Room(free, p.requests)
+				room[t.Name] = placement.Room(free, p.requests)
 			}
 		}
+	}
+	return room
+}
+
+// weigh is the prospect of each selected target (see prospects), its room
+// as room gives it.
+func (p *plan) weigh(selfFree func() (corev1.ResourceList, bool)) map[string]candidate.Prospect {
+	ps := make(map[string]candidate.Prospect, len(p.selected))
+	room := p.room(selfFree)
+	for _, t := range p.selected {
+		pr := candidate.Prospect{Room: room[t.Name]}
 		o := t.Outcomes()
 		pr.Answer, pr.Misses = o.Answer, o.Misses
 		if p.policy != nil {

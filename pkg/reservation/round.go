@@ -83,6 +83,7 @@ func (c *Controller) fanOut(ctx context.Context, r *round) error {
 	in, out := candidate.Invited(candidate.ViewsOf(pod, c.SourceCluster, r.targets, nil))
 	invited, uninvited := candidate.Pick(r.targets, in), candidate.Pick(r.targets, out)
 	r.uninvited = uninvited
+	c.gangOf(ctx, r)
 	pl, problem, err := c.planFor(ctx, pod, invited)
 	if err != nil {
 		return err
@@ -123,14 +124,25 @@ func (c *Controller) fanOut(ctx context.Context, r *round) error {
 	// A pod that stands elected is not drawn again: its targets need no
 	// weighing.
 	prospects := c.prospects(&r.pl)
-	if r.election.Elected() {
+	c.chooseForGang(r)
+	byGang := r.gang != nil && r.gang.choice != nil && !r.election.Elected()
+	if r.election.Elected() || byGang {
 		prospects = nil
 	}
 	views := candidate.ViewsOf(pod, c.SourceCluster, r.pl.selected, prospects)
-	eligible := candidate.Pick(r.pl.selected, candidate.ToFanOut(views, string(pod.UID), c.MaxCandidates, r.election.Elected()))
+	var eligible []*target.Target
+	if byGang {
+		// Its gang chose its targets for all its members.
+		eligible = candidate.Pick(r.pl.selected, c.gangFanOut(r, views))
+	} else {
+		eligible = candidate.Pick(r.pl.selected, candidate.ToFanOut(views, string(pod.UID), c.MaxCandidates, r.election.Elected()))
+	}
 	r.placements = candidate.FanOut(ctx, pod, c.SourceCluster, eligible, prep, r.pl.shaper())
 	c.reportFanOut(pod, r.placements, &r.pl)
 	r.placements = append(r.placements, c.leftOut(pod, invited, eligible, &r.pl)...)
+	if r.gang != nil && r.gang.choice != nil {
+		r.pl.leaveOutForGang(r.placements, r.election, r.gang.choice)
+	}
 	return nil
 }
 

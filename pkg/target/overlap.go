@@ -139,3 +139,13 @@ func reachOf(t *Target) Reach {
 	}
 	return Reach{Name: t.Name, Cluster: ClusterOf(t.Self, host), Namespace: t.Namespace, Mapping: t.namespaces}
 }
+
+// Cluster is the cluster the target reaches (ClusterOf): two targets of one
+// source with the same Cluster send pods to one cluster. It is empty for a
+// target of no known address (made over a clientset alone: NewWithClient).
+func (t *Target) Cluster() string {
+	if !t.Self && (t.rest == nil || t.rest.Host == "" || t.rest.Host == inProcessHost) {
+		return ""
+	}
+	return reachOf(t).Cluster
+}

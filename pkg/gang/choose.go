@@ -1,0 +1,182 @@
+package gang
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"sort"
+)
+
+// Place is what the choice of a gang's targets knows of one target, as
+// plain values.
+type Place struct {
+	// Name is the target's name.
+	Name string
+	// Cluster is the cluster the target reaches (its API server, or "self"):
+	// two targets of one cluster are one place for the gang, or a member
+	// would reserve twice in one cluster.
+	Cluster string
+	// Room is how many of the gang's members the target's published free
+	// room holds; negative when the target publishes none.
+	Room float64
+	// Weight is the target's prospect beside the others of its tier (its
+	// speed, the share of candidates it did not miss, the policy's
+	// preference); zero or less weighs as 1.
+	Weight float64
+	// Unreachable is set while the target does not answer.
+	Unreachable bool
+}
+
+// Choice is where a gang's members get candidates.
+type Choice struct {
+	// Targets are the targets chosen for the gang, best first. Under
+	// OneCluster every member gets a candidate in each of them; under
+	// AnyClusters each member draws its own among them.
+	Targets []string
+	// Fits is false when no target the choice knows of can hold the gang
+	// under OneCluster (by their published room): the gang waits in the
+	// roomiest ones.
+	Fits bool
+}
+
+// Has reports whether target is among the chosen ones.
+func (c Choice) Has(target string) bool {
+	for _, t := range c.Targets {
+		if t == target {
+			return true
+		}
+	}
+	return false
+}
+
+// Choose is where the gang's members get candidates: a function of the
+// gang and of what its targets publish, the same for every member of one
+// gang, so that the targets each hold the whole gang's candidates rather
+// than each member drawing on its own. draw seeds the order among equals:
+// the gang's key and its attempt, so that a gang that could not be
+// completed draws other targets on its next attempt. pinned, when not
+// empty, is the target the gang already stands in (under OneCluster, a
+// member bound there): the gang goes there alone. limit bounds how many
+// targets are chosen (0 or less: every one).
+//
+// Under OneCluster the targets whose room holds MinMember members come
+// first (the order between them is a weighted draw), then those that
+// publish no room; a target known to be too small is chosen only when no
+// target is known to fit, roomiest first, so that the gang waits where it
+// is likeliest to fit (and its candidates tell an autoscaler there what
+// it lacks). Under AnyClusters the targets are ordered by the weighted
+// draw and chosen until their room adds up to the gang (at least limit of
+// them).
+//
+// Targets that reach one cluster count once: the first of them in the
+// order stands for the cluster. Unreachable targets are chosen only when
+// every target is.
+func Choose(spec Spec, draw string, pinned string, places []Place, limit int) Choice {
+	if pinned != "" && spec.Mode != AnyClusters {
+		return Choice{Targets: []string{pinned}, Fits: true}
+	}
+	ordered := drawOrder(draw, places)
+	reachable := ordered[:0:0]
+	for _, p := range ordered {
+		if !p.Unreachable {
+			reachable = append(reachable, p)
+		}
+	}
+	if len(reachable) > 0 {
+		ordered = reachable
+	}
+	ordered = oncePerCluster(ordered)
+	if limit <= 0 || limit > len(ordered) {
+		limit = len(ordered)
+	}
+	need := float64(spec.MinMember)
+	if spec.Mode == AnyClusters {
+		var out []string
+		room := 0.0
+		for _, p := range ordered {
+			if len(out) >= limit && room >= need {
+				break
+			}
+			out = append(out, p.Name)
+			room += max(p.Room, 0)
+		}
+		return Choice{Targets: out, Fits: true}
+	}
+	var fit, unknown, small []Place
+	for _, p := range ordered {
+		switch {
+		case p.Room < 0:
+			unknown = append(unknown, p)
+		case p.Room >= need:
+			fit = append(fit, p)
+		default:
+			small = append(small, p)
+		}
+	}
+	tiers := append(fit, unknown...)
+	fits := len(tiers) > 0
+	if !fits {
+		// The roomiest first; the draw breaks ties (a stable sort keeps it).
+		sort.SliceStable(small, func(i, j int) bool { return small[i].Room > small[j].Room })
+		tiers = small
+	}
+	out := make([]string, 0, limit)
+	for _, p := range tiers[:min(limit, len(tiers))] {
+		out = append(out, p.Name)
+	}
+	return Choice{Targets: out, Fits: fits}
+}
+
+// DrawKey is the seed of a gang's draw of targets on its attempt: the
+// gang's key, then the attempt.
+func DrawKey(key string, attempt int) string { return fmt.Sprintf("%s#%d", key, attempt) }
+
+// drawOrder orders places by weighted rendezvous hashing of draw: each
+// place draws u in (0, 1) from a hash of the draw and its name, and the
+// order is by ln(u) ÷ weight, highest first, as a draw without replacement
+// in proportion to the weights; ties by name.
+func drawOrder(draw string, places []Place) []Place {
+	type scored struct {
+		p     Place
+		score float64
+	}
+	s := make([]scored, len(places))
+	for i, p := range places {
+		w := p.Weight
+		if w <= 0 {
+			w = 1
+		}
+		sum := sha256.Sum256([]byte(draw + "\x00" + p.Name))
+		u := (float64(binary.BigEndian.Uint64(sum[:8])>>11) + 1) / (1 << 53)
+		s[i] = scored{p, math.Log(u) / w}
+	}
+	sort.Slice(s, func(i, j int) bool {
+		if s[i].score != s[j].score {
+			return s[i].score > s[j].score
+		}
+		return s[i].p.Name < s[j].p.Name
+	})
+	out := make([]Place, len(s))
+	for i := range s {
+		out[i] = s[i].p
+	}
+	return out
+}
+
+// oncePerCluster keeps the first place of each cluster; a place that names
+// no cluster is its own.
+func oncePerCluster(places []Place) []Place {
+	seen := map[string]bool{}
+	out := places[:0:0]
+	for _, p := range places {
+		if p.Cluster != "" {
+			if seen[p.Cluster] {
+				continue
+			}
+			seen[p.Cluster] = true
+		}
+		out = append(out, p)
+	}
+	return out
+}
