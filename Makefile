@@ -5,7 +5,7 @@ GO ?= go
 SANDBOX_DIR ?= $(CURDIR)/.sandbox/demo
 TEST_TIMEOUT ?= 60m
 
-.PHONY: all generate tools build test test-unit test-e2e test-monitoring demo demo-down bench bench-mesh bench-sweep chaos chaos-planted scenarios scenarios-planted vet clean
+.PHONY: all generate tools tools-demo verify build test test-unit test-e2e test-monitoring demo demo-down bench bench-mesh bench-sweep chaos chaos-planted scenarios scenarios-planted vet clean
 
 all: build
 
@@ -17,9 +17,24 @@ generate:
 	rm -f charts/flotilla/crds/*.yaml && cp config/crd/*.yaml charts/flotilla/crds/
 	cp config/rbac/role.yaml charts/flotilla/files/agent-rbac.yaml
 
-## tools: build the pinned etcd, kube-apiserver, kube-controller-manager, kubectl, kwok, helm, controller-gen and promtool into ./bin
+## tools: build the pinned etcd, kube-apiserver, kube-controller-manager, kubectl, kwok, helm, controller-gen, promtool and staticcheck into ./bin
 tools:
 	hack/tools.sh
+
+## tools-demo: build only what make demo runs: etcd, kube-apiserver, kube-controller-manager, kubectl, kwok and helm
+tools-demo:
+	hack/tools.sh demo
+
+## verify: gofmt, go vet, staticcheck (checks in staticcheck.conf), generated code, CRDs and RBAC current, go.mod tidy; CI runs it before the tests
+verify:
+	hack/tools.sh controller-gen staticcheck
+	@out="$$(gofmt -l $$(git ls-files '*.go'))"; if [ -n "$$out" ]; then echo "verify: not gofmt'd:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(BIN)/staticcheck ./...
+	$(MAKE) --no-print-directory generate
+	@git diff --exit-code -- api config charts/flotilla/crds charts/flotilla/files || { echo "verify: generated files are stale: run make generate and commit them"; exit 1; }
+	$(GO) mod tidy
+	@git diff --exit-code -- go.mod go.sum || { echo "verify: go.mod or go.sum is not tidy: run go mod tidy and commit them"; exit 1; }
 
 ## build: build flotilla-agent, flotilla-scheduler, flotilla-sandbox and kubectl-flotilla into ./bin
 build:
@@ -96,7 +111,7 @@ scenarios-planted: tools build
 	FLOTILLA_SCENARIO_PLANTED=1 FLOTILLA_SCENARIO_SEEDS="$(PLANTED_SEED)" $(GO) test -count=1 -v -timeout 30m -run 'TestScenarioPlanted' ./test/scenario
 
 ## demo: start three sandbox clusters, show Flotilla at work, leave them running
-demo: tools build
+demo: tools-demo build
 	$(BIN)/flotilla-sandbox up --dir $(SANDBOX_DIR)
 	$(GO) run ./hack/demo --dir $(SANDBOX_DIR)
 

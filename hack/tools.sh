@@ -14,6 +14,7 @@ ETCD_VERSION=v3.6.5
 KWOK_VERSION=v0.7.0
 HELM_VERSION=v3.19.0
 CONTROLLER_GEN_VERSION=v0.19.0
+STATICCHECK_VERSION=v0.8.2
 # Prometheus 3.9.1: its Go module is tagged v0.<major*100+minor>.<patch>.
 PROMETHEUS_VERSION=v0.309.1
 
@@ -78,7 +79,12 @@ prometheus_release() {
   echo "$((mm / 100)).$((mm % 100)).${v#*.}"
 }
 
-want="${*:-etcd kube-apiserver kube-controller-manager kubectl kwok helm controller-gen promtool}"
+# Groups: "demo" is what `make demo` runs (the control planes, kwok and
+# helm); "all", the default, adds what the tests and `make verify` use.
+DEMO_TOOLS="etcd kube-apiserver kube-controller-manager kubectl kwok helm"
+want="${*:-all}"
+want="${want//all/$DEMO_TOOLS controller-gen promtool staticcheck}"
+want="${want//demo/$DEMO_TOOLS}"
 for tool in $want; do
   case "$tool" in
     etcd) build_pinned etcd go.etcd.io/etcd/server/v3 "$ETCD_VERSION" "-s -w" ;;
@@ -88,6 +94,7 @@ for tool in $want; do
     kwok) install_at kwok sigs.k8s.io/kwok/cmd/kwok "$KWOK_VERSION" "-X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION" ;;
     helm) install_at helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION" "-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" ;;
     controller-gen) install_at controller-gen sigs.k8s.io/controller-tools/cmd/controller-gen "$CONTROLLER_GEN_VERSION" ;;
+    staticcheck) install_at staticcheck honnef.co/go/tools/cmd/staticcheck "$STATICCHECK_VERSION" ;;
     promtool) build_in_module promtool github.com/prometheus/prometheus ./cmd/promtool "$PROMETHEUS_VERSION" "-X github.com/prometheus/common/version.Version=$(prometheus_release)" ;;
     *) echo "tools: unknown tool $tool" >&2; exit 2 ;;
   esac

@@ -61,7 +61,7 @@ func loadClusters(dir string) ([]cluster, error) {
 }
 
 func run(dir string, replicas int32) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	clusters, err := loadClusters(dir)
 	if err != nil {
@@ -101,7 +101,7 @@ func run(dir string, replicas int32) error {
 	if err := applyDemo(ctx, home.client, replicas); err != nil {
 		return err
 	}
-	pods, err := waitRunning(ctx, home.client, "hello", int(replicas))
+	pods, err := waitScene(ctx, home, plugin, "3. the Deployment", "hello", int(replicas))
 	if err != nil {
 		return err
 	}
@@ -231,6 +231,52 @@ func createDeploymentWith(ctx context.Context, client kubernetes.Interface, name
 	return err
 }
 
+// sceneWait is how long a scene waits for its pods before it says so and
+// shows why; sceneTries is how many times it waits.
+const (
+	sceneWait  = 90 * time.Second
+	sceneTries = 2
+)
+
+// waitScene waits for want Running pods of demo/app. Should they not all
+// run within sceneWait, it says so and shows what explain says of one that
+// does not, then waits once more; the error names the scene.
+func waitScene(ctx context.Context, home cluster, plugin, scene, app string, want int) ([]corev1.Pod, error) {
+	for try := 1; ; try++ {
+		wctx, cancel := context.WithTimeout(ctx, sceneWait)
+		pods, err := waitRunning(wctx, home.client, app, want)
+		cancel()
+		if err == nil {
+			return pods, nil
+		}
+		fmt.Printf("\nScene %s: the pods of demo/%s are not all Running after %s. What explain says of one that is not:\n", scene, app, sceneWait)
+		explainWaiting(ctx, home, plugin, app)
+		if try == sceneTries || ctx.Err() != nil {
+			return nil, fmt.Errorf("scene %s: %w", scene, err)
+		}
+		fmt.Printf("\nWaiting %s more.\n", sceneWait)
+	}
+}
+
+// explainWaiting runs kubectl flotilla explain on the first pod of
+// demo/app that is not Running.
+func explainWaiting(ctx context.Context, home cluster, plugin, app string) {
+	list, err := home.client.CoreV1().Pods("demo").List(ctx, metav1.ListOptions{LabelSelector: "app=" + app + ",!" + protocol.CandidateLabel})
+	if err != nil {
+		fmt.Printf("listing the pods of demo/%s: %v\n", app, err)
+		return
+	}
+	sort.Slice(list.Items, func(i, j int) bool { return list.Items[i].Name < list.Items[j].Name })
+	for _, p := range list.Items {
+		if p.Status.Phase != corev1.PodRunning {
+			if err := runShown(ctx, "", plugin, "--kubeconfig", home.kubeconfig, "explain", "-n", "demo", p.Name); err != nil {
+				fmt.Printf("explain: %v\n", err)
+			}
+			return
+		}
+	}
+}
+
 func waitRunning(ctx context.Context, client kubernetes.Interface, app string, want int) ([]corev1.Pod, error) {
 	var pods []corev1.Pod
 	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
@@ -328,7 +374,7 @@ func policyScene(ctx context.Context, home cluster, clusters []cluster, kubectl,
 	if err := createDeployment(ctx, home.client, "web", replicas, "250m"); err != nil {
 		return err
 	}
-	pods, err := waitRunning(ctx, home.client, "web", replicas)
+	pods, err := waitScene(ctx, home, plugin, "4. the PlacementPolicy", "web", replicas)
 	if err != nil {
 		return err
 	}
@@ -369,7 +415,7 @@ func gangScene(ctx context.Context, home cluster, kubectl, plugin string) error 
 	if err != nil {
 		return err
 	}
-	pods, err := waitRunning(ctx, home.client, "train", replicas)
+	pods, err := waitScene(ctx, home, plugin, "5. the gang", "train", replicas)
 	if err != nil {
 		return err
 	}

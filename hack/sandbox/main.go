@@ -24,7 +24,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/flotilla-dev/flotilla/pkg/protocol"
 	"github.com/flotilla-dev/flotilla/test/sandbox"
 )
 
@@ -136,19 +135,7 @@ func serve(dir, clusters string, nodes int, agents bool) error {
 	defer stop()
 	opts := sandbox.Options{Dir: dir}
 	for _, name := range strings.Split(clusters, ",") {
-		spec := sandbox.ClusterSpec{Name: strings.TrimSpace(name)}
-		for i := range nodes {
-			// Small nodes: a Deployment soon outgrows one cluster.
-			capacity := protocol.CapacityOnDemand
-			if i%3 == 2 {
-				capacity = protocol.CapacitySpot
-			}
-			spec.Nodes = append(spec.Nodes, sandbox.NodeSpec{CPU: "4", Labels: map[string]string{
-				"topology.kubernetes.io/region":   spec.Name,
-				"topology.kubernetes.io/zone":     fmt.Sprintf("%s-z%d", spec.Name, i%3),
-				protocol.DefaultCapacityNodeLabel: capacity,
-			}})
-		}
+		spec := sandbox.DemoCluster(strings.TrimSpace(name), nodes)
 		opts.Clusters = append(opts.Clusters, spec)
 	}
 	s, err := sandbox.Start(ctx, opts)

@@ -7,6 +7,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
 )
 
 const kwokNodeAnnotation = "kwok.x-k8s.io/node"
@@ -79,4 +81,24 @@ func (spec NodeSpec) node() (*corev1.Node, error) {
 			NodeInfo:    corev1.NodeSystemInfo{Architecture: "amd64", OperatingSystem: "linux", KubeletVersion: "fake"},
 		},
 	}, nil
+}
+
+// DemoCluster is a cluster as `make demo` makes it: nodes nodes of 4 CPUs,
+// node i in region name and zone <name>-z<i%3>, a spot node when i%3 is 2,
+// else on-demand. The demo's journey test starts the same clusters.
+func DemoCluster(name string, nodes int) ClusterSpec {
+	spec := ClusterSpec{Name: name}
+	for i := range nodes {
+		// Small nodes: a Deployment soon outgrows one cluster.
+		capacity := protocol.CapacityOnDemand
+		if i%3 == 2 {
+			capacity = protocol.CapacitySpot
+		}
+		spec.Nodes = append(spec.Nodes, NodeSpec{CPU: "4", Labels: map[string]string{
+			"topology.kubernetes.io/region":   name,
+			"topology.kubernetes.io/zone":     fmt.Sprintf("%s-z%d", name, i%3),
+			protocol.DefaultCapacityNodeLabel: capacity,
+		}})
+	}
+	return spec
 }

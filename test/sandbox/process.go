@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -128,22 +127,6 @@ func (p *Process) stop(grace time.Duration) error {
 		return nil
 	case <-time.After(30 * time.Second):
 		return fmt.Errorf("%s (pid %d) did not exit after SIGKILL", p.name, pgid)
-	}
-}
-
-// waitExit waits until the process has exited, for tests of crashes.
-func (p *Process) waitExit(timeout time.Duration) error {
-	p.mu.Lock()
-	exited := p.exited
-	p.mu.Unlock()
-	if exited == nil {
-		return nil
-	}
-	select {
-	case <-exited:
-		return nil
-	case <-time.After(timeout):
-		return errors.New(p.name + " still running")
 	}
 }
 
