@@ -73,17 +73,22 @@ func TestJourney(t *testing.T) {
 		t.Errorf("the gang of four did not run whole in one cluster")
 	}
 
-	gangRuns(t, s.Cluster("c1"), 20)
+	gangRuns(t, s.Cluster("c1"), buildPlugin(t), 20)
 }
 
 // gangRunBound bounds how long the demo's gang takes to run whole, from
 // its members' creation, in the demo's fleet.
 const gangRunBound = 60 * time.Second
 
+// gangRunSlow is how long a run of the demo's gang may take before the
+// test logs why it waits: most take about a second.
+const gangRunSlow = 10 * time.Second
+
 // gangRuns runs the demo's gang scene n times in c1's namespace demo, one
 // after another with new pods: four workers of 200m, oneCluster. Each
-// runs whole in one cluster within gangRunBound.
-func gangRuns(t *testing.T, c1 *sandbox.Cluster, n int) {
+// runs whole in one cluster within gangRunBound; one that takes longer
+// than gangRunSlow is logged with what explain says of a member.
+func gangRuns(t *testing.T, c1 *sandbox.Cluster, plugin string, n int) {
 	const members = 4
 	sizes := map[string]int{}
 	for i := range n {
@@ -105,7 +110,13 @@ func gangRuns(t *testing.T, c1 *sandbox.Cluster, n int) {
 			}
 			names = append(names, p.Name)
 		}
+		explained := false
 		waitFor(t, gangRunBound, fmt.Sprintf("gang %s (run %d of %d) to run whole", group, i+1, n), func() (bool, string) {
+			if !explained && time.Since(start) > gangRunSlow {
+				explained = true
+				r := runPlugin(t, plugin, "--kubeconfig", c1.Kubeconfig, "explain", names[0], "-n", "demo")
+				t.Logf("gang %s not whole after %s; explain %s:\n%s", group, gangRunSlow, names[0], r.stdout)
+			}
 			on, running := map[string]int{}, 0
 			for _, name := range names {
 				p, err := pods.Get(t.Context(), name, metav1.GetOptions{})
