@@ -65,9 +65,9 @@ func (c Choice) Has(target string) bool {
 // publish no room; a target known to be too small is chosen only when no
 // target is known to fit, roomiest first, so that the gang waits where it
 // is likeliest to fit (and its candidates tell an autoscaler there what
-// it lacks). Under AnyClusters the targets are ordered by the weighted
-// draw and chosen until their room adds up to the gang (at least limit of
-// them).
+// it lacks). Under AnyClusters every target is chosen, and each member
+// draws limit of them as any pod does, in proportion to their room: the
+// gang is split over the targets by their room.
 //
 // Targets that reach one cluster count once: the first of them in the
 // order stands for the cluster. Unreachable targets are chosen only when
@@ -90,19 +90,16 @@ func Choose(spec Spec, draw string, pinned string, places []Place, limit int) Ch
 	if limit <= 0 || limit > len(ordered) {
 		limit = len(ordered)
 	}
-	need := float64(spec.MinMember)
 	if spec.Mode == AnyClusters {
-		var out []string
-		room := 0.0
-		for _, p := range ordered {
-			if len(out) >= limit && room >= need {
-				break
-			}
-			out = append(out, p.Name)
-			room += max(p.Room, 0)
+		// Each member draws its own among them, in proportion to their
+		// room: the gang is split over the targets by their room.
+		out := make([]string, len(ordered))
+		for i, p := range ordered {
+			out[i] = p.Name
 		}
 		return Choice{Targets: out, Fits: true}
 	}
+	need := float64(spec.MinMember)
 	var fit, unknown, small []Place
 	for _, p := range ordered {
 		switch {

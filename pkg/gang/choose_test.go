@@ -73,10 +73,10 @@ func TestChoose(t *testing.T) {
 			want:   []string{"a", "b"}, sorted: true, wantFits: true,
 		},
 		{
-			name:   "anyClusters: targets until their room adds up to the gang",
+			name:   "anyClusters: every target, once per cluster; each member draws its own",
 			spec:   anyc,
-			places: []Place{{Name: "a", Room: 1}, {Name: "b", Room: 1}, {Name: "c", Room: 1}, {Name: "d", Room: 1}, {Name: "e", Room: 1}},
-			limit:  2, want: []string{"?", "?", "?", "?"}, wantFits: true,
+			places: []Place{{Name: "a", Room: 1}, {Name: "b", Room: 1, Cluster: "x"}, {Name: "c", Room: 1, Cluster: "x"}, {Name: "d", Room: 1}},
+			limit:  2, want: []string{"?", "?", "?"}, wantFits: true,
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

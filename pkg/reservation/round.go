@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/flotilla-dev/flotilla/pkg/candidate"
+	"github.com/flotilla-dev/flotilla/pkg/gang"
 	"github.com/flotilla-dev/flotilla/pkg/objects"
 	"github.com/flotilla-dev/flotilla/pkg/placement"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
@@ -121,12 +122,12 @@ func (c *Controller) fanOut(ctx context.Context, r *round) error {
 		}
 		r.unhealthy = true
 	}
-	// A pod that stands elected is not drawn again: its targets need no
-	// weighing.
 	prospects := c.prospects(&r.pl)
 	c.chooseForGang(r)
 	byGang := r.gang != nil && r.gang.choice != nil && !r.election.Elected()
-	if r.election.Elected() || byGang {
+	if r.election.Elected() || (byGang && r.gang.spec.Mode != gang.AnyClusters) {
+		// A pod that stands elected is not drawn again, and a oneCluster
+		// gang's member goes to every target of its gang's choice.
 		prospects = nil
 	}
 	views := candidate.ViewsOf(pod, c.SourceCluster, r.pl.selected, prospects)
