@@ -5,7 +5,7 @@ GO ?= go
 SANDBOX_DIR ?= $(CURDIR)/.sandbox/demo
 TEST_TIMEOUT ?= 60m
 
-.PHONY: all generate tools tools-demo verify build test test-unit test-e2e test-monitoring demo demo-down bench bench-mesh bench-sweep chaos chaos-planted scenarios scenarios-planted vet clean
+.PHONY: all generate tools tools-demo verify build test test-short test-unit test-e2e test-monitoring demo demo-down bench bench-mesh bench-sweep chaos chaos-planted scenarios scenarios-planted vet clean
 
 all: build
 
@@ -51,6 +51,17 @@ test: tools build vet test-unit test-e2e
 
 test-unit:
 	$(GO) test -count=1 $$($(GO) list ./... | grep -v /test/)
+
+# One end-to-end test per feature: the demo's journey (placement,
+# invitations, policy, gangs), a gang's all or nothing, invitations, the
+# policy, the kubelet API, quotas, tenants, the chart, local-first, the
+# on-demand/spot split, targets of one cluster, the agent killed mid-election.
+SHORT_E2E ?= TestJourney$$|TestGangAllOrNothing$$|TestInvitation$$|TestPlacementPolicy$$|TestKubelet$$|TestQuota$$|TestTenantBorrowsNothing$$|TestChart$$|TestLocalFirst$$|TestCapacitySplit$$|TestTargetsOfOneClusterPlaceEachPodOnce$$|TestAgentKilledBetweenElectionAndAllowance$$
+
+## test-short: the inner loop: unit tests, the monitoring checks and one end-to-end test per feature (SHORT_E2E)
+test-short: tools build test-unit
+	$(GO) test -count=1 ./test/monitoring
+	$(GO) test -count=1 -p 1 -timeout $(TEST_TIMEOUT) -run '$(SHORT_E2E)' ./test/e2e
 
 ## test-monitoring: the chart's monitoring parts alone, in seconds, without a sandbox: promtool's check and unit tests of the alerts, the rendered ServiceMonitors, PrometheusRule and dashboard (make test runs them with test/...)
 test-monitoring: tools

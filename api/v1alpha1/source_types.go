@@ -49,6 +49,14 @@ type SourceCommon struct {
 	// +optional
 	AllowEphemeralVolumes bool `json:"allowEphemeralVolumes,omitempty"`
 
+	// AllowPersistentVolumeClaims lets the source's candidates mount
+	// PersistentVolumeClaims of the invited namespaces by name. Off, they
+	// are refused: a claim there is this cluster's, and a candidate that
+	// mounts one (which the source may then exec into) would read and
+	// write its data.
+	// +optional
+	AllowPersistentVolumeClaims bool `json:"allowPersistentVolumeClaims,omitempty"`
+
 	// AllowResourceClaims lets the source's candidates claim devices
 	// (spec.resourceClaims, Dynamic Resource Allocation), for which this
 	// cluster may create ResourceClaims on the source's behalf. Off, they

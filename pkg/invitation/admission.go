@@ -218,7 +218,8 @@ func (inv Invitation) baselineValidations() []admissionregistrationv1.Validation
 
 // delegationValidations refuse what would make this cluster create or
 // hand out something on the identity's behalf: a PersistentVolumeClaim
-// (generic ephemeral volumes), ResourceClaims, a token of another
+// (generic ephemeral volumes), one of its own claims mounted by name,
+// ResourceClaims, a token of another
 // ServiceAccount of the namespace (run as it, then exec), a token or pod
 // certificate projected into the candidate, a Secret the token controller
 // fills.
@@ -229,6 +230,12 @@ func (inv Invitation) delegationValidations() []admissionregistrationv1.Validati
 		pods = append(pods, rule{
 			expr: "object.spec.?volumes.orValue([]).all(v, !has(v.ephemeral))",
 			msg:  fmt.Sprintf("spec.volumes[].ephemeral: the invitation of source %s does not allow generic ephemeral volumes (spec.allowEphemeralVolumes): this cluster would create their claims", src),
+		})
+	}
+	if !inv.Spec.AllowPersistentVolumeClaims {
+		pods = append(pods, rule{
+			expr: "object.spec.?volumes.orValue([]).all(v, !has(v.persistentVolumeClaim))",
+			msg:  fmt.Sprintf("spec.volumes[].persistentVolumeClaim: the invitation of source %s does not allow mounting this cluster's PersistentVolumeClaims (spec.allowPersistentVolumeClaims)", src),
 		})
 	}
 	if !inv.Spec.AllowResourceClaims {

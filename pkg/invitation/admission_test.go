@@ -294,6 +294,9 @@ func TestPolicyRefusesPods(t *testing.T) {
 		{"a generic ephemeral volume", func(p *corev1.Pod) {
 			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "data", VolumeSource: corev1.VolumeSource{Ephemeral: &corev1.EphemeralVolumeSource{}}})
 		}, "spec.volumes[].ephemeral", false},
+		{"a claim of the namespace", func(p *corev1.Pod) {
+			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "payments-db"}}})
+		}, "spec.volumes[].persistentVolumeClaim", false},
 		{"a resource claim", func(p *corev1.Pod) {
 			p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To("gpu")}}
 		}, "spec.resourceClaims", false},
@@ -352,6 +355,14 @@ func TestPolicyRefusesPods(t *testing.T) {
 				t.Errorf("the Pod Security Standards' baseline refuses it: %v, want %v", baseline, tc.baseline)
 			}
 		})
+	}
+	// A claim of the namespace passes where the invitation allows claims.
+	claims := policyInvitation()
+	claims.Spec.AllowPersistentVolumeClaims = true
+	withClaim := normalCandidate(t)
+	withClaim.Spec.Volumes = append(withClaim.Spec.Volumes, corev1.Volume{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "shared"}}})
+	if got := compile(t, claims).refusals(t, admission.Create, "pods", "", withClaim, nil); len(got) > 0 {
+		t.Errorf("allowPersistentVolumeClaims still refuses a claim: %q", got)
 	}
 	// An allowed PriorityClass passes.
 	inv := policyInvitation()

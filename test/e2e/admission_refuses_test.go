@@ -207,6 +207,9 @@ func TestAdmissionRefusesWhatTheInvitedIdentityMayNotAsk(t *testing.T) {
 					}},
 				}}}}
 			})},
+			{"mount a claim of the namespace, someone else's data", "spec.volumes[].persistentVolumeClaim", pod("claim", func(p *corev1.Pod) {
+				p.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "payments-db"}}}}
+			})},
 			{"run as another ServiceAccount of the namespace", "spec.serviceAccountName", pod("deployer", func(p *corev1.Pod) { p.Spec.ServiceAccountName = "deployer" })},
 			{"mount the namespace's token automatically", "serviceAccountToken", pod("automount", func(p *corev1.Pod) { p.Spec.AutomountServiceAccountToken = nil })},
 			{"project a token for another audience", "serviceAccountToken", pod("projected", func(p *corev1.Pod) {

@@ -31,7 +31,10 @@ import (
 // deleted; nothing reports a ProtocolViolation or a lost delegate, the
 // ReplicaSet makes no pod beyond its replicas, and both targets say that
 // they overlap. A pod of team-b gets no candidate through team-a's Target
-// and hears nothing of it.
+// and hears nothing of it. A gang of four in team-a gets one candidate a
+// member, not one through each target of the cluster; once it has run and
+// succeeded, a second run of the same pod group binds only once its own
+// four members stand elected.
 func TestTargetsOfOneClusterPlaceEachPodOnce(t *testing.T) {
 	const teamA, teamB, replicas = "team-a", "team-b", 4
 	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
@@ -129,6 +132,102 @@ func TestTargetsOfOneClusterPlaceEachPodOnce(t *testing.T) {
 				t.Errorf("event %s on %s/%s: %s", e.Reason, e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Message)
 			}
 		}
+	})
+
+	t.Run("a gang in team-a: one candidate a member through the two targets of the cluster, and a second run is a gang of its own", func(t *testing.T) {
+		const size = 4
+		candidatesOfMembers := watchCandidatesMade(t, admin, teamA)
+		run := func(name string) []*corev1.Pod {
+			var pods []*corev1.Pod
+			for i := range size {
+				p := optedInPod(fmt.Sprintf("%s-%d", name, i), "1")
+				p.Labels[protocol.PodGroupLabel] = "train"
+				p.Annotations = map[string]string{protocol.GangMinMemberAnnotation: fmt.Sprint(size), protocol.GangModeAnnotation: protocol.GangOneCluster}
+				pods = append(pods, createPodAs(t, admin, teamA, p))
+			}
+			return pods
+		}
+		whole := func(pods []*corev1.Pod, phase corev1.PodPhase) func() (bool, string) {
+			return func() (bool, string) {
+				n := 0
+				for _, p := range pods {
+					got, err := admin.CoreV1().Pods(teamA).Get(ctx, p.Name, metav1.GetOptions{})
+					if err != nil {
+						return false, err.Error()
+					}
+					if got.Status.Phase == phase {
+						n++
+					}
+				}
+				return n == len(pods), fmt.Sprintf("%d of %d %s", n, len(pods), phase)
+			}
+		}
+		first := run("first")
+		waitFor(t, 60*time.Second, "the first run of pod group train Running", whole(first, corev1.PodRunning))
+		if n := candidatesOfMembers(first); n != size {
+			t.Errorf("the gang's %d members made %d candidates: the two targets of one cluster count once, one candidate a member", size, n)
+		}
+		// The first run ends: its delegates succeed, and the source pods
+		// with them.
+		for _, p := range first {
+			for _, d := range candidatesOf(t, admin, teamA, p.UID) {
+				d.Status.Phase = corev1.PodSucceeded
+				if _, err := admin.CoreV1().Pods(teamA).UpdateStatus(ctx, &d, metav1.UpdateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		waitFor(t, 60*time.Second, "the first run Succeeded", whole(first, corev1.PodSucceeded))
+
+		// The second run's members bind only once all four of them stand
+		// elected: the finished members hold no place of the new run.
+		seen := map[string]bool{}
+		second := run("second")
+		for _, p := range second {
+			seen[p.Name] = false
+		}
+		w, err := admin.CoreV1().Pods(teamA).Watch(ctx, metav1.ListOptions{LabelSelector: protocol.PodGroupLabel + "=train"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Stop()
+		deadline := time.After(60 * time.Second)
+		for bound := 0; bound < size; {
+			select {
+			case <-deadline:
+				t.Fatalf("the second run: %d of %d bound after a minute", bound, size)
+			case ev := <-w.ResultChan():
+				p, ok := ev.Object.(*corev1.Pod)
+				if !ok {
+					continue
+				}
+				if _, ours := seen[p.Name]; !ours {
+					continue
+				}
+				if e, err := protocol.ParseElection(p.Annotations[protocol.ElectionAnnotation]); err == nil && e.Elected() {
+					seen[p.Name] = true
+				}
+				if p.Spec.NodeName == "" {
+					continue
+				}
+				elected := 0
+				for _, ok := range seen {
+					if ok {
+						elected++
+					}
+				}
+				if elected < size {
+					t.Fatalf("%s of the second run bound while %d of its %d members stood elected", p.Name, elected, size)
+				}
+				bound = 0
+				for _, q := range second {
+					if got, err := admin.CoreV1().Pods(teamA).Get(ctx, q.Name, metav1.GetOptions{}); err == nil && got.Spec.NodeName != "" {
+						bound++
+					}
+				}
+			}
+		}
+		waitFor(t, 60*time.Second, "the second run of pod group train Running", whole(second, corev1.PodRunning))
 	})
 
 	t.Run("a pod of team-b gets no candidate through team-a's Target and hears nothing of it", func(t *testing.T) {
@@ -283,6 +382,41 @@ func watchCreated(t *testing.T, c kubernetes.Interface, namespace, selector stri
 		mu.Lock()
 		defer mu.Unlock()
 		return len(seen)
+	}
+}
+
+// watchCandidatesMade follows the candidates made in namespace: the
+// function it returns counts those made for the given source pods.
+func watchCandidatesMade(t *testing.T, c kubernetes.Interface, namespace string) func([]*corev1.Pod) int {
+	t.Helper()
+	w, err := c.CoreV1().Pods(namespace).Watch(t.Context(), metav1.ListOptions{LabelSelector: protocol.CandidateLabel + "=true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+	var mu sync.Mutex
+	made := map[string]map[types.UID]bool{} // source UID → candidates
+	go func() {
+		for ev := range w.ResultChan() {
+			if p, ok := ev.Object.(*corev1.Pod); ok && ev.Type == watch.Added {
+				mu.Lock()
+				src := p.Labels[protocol.SourceUIDLabel]
+				if made[src] == nil {
+					made[src] = map[types.UID]bool{}
+				}
+				made[src][p.UID] = true
+				mu.Unlock()
+			}
+		}
+	}()
+	return func(sources []*corev1.Pod) int {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for _, p := range sources {
+			n += len(made[string(p.UID)])
+		}
+		return n
 	}
 }
 
