@@ -30,16 +30,24 @@ func carriedLabels(source map[string]string) map[string]string {
 // the source's siblings by their labels, to select the keys under which
 // candidates carry those labels (carriedLabels): the (anti-)affinity
 // terms' and topology spread constraints' label selectors, matchLabelKeys
-// and mismatchLabelKeys. Namespace selectors select namespaces, which
-// keep their labels, and are left alone. spec is changed in place: it is
-// the caller's copy.
-func selectCarriedLabels(spec *corev1.PodSpec) {
+// and mismatchLabelKeys. The (anti-)affinity terms are confined to the
+// source's own candidates in the candidate's namespace: their namespaces
+// and namespace selector are dropped, and their label selector also
+// requires the source-cluster label of sourceCluster. A candidate's terms
+// act on the pods that come to its node after it too (a required
+// anti-affinity keeps them off), and a selector that matches by the
+// absence of a key (DoesNotExist, NotIn, mismatchLabelKeys) would match
+// the target's own pods, in any namespace a namespace selector reached;
+// confined, it matches nothing but the source's siblings, whose labels no
+// other source may write (the invitation's admission policy refuses what
+// is not so confined). spec is changed in place: it is the caller's copy.
+func selectCarriedLabels(spec *corev1.PodSpec, sourceCluster string) {
 	if a := spec.Affinity; a != nil {
 		if a.PodAffinity != nil {
-			selectCarriedInTerms(a.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution, a.PodAffinity.PreferredDuringSchedulingIgnoredDuringExecution)
+			selectCarriedInTerms(a.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution, a.PodAffinity.PreferredDuringSchedulingIgnoredDuringExecution, sourceCluster)
 		}
 		if a.PodAntiAffinity != nil {
-			selectCarriedInTerms(a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution, a.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution)
+			selectCarriedInTerms(a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution, a.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution, sourceCluster)
 		}
 	}
 	for i := range spec.TopologySpreadConstraints {
@@ -49,19 +57,30 @@ func selectCarriedLabels(spec *corev1.PodSpec) {
 	}
 }
 
-func selectCarriedInTerms(required []corev1.PodAffinityTerm, preferred []corev1.WeightedPodAffinityTerm) {
+func selectCarriedInTerms(required []corev1.PodAffinityTerm, preferred []corev1.WeightedPodAffinityTerm, sourceCluster string) {
 	for i := range required {
-		selectCarriedInTerm(&required[i])
+		selectCarriedInTerm(&required[i], sourceCluster)
 	}
 	for i := range preferred {
-		selectCarriedInTerm(&preferred[i].PodAffinityTerm)
+		selectCarriedInTerm(&preferred[i].PodAffinityTerm, sourceCluster)
 	}
 }
 
-func selectCarriedInTerm(term *corev1.PodAffinityTerm) {
+func selectCarriedInTerm(term *corev1.PodAffinityTerm, sourceCluster string) {
 	term.LabelSelector = carriedSelector(term.LabelSelector)
 	term.MatchLabelKeys = carriedKeys(term.MatchLabelKeys)
 	term.MismatchLabelKeys = carriedKeys(term.MismatchLabelKeys)
+	term.Namespaces, term.NamespaceSelector = nil, nil
+	if term.LabelSelector != nil {
+		// A nil selector matches no pod, and stays so.
+		term.LabelSelector.MatchExpressions = append(term.LabelSelector.MatchExpressions, OfSource(sourceCluster))
+	}
+}
+
+// OfSource is the requirement every carried (anti-)affinity term of a
+// candidate holds: the pods it matches are candidates of sourceCluster.
+func OfSource(sourceCluster string) metav1.LabelSelectorRequirement {
+	return metav1.LabelSelectorRequirement{Key: protocol.SourceClusterLabel, Operator: metav1.LabelSelectorOpIn, Values: []string{sourceCluster}}
 }
 
 // carriedSelector is s selecting carried keys. A requirement of matchLabels

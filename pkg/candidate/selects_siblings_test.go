@@ -43,7 +43,8 @@ const carried = protocol.SourceLabelPrefix
 
 // TestBuildSelectsCarriedLabels: the candidate's selectors of pods select
 // the labels as the candidates carry them (label.multicluster.flotilla.dev/),
-// each kind of selector; namespace selectors, Flotilla's keys and the
+// each kind of selector, and (anti-)affinity terms select the source's own
+// candidates in the candidate's namespace only; Flotilla's keys and the
 // spec of a target that keeps the labels are left as they are.
 func TestBuildSelectsCarriedLabels(t *testing.T) {
 	namespaces := selector(map[string]string{"team": "a"}, "env")
@@ -51,7 +52,13 @@ func TestBuildSelectsCarriedLabels(t *testing.T) {
 		return corev1.PodAffinityTerm{LabelSelector: s, NamespaceSelector: namespaces, Namespaces: []string{"shop"}, TopologyKey: "kubernetes.io/hostname", MatchLabelKeys: match, MismatchLabelKeys: mismatch}
 	}
 	sourceTerm := term(selector(map[string]string{"app": "web", "app.kubernetes.io/part-of": "shop"}, "tier"), []string{"pod-template-hash"}, []string{"team"})
+	// Carried, a term selects the source's candidates alone, in the
+	// candidate's namespace.
 	carriedTerm := term(selector(map[string]string{carried + "app": "web", carried + "app.kubernetes.io_part-of": "shop"}, carried+"tier"), []string{carried + "pod-template-hash"}, []string{carried + "team"})
+	carriedTerm.Namespaces, carriedTerm.NamespaceSelector = nil, nil
+	carriedTerm.LabelSelector.MatchExpressions = append(carriedTerm.LabelSelector.MatchExpressions, OfSource("c1"))
+	nilTerm := term(nil, nil, nil)
+	nilTerm.Namespaces, nilTerm.NamespaceSelector = nil, nil
 	spread := func(s *metav1.LabelSelector, match ...string) []corev1.TopologySpreadConstraint {
 		return []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: "zone", WhenUnsatisfiable: corev1.DoNotSchedule, LabelSelector: s, MatchLabelKeys: match}}
 	}
@@ -74,7 +81,7 @@ func TestBuildSelectsCarriedLabels(t *testing.T) {
 		{
 			name:     "required pod anti-affinity",
 			affinity: &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{sourceTerm, term(nil, nil, nil)}}},
-			wantAff:  &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{carriedTerm, term(nil, nil, nil)}}},
+			wantAff:  &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{carriedTerm, nilTerm}}},
 		},
 		{
 			name:     "preferred pod anti-affinity",

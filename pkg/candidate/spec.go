@@ -90,7 +90,7 @@ func Build(source *corev1.Pod, sourceCluster, target, namespace string, self, ke
 			annotations[protocol.SourceLabelsAnnotation] = string(raw)
 		}
 		maps.Copy(labels, carriedLabels(sourceLabels))
-		selectCarriedLabels(spec)
+		selectCarriedLabels(spec, sourceCluster)
 	}
 	annotations[protocol.SourceNamespaceAnnotation] = source.Namespace
 	annotations[protocol.SourceNameAnnotation] = source.Name

@@ -254,6 +254,7 @@ func (inv Invitation) Policy() *admissionregistrationv1.ValidatingAdmissionPolic
 		validations = append(validations, inv.baselineValidations()...)
 	}
 	validations = append(validations, inv.delegationValidations()...)
+	validations = append(validations, inv.affinityValidations()...)
 	validations = append(validations, inv.metadataValidations()...)
 	validations = append(validations, inv.referenceValidations()...)
 	validations = append(notToken(validations), inv.tokenValidations()...)

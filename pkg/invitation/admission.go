@@ -265,6 +265,45 @@ func (inv Invitation) delegationValidations() []admissionregistrationv1.Validati
 	}})...)
 }
 
+// affinityValidations confine a candidate's pod (anti-)affinity terms to
+// the source's own candidates in the candidate's namespace, as the agent
+// writes them when the invitation does not keep the source's labels
+// (candidate.OfSource): no namespaces, no namespace selector, and a label
+// selector that requires the source-cluster label of this source. A
+// candidate's terms act on the pods that come to its node after it (a
+// required anti-affinity keeps them off, a preferred one scores them), so
+// a term that reached the target's own pods (by the absence of a key, or
+// in other namespaces) would steer this cluster's scheduling of them. A
+// nil selector matches no pod. Under keepSourceLabels the source's terms
+// select this cluster's pods by their labels as they are: that is what
+// the invitation trusts the source with.
+func (inv Invitation) affinityValidations() []admissionregistrationv1.Validation {
+	if inv.Spec.KeepSourceLabels {
+		return nil
+	}
+	src := inv.Spec.ClusterName
+	key := strconv.Quote(protocol.SourceClusterLabel)
+	confined := func(t string) string {
+		return fmt.Sprintf("(!has(%[1]s.namespaceSelector) && size(%[1]s.?namespaces.orValue([])) == 0 && (!has(%[1]s.labelSelector) || "+
+			"%[1]s.labelSelector.?matchExpressions.orValue([]).exists(e, e.key == %[2]s && e.operator == 'In' && e.?values.orValue([]) == [%[3]s]) || "+
+			"(%[2]s in %[1]s.labelSelector.?matchLabels.orValue({}) && %[1]s.labelSelector.matchLabels[%[2]s] == %[3]s)))",
+			t, key, strconv.Quote(src))
+	}
+	var parts []string
+	for _, kind := range []string{"podAffinity", "podAntiAffinity"} {
+		base := "object.spec.?affinity.?" + kind
+		parts = append(parts,
+			base+".?requiredDuringSchedulingIgnoredDuringExecution.orValue([]).all(t, "+confined("t")+")",
+			base+".?preferredDuringSchedulingIgnoredDuringExecution.orValue([]).all(w, "+confined("w.podAffinityTerm")+")")
+	}
+	// The spec's affinity cannot change after creation.
+	return onPodCreate(rule{
+		expr: strings.Join(parts, " && "),
+		msg: fmt.Sprintf("spec.affinity: a pod (anti-)affinity term of source %s may select only its own candidates in the candidate's namespace: no namespaces or namespaceSelector, and a labelSelector requiring %s In [%s] (as the agent writes it), since a candidate's terms steer where this cluster schedules the pods that come after it",
+			src, protocol.SourceClusterLabel, src),
+	})
+}
+
 // metadataValidations keep what the identity writes from changing how
 // this cluster treats its own objects: finalizers (deletion waits for the
 // source), owners (a candidate counted by a ReplicaSet, a copy that holds

@@ -113,6 +113,17 @@ func buildCandidate(t *testing.T, keepSourceLabels bool) *corev1.Pod {
 			{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 		},
 		NodeName: "source-node", ServiceAccountName: "web",
+		// Terms that select the pod's siblings: the candidate's select
+		// the source's candidates alone, as the policy wants them.
+		Affinity: &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
+			RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+				LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}, TopologyKey: "kubernetes.io/hostname",
+				NamespaceSelector: &metav1.LabelSelector{},
+			}},
+			PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{{Weight: 10, PodAffinityTerm: corev1.PodAffinityTerm{
+				LabelSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "tier", Operator: metav1.LabelSelectorOpDoesNotExist}}}, TopologyKey: "zone",
+			}}},
+		}},
 	}
 	raw, err := json.Marshal(spec)
 	if err != nil {
@@ -297,6 +308,26 @@ func TestPolicyRefusesPods(t *testing.T) {
 		{"a claim of the namespace", func(p *corev1.Pod) {
 			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "payments-db"}}})
 		}, "spec.volumes[].persistentVolumeClaim", false},
+		{"an anti-affinity against every pod lacking a key, in every namespace", func(p *corev1.Pod) {
+			p.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+				LabelSelector:     &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: protocol.SourceLabelPrefix + "x", Operator: metav1.LabelSelectorOpDoesNotExist}}},
+				NamespaceSelector: &metav1.LabelSelector{}, TopologyKey: "topology.kubernetes.io/zone",
+			}}}}
+		}, "spec.affinity", false},
+		{"an anti-affinity of the source's own, reaching other namespaces", func(p *corev1.Pod) {
+			p.Spec.Affinity.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution[0].Namespaces = []string{"kube-system"}
+		}, "spec.affinity", false},
+		{"an anti-affinity that does not require the source's own candidates", func(p *corev1.Pod) {
+			p.Spec.Affinity.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution[0].LabelSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"app": "payments"}}
+		}, "spec.affinity", false},
+		{"an anti-affinity that requires another source's candidates", func(p *corev1.Pod) {
+			p.Spec.Affinity.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution[0].LabelSelector = &metav1.LabelSelector{MatchLabels: map[string]string{protocol.SourceClusterLabel: "c2"}}
+		}, "spec.affinity", false},
+		{"a preferred affinity that attracts to the target's own pods", func(p *corev1.Pod) {
+			p.Spec.Affinity.PodAffinity = &corev1.PodAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{{Weight: 100, PodAffinityTerm: corev1.PodAffinityTerm{
+				LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "payments"}}, TopologyKey: "kubernetes.io/hostname",
+			}}}}
+		}, "spec.affinity", false},
 		{"a resource claim", func(p *corev1.Pod) {
 			p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To("gpu")}}
 		}, "spec.resourceClaims", false},

@@ -239,6 +239,17 @@ func TestAdmissionRefusesWhatTheInvitedIdentityMayNotAsk(t *testing.T) {
 			{"create a candidate owned by a ReplicaSet", "metadata.ownerReferences", pod("owned", func(p *corev1.Pod) {
 				p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-5d4f", UID: "0b6a3e4e-0000-4000-8000-000000000001", Controller: ptr.To(true)}}
 			})},
+			{"create a candidate whose anti-affinity keeps the target's own pods off a zone", "spec.affinity", pod("repel", func(p *corev1.Pod) {
+				p.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+					LabelSelector:     &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: protocol.SourceLabelPrefix + "x", Operator: metav1.LabelSelectorOpDoesNotExist}}},
+					NamespaceSelector: &metav1.LabelSelector{}, TopologyKey: "topology.kubernetes.io/zone",
+				}}}}
+			})},
+			{"create a candidate whose affinity follows another source's candidates", "spec.affinity", pod("follow", func(p *corev1.Pod) {
+				p.Spec.Affinity = &corev1.Affinity{PodAffinity: &corev1.PodAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{{Weight: 100, PodAffinityTerm: corev1.PodAffinityTerm{
+					LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{protocol.SourceClusterLabel: "other", protocol.SourceLabelPrefix + "app": "web"}}, TopologyKey: "kubernetes.io/hostname",
+				}}}}}
+			})},
 			{"create a candidate a Service selects", "metadata.labels", pod("selected", func(p *corev1.Pod) { p.Labels["app"] = "payments" })},
 			{"label its candidate", "metadata.labels", patch(normal.Name, `{"metadata":{"labels":{"app":"payments"}}}`)},
 			{"unmark its copy", protocol.CopyLabel, func() error {
