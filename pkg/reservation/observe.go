@@ -41,7 +41,9 @@ func (c *Controller) freshElection(ctx context.Context, pod *corev1.Pod, cached 
 // election, since the cache can lag behind the one that saw the
 // reservation. The live view replaces the cached one in observed.
 //
-// A target that is not configured any more is released once its drain has
+// A target that is not configured any more (being drained) whose candidate
+// of the pod is bound there is observed live: the pod binds to it. Else
+// it is released once its drain has
 // deleted its candidates that did not run a pod (target.Set.Drained: the
 // object stays while pods still run there, which may be for ever), or once
 // its object is gone (drained before this process started, or its
@@ -51,6 +53,14 @@ func (c *Controller) freshElection(ctx context.Context, pod *corev1.Pod, cached 
 func (c *Controller) confirmRelease(ctx context.Context, pod *corev1.Pod, election protocol.Election, observed []Observed) []Observed {
 	i := slices.IndexFunc(observed, func(o Observed) bool { return o.Target == election.Target })
 	if i < 0 {
+		if t, ok := c.Targets.Draining(election.Target); ok {
+			// A target being drained keeps a bound candidate of a pod
+			// elected there: its running copy, which the pod is bound to
+			// rather than elected again elsewhere beside it.
+			if o := c.observeLive(ctx, pod, t, Observed{}); o.Exists && o.State.Phase == protocol.PhaseBound {
+				return append(observed, o)
+			}
+		}
 		if c.Targets.Drained(election.Target) || c.targetGone(ctx, election.Target) {
 			return append(observed, Observed{Target: election.Target, Live: true})
 		}

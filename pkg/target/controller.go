@@ -664,17 +664,20 @@ func (c *Controller) drain(ctx context.Context, v view) (reconcile.Result, error
 		}
 		r = c.start(t, hash)
 	}
+	binding := 0
 	if r != nil {
 		c.Targets.Drain(r.t)
 		node = r.t.NodeName
-		if err := c.deleteWaiting(ctx, r.t); err != nil {
+		var err error
+		if binding, err = c.deleteWaiting(ctx, r.t); err != nil {
 			setCondition(v, v1alpha1.TargetReady, metav1.ConditionFalse, "Draining", "Deleting the waiting candidates: "+err.Error())
 			return c.report(ctx, v, before, notReadyResync)
 		}
-		// The pods elected there and not bound may be elected elsewhere.
+		// The pods elected there and not bound may be elected elsewhere,
+		// but those whose candidate runs there already.
 		c.Targets.MarkDrained(v.name)
 	}
-	if n := c.podsOn(node); n > 0 && r != nil {
+	if n := c.podsOn(node) + binding; n > 0 && r != nil {
 		setCondition(v, v1alpha1.TargetReady, metav1.ConditionFalse, "Draining",
 			fmt.Sprintf("Deleted: no new pods go there; %d pods still run there and stay mirrored until they end", n))
 		return c.report(ctx, v, before, notReadyResync)
@@ -692,31 +695,80 @@ func (c *Controller) drain(ctx context.Context, v view) (reconcile.Result, error
 	return reconcile.Result{}, nil
 }
 
-// deleteWaiting deletes every candidate in t except the delegates of source
-// pods bound to t's virtual node.
-func (c *Controller) deleteWaiting(ctx context.Context, t *Target) error {
+// deleteWaiting deletes every candidate in t that runs no pod: all but the
+// delegates of source pods bound to t's virtual node and the bound
+// candidates of source pods elected there and not bound yet (binding, how
+// many: the placement controller binds those pods to the virtual node,
+// and the drain waits for them as for any pod that runs there).
+func (c *Controller) deleteWaiting(ctx context.Context, t *Target) (binding int, err error) {
 	if !t.HasSynced() {
-		return fmt.Errorf("target %s: candidates not listed yet: %v", t.Name, t.Err())
+		return 0, fmt.Errorf("target %s: candidates not listed yet: %v", t.Name, t.Err())
 	}
 	var errs []error
 	for _, cand := range t.Candidates() {
-		if cand.DeletionTimestamp != nil || c.isDelegate(cand, t) {
+		if cand.DeletionTimestamp != nil {
+			continue
+		}
+		switch keptOnDrain(cand, c.sourceOf(cand), t.Name, t.NodeName) {
+		case delegateKept:
+			continue
+		case bindingKept:
+			binding++
 			continue
 		}
 		if err := t.Delete(ctx, cand.Namespace, cand.Name, cand.UID); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	return errors.Join(errs...)
+	return binding, errors.Join(errs...)
 }
 
-func (c *Controller) isDelegate(cand *corev1.Pod, t *Target) bool {
+// sourceOf is the source pod of a candidate, as the source's cache holds
+// it; nil when there is none of its UID.
+func (c *Controller) sourceOf(cand *corev1.Pod) *corev1.Pod {
 	obj, ok, err := c.SourcePods.GetIndexer().GetByKey(SourceKey(cand))
 	if err != nil || !ok {
-		return false
+		return nil
 	}
 	src, ok := obj.(*corev1.Pod)
-	return ok && src.Spec.NodeName == t.NodeName && string(src.UID) == cand.Labels[protocol.SourceUIDLabel]
+	if !ok || string(src.UID) != cand.Labels[protocol.SourceUIDLabel] {
+		return nil
+	}
+	return src
+}
+
+// drainKeep is why a draining target's candidate stays.
+type drainKeep int
+
+const (
+	// deleted: it runs no pod.
+	deleted drainKeep = iota
+	// delegateKept: the delegate of a source pod bound to the target.
+	delegateKept
+	// bindingKept: bound in the target, its source pod elected there and
+	// not bound yet. It is the pod's running copy: the source pod is bound
+	// to it, not elected elsewhere beside it.
+	bindingKept
+)
+
+// keptOnDrain says whether a draining target's candidate stays, src being
+// its source pod (nil when gone), the target called name with virtual
+// node node.
+func keptOnDrain(cand, src *corev1.Pod, name, node string) drainKeep {
+	switch {
+	case src == nil:
+		return deleted
+	case src.Spec.NodeName == node:
+		// Its virtual node ends it with its source pod.
+		return delegateKept
+	case src.DeletionTimestamp != nil:
+		return deleted
+	}
+	e, err := protocol.ParseElection(src.Annotations[protocol.ElectionAnnotation])
+	if src.Spec.NodeName == "" && cand.Spec.NodeName != "" && err == nil && e.Elected() && e.Target == name {
+		return bindingKept
+	}
+	return deleted
 }
 
 // podsOn counts the source pods bound to a virtual node.

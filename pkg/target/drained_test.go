@@ -1,6 +1,13 @@
 package target
 
-import "testing"
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
+)
 
 // TestDrained: a target is marked drained only once it is out of the set,
 // and a target added again under that name is not drained.
@@ -29,5 +36,37 @@ func TestDrained(t *testing.T) {
 	s.Remove(t1)
 	if got, ok := s.ByVirtualNode("flotilla-t1"); !ok || got == t1 {
 		t.Fatal("the drained target, removed, is still found, or the new one is not")
+	}
+}
+
+// TestKeptOnDrain: a draining target keeps the delegates of pods bound to
+// it and a bound candidate of a pod elected there and not bound yet (its
+// running copy); it deletes every other candidate: waiting ones, those of
+// pods gone or elected elsewhere.
+func TestKeptOnDrain(t *testing.T) {
+	const name, node = "t1", "flotilla-t1"
+	elected := func(target string) map[string]string {
+		return map[string]string{protocol.ElectionAnnotation: protocol.Election{Generation: 1, Target: target, Nonce: "n"}.Encode()}
+	}
+	bound := &corev1.Pod{Spec: corev1.PodSpec{NodeName: "node-a"}}
+	waiting := &corev1.Pod{}
+	for _, tc := range []struct {
+		name      string
+		cand, src *corev1.Pod
+		want      drainKeep
+	}{
+		{"the delegate of a pod bound to the target", bound, &corev1.Pod{Spec: corev1.PodSpec{NodeName: node}}, delegateKept},
+		{"the delegate of a pod bound to the target and being deleted", bound, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: &metav1.Time{}}, Spec: corev1.PodSpec{NodeName: node}}, delegateKept},
+		{"bound, its pod elected there and not bound yet", bound, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: elected(name)}}, bindingKept},
+		{"waiting, its pod elected there", waiting, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: elected(name)}}, deleted},
+		{"bound, its pod elected elsewhere", bound, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: elected("t2")}}, deleted},
+		{"bound, its pod bound elsewhere", bound, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: elected(name)}, Spec: corev1.PodSpec{NodeName: "flotilla-t2"}}, deleted},
+		{"bound, its pod not elected", bound, &corev1.Pod{}, deleted},
+		{"bound, its pod gone", bound, nil, deleted},
+		{"bound, its pod being deleted", bound, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: elected(name), DeletionTimestamp: &metav1.Time{}}}, deleted},
+	} {
+		if got := keptOnDrain(tc.cand, tc.src, name, node); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }

@@ -138,6 +138,16 @@ func (s *Set) Drain(t *Target) {
 	s.draining[t.Name] = t
 }
 
+// Draining is the deleted target of that name whose drain has not ended:
+// out of the set, while its pods, and a bound candidate whose source pod
+// is not bound yet, may still run there.
+func (s *Set) Draining(name string) (*Target, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	t, ok := s.draining[name]
+	return t, ok
+}
+
 // MarkDrained records that the target of that name, deleted, is out of
 // the set and its candidates that ran no pod are deleted: an election that
 // names it and whose pod is not bound there can never bind, and may be
