@@ -122,18 +122,25 @@ func (c *Controller) gangOf(ctx context.Context, r *round) {
 		return
 	}
 	c.problems.Delete(gangProblemKey(pod.UID))
-	g := &gangRound{spec: spec, sized: true}
-	if c.SourcePods != nil {
-		objs, _ := c.SourcePods.ByIndex(gang.MemberIndex, spec.Key(pod.Namespace))
-		for _, obj := range objs {
-			m, ok := obj.(*corev1.Pod)
-			if !ok || m.UID == pod.UID || !gangCounts(m) {
-				continue
-			}
-			g.members = append(g.members, m)
-		}
+	r.gang = &gangRound{spec: spec, sized: true, members: c.gangMembers(pod, spec)}
+}
+
+// gangMembers are the members of pod's gang other than pod, as the cache
+// holds them now.
+func (c *Controller) gangMembers(pod *corev1.Pod, spec gang.Spec) []*corev1.Pod {
+	if c.SourcePods == nil {
+		return nil
 	}
-	r.gang = g
+	var members []*corev1.Pod
+	objs, _ := c.SourcePods.ByIndex(gang.MemberIndex, spec.Key(pod.Namespace))
+	for _, obj := range objs {
+		m, ok := obj.(*corev1.Pod)
+		if !ok || m.UID == pod.UID || !gangCounts(m) {
+			continue
+		}
+		members = append(members, m)
+	}
+	return members
 }
 
 // reportGangProblem writes a Warning Event on the member, once per
@@ -218,6 +225,11 @@ func (c *Controller) gangGate(ctx context.Context, r *round) *GangGate {
 	}
 	spec, pod := g.spec, r.pod
 	r.hold(c.locks.lock("gang:" + spec.Key(pod.Namespace)))
+	// The members as the cache holds them once the gang's other rounds
+	// are done: a copy from before the lock may predate a member's
+	// election that this process has since forgotten (the cache showed
+	// it), and would count the member as neither placed nor reserved.
+	g.members = c.gangMembers(pod, spec)
 
 	self := gangMember(pod.Name, r.election, "", r.observed)
 	members := []gang.Member{self}
@@ -414,8 +426,15 @@ func gangCounts(p *corev1.Pod) bool {
 // and its candidates in the targets.
 func (c *Controller) observeMember(pod *corev1.Pod, targets []*target.Target) gang.Member {
 	// An election this process wrote that the cache does not show yet
-	// counts at once for the member it woke.
-	raw, _ := c.electionOf(pod)
+	// counts at once for the member it woke. It is forgotten once the
+	// cache shows it: its memory is read first, then the cache's newest
+	// copy of the pod, so that one of the two has it.
+	written, wrote := c.elections.Load(pod.UID)
+	pod = c.newest(pod)
+	raw := pod.Annotations[protocol.ElectionAnnotation]
+	if wrote && pod.Spec.NodeName == "" {
+		raw = written.(writtenElection).value
+	}
 	e, _ := protocol.ParseElection(raw)
 	boundTo := ""
 	if pod.Spec.NodeName != "" {
@@ -433,6 +452,19 @@ func (c *Controller) observeMember(pod *corev1.Pod, targets []*target.Target) ga
 		observed = append(observed, observe(candidate.Placement{Target: t, Candidate: cand}))
 	}
 	return gangMember(pod.Name, e, boundTo, observed)
+}
+
+// newest is the cache's newest copy of pod (pod itself when the cache has
+// none of its UID).
+func (c *Controller) newest(pod *corev1.Pod) *corev1.Pod {
+	if c.SourcePods == nil {
+		return pod
+	}
+	obj, ok, err := c.SourcePods.GetByKey(pod.Namespace + "/" + pod.Name)
+	if p, isPod := obj.(*corev1.Pod); err == nil && ok && isPod && p.UID == pod.UID {
+		return p
+	}
+	return pod
 }
 
 // wakeGang looks at the gang's other members again after the round's
