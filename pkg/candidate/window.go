@@ -1,13 +1,9 @@
 package candidate
 
 import (
-	"crypto/sha256"
-	"encoding/binary"
-	"math"
-	"sort"
-
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/flotilla-dev/flotilla/pkg/draw"
 	"github.com/flotilla-dev/flotilla/pkg/target"
 )
 
@@ -193,39 +189,13 @@ func serving(views []View) []View {
 	return out
 }
 
-// rendezvous orders targets by weighted rendezvous hashing of key: each
-// target draws u in (0, 1) from a hash of the key and its name, and the
-// order is by ln(u) ÷ weight, highest first. That orders the targets as a
-// draw without replacement in proportion to their weights would, and is
-// the plain rendezvous order by u when the weights are equal. Ties go by
-// name, so the order does not depend on the order of views.
+// rendezvous orders targets by weighted rendezvous hashing of key, in
+// proportion to their weights (draw.Order).
 func rendezvous(key string, views []View) []View {
-	type scored struct {
-		v     View
-		score float64
-	}
-	s := make([]scored, len(views))
-	for i, v := range views {
-		w := v.Weight
-		if w <= 0 {
-			w = 1
-		}
-		// A cryptographic hash: FNV's high bits barely depend on the last
-		// bytes, and target names often differ only there ("t1", "t2").
-		sum := sha256.Sum256([]byte(key + "\x00" + v.Name))
-		// 53 bits, as many as a float64 holds exactly; +1 keeps u above 0.
-		u := (float64(binary.BigEndian.Uint64(sum[:8])>>11) + 1) / (1 << 53)
-		s[i] = scored{v, math.Log(u) / w}
-	}
-	sort.Slice(s, func(i, j int) bool {
-		if s[i].score != s[j].score {
-			return s[i].score > s[j].score
-		}
-		return s[i].v.Name < s[j].v.Name
-	})
-	out := make([]View, len(s))
-	for i := range s {
-		out[i] = s[i].v
+	order := draw.Order(key, len(views), func(i int) string { return views[i].Name }, func(i int) float64 { return views[i].Weight })
+	out := make([]View, len(views))
+	for k, i := range order {
+		out[k] = views[i]
 	}
 	return out
 }

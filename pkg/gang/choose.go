@@ -1,11 +1,10 @@
 package gang
 
 import (
-	"crypto/sha256"
-	"encoding/binary"
 	"fmt"
-	"math"
 	"sort"
+
+	"github.com/flotilla-dev/flotilla/pkg/draw"
 )
 
 // Place is what the choice of a gang's targets knows of one target, as
@@ -129,34 +128,13 @@ func Choose(spec Spec, draw string, pinned string, places []Place, limit int) Ch
 // gang's key, then the attempt.
 func DrawKey(key string, attempt int) string { return fmt.Sprintf("%s#%d", key, attempt) }
 
-// drawOrder orders places by weighted rendezvous hashing of draw: each
-// place draws u in (0, 1) from a hash of the draw and its name, and the
-// order is by ln(u) ÷ weight, highest first, as a draw without replacement
-// in proportion to the weights; ties by name.
-func drawOrder(draw string, places []Place) []Place {
-	type scored struct {
-		p     Place
-		score float64
-	}
-	s := make([]scored, len(places))
-	for i, p := range places {
-		w := p.Weight
-		if w <= 0 {
-			w = 1
-		}
-		sum := sha256.Sum256([]byte(draw + "\x00" + p.Name))
-		u := (float64(binary.BigEndian.Uint64(sum[:8])>>11) + 1) / (1 << 53)
-		s[i] = scored{p, math.Log(u) / w}
-	}
-	sort.Slice(s, func(i, j int) bool {
-		if s[i].score != s[j].score {
-			return s[i].score > s[j].score
-		}
-		return s[i].p.Name < s[j].p.Name
-	})
-	out := make([]Place, len(s))
-	for i := range s {
-		out[i] = s[i].p
+// drawOrder orders places by weighted rendezvous hashing of key, in
+// proportion to their weights (draw.Order).
+func drawOrder(key string, places []Place) []Place {
+	order := draw.Order(key, len(places), func(i int) string { return places[i].Name }, func(i int) float64 { return places[i].Weight })
+	out := make([]Place, len(places))
+	for k, i := range order {
+		out[k] = places[i]
 	}
 	return out
 }
