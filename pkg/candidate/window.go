@@ -192,10 +192,5 @@ func serving(views []View) []View {
 // rendezvous orders targets by weighted rendezvous hashing of key, in
 // proportion to their weights (draw.Order).
 func rendezvous(key string, views []View) []View {
-	order := draw.Order(key, len(views), func(i int) string { return views[i].Name }, func(i int) float64 { return views[i].Weight })
-	out := make([]View, len(views))
-	for k, i := range order {
-		out[k] = views[i]
-	}
-	return out
+	return draw.Order(key, views, func(v View) string { return v.Name }, func(v View) float64 { return v.Weight })
 }

@@ -12,34 +12,41 @@ import (
 	"sort"
 )
 
-// Order returns the indexes 0..n-1 ordered for key: choice i, named
-// name(i), draws u in (0, 1) from a hash of the key and its name, and the
-// order is by ln(u) ÷ weight(i), highest first, as a draw without
-// replacement in proportion to the weights would order them; with equal
-// weights it is the plain rendezvous order by u. A weight of zero or less
-// counts as 1. Ties go by name, so the order does not depend on the order
-// of the choices.
-func Order(key string, n int, name func(i int) string, weight func(i int) float64) []int {
-	score := make([]float64, n)
-	idx := make([]int, n)
-	for i := range n {
-		w := weight(i)
+// Order returns items ordered for key: item x, named name(x), draws u in
+// (0, 1) from a hash of the key and its name, and the order is by
+// ln(u) ÷ weight(x), highest first, as a draw without replacement in
+// proportion to the weights would order them; with equal weights it is
+// the plain rendezvous order by u. A weight of zero or less counts as 1.
+// Ties go by name, so the order does not depend on the order of items.
+func Order[T any](key string, items []T, name func(T) string, weight func(T) float64) []T {
+	type scored struct {
+		item  T
+		name  string
+		score float64
+	}
+	s := make([]scored, len(items))
+	for i, x := range items {
+		w := weight(x)
 		if w <= 0 {
 			w = 1
 		}
+		n := name(x)
 		// A cryptographic hash: FNV's high bits barely depend on the last
 		// bytes, and names often differ only there ("t1", "t2").
-		sum := sha256.Sum256([]byte(key + "\x00" + name(i)))
+		sum := sha256.Sum256([]byte(key + "\x00" + n))
 		// 53 bits, as many as a float64 holds exactly; +1 keeps u above 0.
 		u := (float64(binary.BigEndian.Uint64(sum[:8])>>11) + 1) / (1 << 53)
-		score[i], idx[i] = math.Log(u)/w, i
+		s[i] = scored{x, n, math.Log(u) / w}
 	}
-	sort.Slice(idx, func(a, b int) bool {
-		i, j := idx[a], idx[b]
-		if score[i] != score[j] {
-			return score[i] > score[j]
+	sort.Slice(s, func(i, j int) bool {
+		if s[i].score != s[j].score {
+			return s[i].score > s[j].score
 		}
-		return name(i) < name(j)
+		return s[i].name < s[j].name
 	})
-	return idx
+	out := make([]T, len(s))
+	for i := range s {
+		out[i] = s[i].item
+	}
+	return out
 }

@@ -131,12 +131,7 @@ func DrawKey(key string, attempt int) string { return fmt.Sprintf("%s#%d", key, 
 // drawOrder orders places by weighted rendezvous hashing of key, in
 // proportion to their weights (draw.Order).
 func drawOrder(key string, places []Place) []Place {
-	order := draw.Order(key, len(places), func(i int) string { return places[i].Name }, func(i int) float64 { return places[i].Weight })
-	out := make([]Place, len(places))
-	for k, i := range order {
-		out[k] = places[i]
-	}
-	return out
+	return draw.Order(key, places, func(p Place) string { return p.Name }, func(p Place) float64 { return p.Weight })
 }
 
 // oncePerCluster keeps the first place of each cluster; a place that names
