@@ -426,15 +426,8 @@ func gangCounts(p *corev1.Pod) bool {
 // and its candidates in the targets.
 func (c *Controller) observeMember(pod *corev1.Pod, targets []*target.Target) gang.Member {
 	// An election this process wrote that the cache does not show yet
-	// counts at once for the member it woke. It is forgotten once the
-	// cache shows it: its memory is read first, then the cache's newest
-	// copy of the pod, so that one of the two has it.
-	written, wrote := c.elections.Load(pod.UID)
-	pod = c.newest(pod)
-	raw := pod.Annotations[protocol.ElectionAnnotation]
-	if wrote && pod.Spec.NodeName == "" {
-		raw = written.(writtenElection).value
-	}
+	// counts at once for the member it woke.
+	pod, raw, _ := c.electionOf(pod)
 	e, _ := protocol.ParseElection(raw)
 	boundTo := ""
 	if pod.Spec.NodeName != "" {
@@ -452,19 +445,6 @@ func (c *Controller) observeMember(pod *corev1.Pod, targets []*target.Target) ga
 		observed = append(observed, observe(candidate.Placement{Target: t, Candidate: cand}))
 	}
 	return gangMember(pod.Name, e, boundTo, observed)
-}
-
-// newest is the cache's newest copy of pod (pod itself when the cache has
-// none of its UID).
-func (c *Controller) newest(pod *corev1.Pod) *corev1.Pod {
-	if c.SourcePods == nil {
-		return pod
-	}
-	obj, ok, err := c.SourcePods.GetByKey(pod.Namespace + "/" + pod.Name)
-	if p, isPod := obj.(*corev1.Pod); err == nil && ok && isPod && p.UID == pod.UID {
-		return p
-	}
-	return pod
 }
 
 // wakeGang looks at the gang's other members again after the round's

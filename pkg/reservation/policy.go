@@ -384,21 +384,40 @@ func (c *Controller) siblingDomains(ctx context.Context, pod *corev1.Pod, p *pla
 	return out, nil
 }
 
-// electionOf is the election of a source pod and its elected domain, raw:
-// the ones this process last wrote while the pod is unbound and its cache
-// may not show them yet (c.elections), else the pod's annotations.
-func (c *Controller) electionOf(p *corev1.Pod) (election, domain string) {
-	if w, ok := c.elections.Load(p.UID); ok && p.Spec.NodeName == "" {
-		return w.(writtenElection).value, w.(writtenElection).domain
+// electionOf is the election of a source pod and its elected domain, raw,
+// and the copy of the pod they were read with: the ones this process last
+// wrote while the pod is unbound and its cache may not show them yet
+// (c.elections), else the annotations of the cache's newest copy of the
+// pod. A written election is forgotten once the cache shows it, so its
+// memory is read before the newest copy: one of the two has it, where a
+// copy the caller read earlier may predate both.
+func (c *Controller) electionOf(p *corev1.Pod) (current *corev1.Pod, election, domain string) {
+	w, wrote := c.elections.Load(p.UID)
+	p = c.newest(p)
+	if wrote && p.Spec.NodeName == "" {
+		return p, w.(writtenElection).value, w.(writtenElection).domain
 	}
-	return p.Annotations[protocol.ElectionAnnotation], p.Annotations[protocol.ElectedDomainAnnotation]
+	return p, p.Annotations[protocol.ElectionAnnotation], p.Annotations[protocol.ElectedDomainAnnotation]
+}
+
+// newest is the cache's newest copy of pod (pod itself when the cache has
+// none of its UID).
+func (c *Controller) newest(pod *corev1.Pod) *corev1.Pod {
+	if c.SourcePods == nil {
+		return pod
+	}
+	obj, ok, err := c.SourcePods.GetByKey(pod.Namespace + "/" + pod.Name)
+	if p, isPod := obj.(*corev1.Pod); err == nil && ok && isPod && p.UID == pod.UID {
+		return p
+	}
+	return pod
 }
 
 // placedIn is the target a sibling is bound to or elected in, nil if none,
 // and the domain of its node as the target reported it at the election
 // (nil when not recorded).
 func (c *Controller) placedIn(s *corev1.Pod) (*target.Target, map[string]string) {
-	raw, rawDomain := c.electionOf(s)
+	s, raw, rawDomain := c.electionOf(s)
 	domain, err := protocol.ParseDomain(rawDomain)
 	if err != nil {
 		domain = nil
