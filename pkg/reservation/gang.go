@@ -66,7 +66,8 @@ type gangRound struct {
 	// why, and nothing is chosen for it.
 	sized   bool
 	verdict gang.Verdict
-	// members are the gang's pods other than the round's.
+	// members are the gang's pods other than the round's, as its gang's
+	// lock found them (gangGate).
 	members []*corev1.Pod
 	// choice is where the gang's members get candidates (gang.Choose),
 	// once the round has planned its targets; nil before.
@@ -122,7 +123,7 @@ func (c *Controller) gangOf(ctx context.Context, r *round) {
 		return
 	}
 	c.problems.Delete(gangProblemKey(pod.UID))
-	r.gang = &gangRound{spec: spec, sized: true, members: c.gangMembers(pod, spec)}
+	r.gang = &gangRound{spec: spec, sized: true}
 }
 
 // gangMembers are the members of pod's gang other than pod, as the cache
@@ -155,15 +156,16 @@ func (c *Controller) reportGangProblem(pod *corev1.Pod, reason, msg string) {
 // targets the round's plan selected (gang.Choose): the same for every
 // member of the gang, so that its targets each hold the whole gang's
 // candidates. A gang whose member is bound under oneCluster goes where it
-// is; a gang that gave up a turn draws again.
-func (c *Controller) chooseForGang(r *round) {
+// is; a gang that gave up a turn draws again. prospects weighs the targets
+// as the fan-out does (nil: all alike).
+func (c *Controller) chooseForGang(r *round, prospects func(*target.Target) candidate.Prospect) {
 	g := r.gang
 	if g == nil || !g.sized {
 		return
 	}
 	pinned := ""
 	if g.spec.Mode != gang.AnyClusters {
-		for _, m := range g.members {
+		for _, m := range c.gangMembers(r.pod, g.spec) {
 			if m.Spec.NodeName == "" {
 				continue
 			}
@@ -174,14 +176,13 @@ func (c *Controller) chooseForGang(r *round) {
 		}
 	}
 	raw := r.pl.room(c.SelfFree)
-	weights := c.prospects(&r.pl)
 	places := make([]gang.Place, 0, len(r.pl.selected))
 	for _, t := range r.pl.selected {
 		p := gang.Place{Name: t.Name, Cluster: t.Cluster(), Room: raw[t.Name], Unreachable: t.Err() != nil, Weight: 1}
-		if weights != nil {
+		if prospects != nil {
 			// Its speed, its misses and the policy's preference; its room
 			// decides the tiers, not the draw.
-			pr := weights(t)
+			pr := prospects(t)
 			pr.Room = 1
 			p.Weight = pr.Weight()
 		}
@@ -225,10 +226,8 @@ func (c *Controller) gangGate(ctx context.Context, r *round) *GangGate {
 	}
 	spec, pod := g.spec, r.pod
 	r.hold(c.locks.lock("gang:" + spec.Key(pod.Namespace)))
-	// The members as the cache holds them once the gang's other rounds
-	// are done: a copy from before the lock may predate a member's
-	// election that this process has since forgotten (the cache showed
-	// it), and would count the member as neither placed nor reserved.
+	// Listed once the gang's other rounds are done, each read as the
+	// cache holds it then (electionOf).
 	g.members = c.gangMembers(pod, spec)
 
 	self := gangMember(pod.Name, r.election, "", r.observed)

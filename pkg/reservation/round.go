@@ -123,7 +123,7 @@ func (c *Controller) fanOut(ctx context.Context, r *round) error {
 		r.unhealthy = true
 	}
 	prospects := c.prospects(&r.pl)
-	c.chooseForGang(r)
+	c.chooseForGang(r, prospects)
 	byGang := r.gang != nil && r.gang.choice != nil && !r.election.Elected()
 	if r.election.Elected() || (byGang && r.gang.spec.Mode != gang.AnyClusters) {
 		// A pod that stands elected is not drawn again, and a oneCluster
