@@ -168,7 +168,11 @@ func TestGangFaults(t *testing.T) {
 		job := &batchv1.Job{
 			ObjectMeta: metav1.ObjectMeta{Name: "train"},
 			Spec: batchv1.JobSpec{
-				Parallelism: ptr.To[int32](4), Completions: ptr.To[int32](4), BackoffLimit: ptr.To[int32](20),
+				// Indexed, with a back-off per index: each index waits 10 s
+				// after its member is lost, where a Job's one back-off would
+				// wait 80 s after four lost at once (10 s doubled a failure).
+				Parallelism: ptr.To[int32](4), Completions: ptr.To[int32](4),
+				CompletionMode: ptr.To(batchv1.IndexedCompletion), BackoffLimitPerIndex: ptr.To[int32](5),
 				Template: corev1.PodTemplateSpec{ObjectMeta: pod.ObjectMeta, Spec: pod.Spec},
 			},
 		}

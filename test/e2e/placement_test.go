@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -300,13 +301,20 @@ func optedInPod(name, cpu string) *corev1.Pod {
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
 	var last string
+	start := time.Now()
 	err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
 		ok, msg := cond()
+		if msg != last && os.Getenv("FLOTILLA_WAIT_LOG") != "" {
+			t.Logf("%s: %s: %s", time.Since(start).Round(100*time.Millisecond), what, msg)
+		}
 		last = msg
 		return ok, nil
 	})
 	if err != nil {
 		t.Fatalf("waiting for %s: %s: %v", what, last, err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Logf("%s after %s", what, d.Round(100*time.Millisecond))
 	}
 }
 
