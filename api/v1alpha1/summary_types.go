@@ -71,6 +71,19 @@ type ClusterSummaryStatus struct {
 	// +listType=map
 	// +listMapKey=key
 	Topology []TopologySummary `json:"topology,omitempty"`
+	// Domains are the combinations of the topology keys' values the
+	// cluster's nodes carry, one entry each: a spread over several keys
+	// counts these and no pair the nodes do not have (a zone with no spot
+	// node has no spot domain). Nodes that take no pods (cordoned, NotReady,
+	// tainted) give their combination too, with no node counted: a spread
+	// counts their domain, as kube-scheduler does. Absent when the target's
+	// agent does not publish it (an older one) or its nodes carry more than
+	// 256 combinations: the source then takes every combination of
+	// Topology's values.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=256
+	Domains []TopologyDomain `json:"domains,omitempty"`
 	// UpdateTime is when the summary was computed.
 	// +optional
 	UpdateTime *metav1.Time `json:"updateTime,omitempty"`
@@ -93,6 +106,21 @@ type TopologyValue struct {
 	// Nodes with this value.
 	Nodes int32 `json:"nodes"`
 	// Free cpu, memory and pods on them.
+	// +optional
+	Free corev1.ResourceList `json:"free,omitempty"`
+}
+
+// TopologyDomain is one combination of topology values some node carries.
+type TopologyDomain struct {
+	// Values are the node labels of the topology keys, key to value; a key
+	// the nodes of this combination lack is absent.
+	// +kubebuilder:validation:MaxProperties=16
+	Values map[string]string `json:"values"`
+	// Nodes with this combination that take pods (counted as status.nodes
+	// counts them); 0 when only nodes that take no pods carry it.
+	// +kubebuilder:validation:Minimum=0
+	Nodes int32 `json:"nodes"`
+	// Free cpu, memory and pods on the nodes counted.
 	// +optional
 	Free corev1.ResourceList `json:"free,omitempty"`
 }

@@ -257,7 +257,7 @@ func setupPlacement(mgr manager.Manager, cfg *rest.Config, kube kubernetes.Inter
 		Policies:        &policy.Resolver{Reader: mgr.GetClient()},
 		SourcePods:      sourcePods.GetIndexer(),
 		SelfFree:        view.Free,
-		SelfTopology:    selfTopology.Values,
+		SelfTopology:    selfTopology.Of,
 	}).SetupWithManager(mgr)
 }
 

@@ -6,10 +6,12 @@ import (
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/flotilla-dev/flotilla/pkg/placement"
 	"github.com/flotilla-dev/flotilla/pkg/summary"
 )
 
@@ -56,27 +58,45 @@ func (t *Topology) Start(ctx context.Context) error {
 	return nil
 }
 
-// Values are, per key, the sorted values the nodes that take pods carry;
-// ok is false until the nodes are listed (the first call starts that).
-func (t *Topology) Values(keys []string) (values map[string][]string, ok bool) {
+// Of tells, per key, the sorted values the nodes that take pods carry, and
+// the combinations of the keys' values every node but a virtual one
+// carries (open when one of its nodes takes pods), as a summary's Topology
+// and Domains do; ok is false until the nodes are listed (the first call
+// starts that).
+func (t *Topology) Of(keys []string) (values map[string][]string, combinations []placement.Combination, ok bool) {
 	t.wantOnce.Do(func() { close(t.want) })
 	if !closed(t.synced) {
-		return nil, false
+		return nil, nil, false
 	}
 	values = make(map[string][]string, len(keys))
+	index := map[string]int{}
 	for _, obj := range t.nodes.GetStore().List() {
 		node, isNode := obj.(*corev1.Node)
-		if !isNode || !takesPods(node) {
+		if !isNode || summary.IsVirtual(node) {
 			continue
 		}
+		open := takesPods(node)
+		comb := make(map[string]string, len(keys))
 		for _, k := range keys {
-			if v, has := node.Labels[k]; has && !slices.Contains(values[k], v) {
+			v, has := node.Labels[k]
+			if !has {
+				continue
+			}
+			comb[k] = v
+			if open && !slices.Contains(values[k], v) {
 				values[k] = append(values[k], v)
 			}
 		}
+		id := labels.Set(comb).String()
+		if i, seen := index[id]; seen {
+			combinations[i].Open = combinations[i].Open || open
+			continue
+		}
+		index[id] = len(combinations)
+		combinations = append(combinations, placement.Combination{Values: comb, Open: open})
 	}
 	for _, k := range keys {
 		slices.Sort(values[k])
 	}
-	return values, true
+	return values, combinations, true
 }

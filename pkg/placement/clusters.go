@@ -22,6 +22,20 @@ type Cluster struct {
 	// LargestFree: the most of each resource free on any one of its nodes
 	// (from its ClusterSummary); nil when it does not say.
 	LargestFree corev1.ResourceList
+	// Combinations: the combinations of topology values its nodes carry
+	// (from its ClusterSummary's domains); nil when it does not say, and
+	// Domains then takes every combination of Topology's values.
+	Combinations []Combination
+}
+
+// Combination is one combination of topology values some node of a
+// cluster carries.
+type Combination struct {
+	// Values: topology key to value; a key the nodes lack is absent.
+	Values map[string]string
+	// Open: some node with it takes pods. A domain only closed nodes are in
+	// (cordoned, NotReady) is counted by a spread but offered no pod.
+	Open bool
 }
 
 // maxDomainsPerCluster caps what one cluster offers: its summary comes from
@@ -29,13 +43,59 @@ type Cluster struct {
 // cross product large enough to stall the agent.
 const maxDomainsPerCluster = 64
 
-// Domains returns the domains a cluster offers for the keys: a key's value
-// comes from Labels; otherwise each value of Topology[key] (a cluster
-// spanning zones offers each); a key with neither gives the value "" (the
-// cluster is then in an unnamed domain of that level). The cross product is
-// capped at 64 domains (the first in sorted order) so a hostile summary
-// cannot blow it up. Sorted by Domain.Key(), deduplicated.
+// Domains returns the domains a cluster offers pods for the keys: a key's
+// value comes from Labels; otherwise, when the cluster says which
+// combinations its nodes carry, each open combination's (a key it lacks
+// gives ""); otherwise each value of Topology[key] (a cluster spanning
+// zones offers each), taken in every combination; a key with neither
+// gives the value "" (the cluster is then in an unnamed domain of that
+// level). At most 64 domains (the first in sorted order), so a hostile
+// summary cannot blow them up. Sorted by Domain.Key(), deduplicated.
 func Domains(c Cluster, keys []string) []Domain {
+	if c.Combinations != nil {
+		return combined(c, keys, false)
+	}
+	return product(c, keys)
+}
+
+// CountedDomains returns the domains of a cluster a spread counts: those
+// it offers pods (Domains), and those only its nodes that take no pods
+// are in, as kube-scheduler counts every node's domain.
+func CountedDomains(c Cluster, keys []string) []Domain {
+	if c.Combinations != nil {
+		return combined(c, keys, true)
+	}
+	return product(c, keys)
+}
+
+// combined projects the cluster's combinations (the open ones, or all)
+// onto the keys, Labels first.
+func combined(c Cluster, keys []string, closed bool) []Domain {
+	seen := map[string]bool{}
+	var domains []Domain
+	for _, comb := range c.Combinations {
+		if !comb.Open && !closed {
+			continue
+		}
+		d := make(Domain, len(keys))
+		for i, key := range keys {
+			if v, ok := c.Labels[key]; ok {
+				d[i] = v
+			} else {
+				d[i] = comb.Values[key]
+			}
+		}
+		if !seen[d.Key()] {
+			seen[d.Key()] = true
+			domains = append(domains, d)
+		}
+	}
+	slices.SortFunc(domains, func(a, b Domain) int { return strings.Compare(a.Key(), b.Key()) })
+	return domains[:min(len(domains), maxDomainsPerCluster)]
+}
+
+// product is every combination of the values the cluster has per key.
+func product(c Cluster, keys []string) []Domain {
 	values := make([][]string, len(keys))
 	for i, key := range keys {
 		values[i] = domainValues(c, key)

@@ -100,6 +100,43 @@ func TestDomains(t *testing.T) {
 	}
 }
 
+// TestDomainsOfCombinations: a cluster that lists the combinations its
+// nodes carry offers those (open ones) and counts those (all), projected on
+// the keys, its own labels first; never the product of its values.
+func TestDomainsOfCombinations(t *testing.T) {
+	const capacityKey = "node.kubernetes.io/capacity"
+	comb := func(open bool, kv ...string) Combination {
+		c := Combination{Values: map[string]string{}, Open: open}
+		for i := 0; i < len(kv); i += 2 {
+			c.Values[kv[i]] = kv[i+1]
+		}
+		return c
+	}
+	cl := Cluster{
+		Labels:   map[string]string{regionKey: "eu"},
+		Topology: map[string][]string{zoneKey: {"a", "b"}, capacityKey: {"on-demand", "spot"}},
+		Combinations: []Combination{
+			comb(true, regionKey, "ignored", zoneKey, "b", capacityKey, "spot"),
+			comb(true, zoneKey, "a", capacityKey, "on-demand"),
+			comb(true, zoneKey, "a", capacityKey, "on-demand", "other", "x"), // the same once projected
+			comb(false, zoneKey, "c", capacityKey, "spot"),
+			comb(true, capacityKey, "spot"), // a node without a zone label
+		},
+	}
+	keys := []string{regionKey, zoneKey, capacityKey}
+	if diff := cmp.Diff([]Domain{d("eu", "", "spot"), d("eu", "a", "on-demand"), d("eu", "b", "spot")}, Domains(cl, keys)); diff != "" {
+		t.Errorf("Domains (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]Domain{d("eu", "", "spot"), d("eu", "a", "on-demand"), d("eu", "b", "spot"), d("eu", "c", "spot")}, CountedDomains(cl, keys)); diff != "" {
+		t.Errorf("CountedDomains (-want +got):\n%s", diff)
+	}
+	// Listed but empty: nothing offered, nothing counted; not the product.
+	cl.Combinations = []Combination{}
+	if got := Domains(cl, keys); len(got) != 0 {
+		t.Errorf("Domains of a cluster listing no combination: %v", got)
+	}
+}
+
 // A hostile summary: many values per key, some holding the Key separator.
 // Domains stays within the cap, sorted by Key, distinct, and is the head of
 // the full product.

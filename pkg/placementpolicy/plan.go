@@ -31,8 +31,10 @@ type Plan struct {
 	// Excluded says, per other target, why the policy keeps the pod from
 	// it; a spread's verdict begins with SpreadExclusion.
 	Excluded map[string]string
-	// Known are the domains the selected targets offer, those whose
-	// domains are known (see DomainsKnown), without duplicates.
+	// Known are the domains of the selected targets a spread counts
+	// (placement.CountedDomains: with those of nodes that take no pods),
+	// those whose domains are known (see DomainsKnown), without
+	// duplicates.
 	Known []placement.Domain
 	// Best is, per selected target whose domains are known, the spread's
 	// verdict on the domain its candidate counts in (set by Spread).
@@ -93,7 +95,7 @@ func Select(c *Compiled, targets []Target) Plan {
 		if !DomainsKnown(cl, keys) {
 			continue
 		}
-		for _, d := range placement.Domains(cl, keys) {
+		for _, d := range placement.CountedDomains(cl, keys) {
 			if !seen[d.Key()] {
 				seen[d.Key()] = true
 				p.Known = append(p.Known, d)
@@ -152,7 +154,11 @@ func (p *Plan) Spread(c *Compiled, placed []placement.Domain, full map[string]ma
 		}
 		v, ok := best[name]
 		if !ok {
-			p.Excluded[name] = SpreadExclusion + why[name]
+			reason := why[name]
+			if reason == "" {
+				reason = "none of its nodes takes pods"
+			}
+			p.Excluded[name] = SpreadExclusion + reason
 			continue
 		}
 		kept = append(kept, name)
@@ -178,7 +184,7 @@ func hasOther(verdicts []placement.Verdict, v placement.Verdict, full map[string
 // known before it reserves a node: its Topology says (a summary, or this
 // cluster's own nodes for a self target), or its labels name every key.
 func DomainsKnown(cl placement.Cluster, keys []string) bool {
-	if cl.Topology != nil {
+	if cl.Topology != nil || cl.Combinations != nil {
 		return true
 	}
 	for _, k := range keys {

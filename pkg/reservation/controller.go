@@ -28,6 +28,7 @@ import (
 	"github.com/flotilla-dev/flotilla/pkg/candidate"
 	"github.com/flotilla-dev/flotilla/pkg/gang"
 	"github.com/flotilla-dev/flotilla/pkg/objects"
+	"github.com/flotilla-dev/flotilla/pkg/placement"
 	"github.com/flotilla-dev/flotilla/pkg/policy"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
 	"github.com/flotilla-dev/flotilla/pkg/sourcespec"
@@ -98,10 +99,11 @@ type Controller struct {
 	// ClusterSummary weighs the others (local.View.Free); ok false, or nil,
 	// leaves its room unknown.
 	SelfFree func() (free corev1.ResourceList, ok bool)
-	// SelfTopology is, per key, the values this cluster's nodes carry
-	// (local.Topology.Values), for the spread of a self target, which
-	// publishes no summary; ok false, or nil, leaves them unknown.
-	SelfTopology func(keys []string) (values map[string][]string, ok bool)
+	// SelfTopology is, per key, the values this cluster's nodes carry and
+	// the combinations of them (local.Topology.Of), for the spread of a
+	// self target, which publishes no summary; ok false, or nil, leaves
+	// them unknown.
+	SelfTopology func(keys []string) (values map[string][]string, combinations []placement.Combination, ok bool)
 	// Clock tells the time of every wait the controller counts (election
 	// timeout, denials, repins, the scoring window); nil is the real one.
 	Clock clock.PassiveClock

@@ -12,6 +12,7 @@ import (
 
 	"github.com/flotilla-dev/flotilla/api/v1alpha1"
 	"github.com/flotilla-dev/flotilla/pkg/candidate"
+	"github.com/flotilla-dev/flotilla/pkg/placement"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
 	"github.com/flotilla-dev/flotilla/pkg/target"
 )
@@ -164,8 +165,8 @@ func TestPinMovesOffAFullDomain(t *testing.T) {
 	h := newHarness(t, []target.Config{{Name: "home", Self: true}}, zoneSpread())
 	clock := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	h.c.Clock = clock
-	h.c.SelfTopology = func([]string) (map[string][]string, bool) {
-		return map[string][]string{zoneKey: {"a", "b"}}, true
+	h.c.SelfTopology = func([]string) (map[string][]string, []placement.Combination, bool) {
+		return map[string][]string{zoneKey: {"a", "b"}}, nil, true
 	}
 	pod := h.newSourcePod("web-new", ofWorkload)
 	h.reconcile(pod)

@@ -164,8 +164,8 @@ func (c *Controller) planFor(ctx context.Context, pod *corev1.Pod, invited []*ta
 		if t.Self && cl.Topology == nil && compiled.Spreads() && c.SelfTopology != nil {
 			// A self target publishes no summary: its nodes are this
 			// cluster's.
-			if values, ok := c.SelfTopology(compiled.Keys()); ok {
-				cl.Topology = values
+			if values, combinations, ok := c.SelfTopology(compiled.Keys()); ok {
+				cl.Topology, cl.Combinations = values, combinations
 			}
 		}
 		p.clusters[t.Name] = cl
@@ -329,8 +329,9 @@ func (p *plan) weigh(selfFree func() (corev1.ResourceList, bool)) map[string]can
 }
 
 // ClusterOf is a target as placement sees it: its virtual node's labels
-// (those common to all its nodes, then its own), and the values its nodes
-// carry per topology key.
+// (those common to all its nodes, then its own), the values its nodes
+// carry per topology key, and the combinations of them its nodes carry
+// when its summary lists them.
 func ClusterOf(t *target.Target) placement.Cluster {
 	cl := placement.Cluster{Name: t.Name, Labels: map[string]string{}}
 	if s := t.Summary(); s != nil {
@@ -344,6 +345,12 @@ func ClusterOf(t *target.Target) placement.Cluster {
 				if v.Nodes > 0 {
 					cl.Topology[ts.Key] = append(cl.Topology[ts.Key], v.Value)
 				}
+			}
+		}
+		if s.Domains != nil {
+			cl.Combinations = make([]placement.Combination, len(s.Domains))
+			for i, d := range s.Domains {
+				cl.Combinations[i] = placement.Combination{Values: d.Values, Open: d.Nodes > 0}
 			}
 		}
 	}

@@ -3,6 +3,7 @@ package summary
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 
@@ -126,8 +127,15 @@ type countedNode struct {
 //     MaxTopologyKeys), the values with their node count and free totals,
 //     sorted by value. A key with more than MaxTopologyValues values names
 //     nodes rather than failure domains and is left out.
+//   - Domains has each combination of the topology keys' values (a key
+//     with more than MaxTopologyValues values left out) that a node
+//     carries, counted or not (a cordoned node's zone is a domain a spread
+//     counts, as kube-scheduler's does), virtual nodes aside, with the
+//     counted nodes and their free totals, sorted by the keys' values in
+//     the keys' order. More than MaxDomains combinations give none.
 //
-// With no counted node, the summary is zero and its lists empty.
+// With no counted node, the summary is zero and its lists empty but
+// Domains.
 func Aggregate(nodes []*corev1.Node, pods []*corev1.Pod, topologyKeys []string) v1alpha1.ClusterSummaryStatus {
 	usages := make([]*PodUsage, 0, len(pods))
 	for _, pod := range pods {
@@ -150,10 +158,6 @@ func aggregate(nodes []*corev1.Node, pods []*PodUsage, topologyKeys []string) v1
 		}
 		counted[node.Name] = &countedNode{labels: node.Labels, allocatable: AllocatableOf(node)}
 	}
-	var status v1alpha1.ClusterSummaryStatus
-	if len(counted) == 0 {
-		return status
-	}
 	for _, pod := range pods {
 		if pod == nil || pod.ended {
 			continue
@@ -161,6 +165,11 @@ func aggregate(nodes []*corev1.Node, pods []*PodUsage, topologyKeys []string) v1
 		if n := counted[pod.nodeName]; n != nil {
 			n.requested = n.requested.Plus(pod.requested)
 		}
+	}
+	var status v1alpha1.ClusterSummaryStatus
+	status.Domains = domains(nodes, counted, topologyKeys)
+	if len(counted) == 0 {
+		return status
 	}
 
 	names := make([]string, 0, len(counted))
@@ -331,4 +340,96 @@ func topology(counted map[string]*countedNode, names []string, keys []string) []
 		out = append(out, v1alpha1.TopologySummary{Key: key, Values: values})
 	}
 	return out
+}
+
+// domains lists the combinations of the topology keys' values the
+// cluster's nodes carry (see Aggregate).
+func domains(nodes []*corev1.Node, counted map[string]*countedNode, topologyKeys []string) []v1alpha1.TopologyDomain {
+	keys := domainKeys(nodes, topologyKeys)
+	if len(keys) == 0 {
+		return nil
+	}
+	type combination struct {
+		values map[string]string
+		nodes  int32
+		free   Amounts
+	}
+	byID := map[string]*combination{}
+	seen := make(map[string]bool, len(nodes))
+	for _, node := range nodes {
+		if node == nil || IsVirtual(node) || seen[node.Name] {
+			continue
+		}
+		seen[node.Name] = true
+		// The values in the keys' order, each ended by a byte no label
+		// value holds: an id that sorts like the combinations.
+		var id strings.Builder
+		values := make(map[string]string, len(keys))
+		for _, k := range keys {
+			if v, ok := node.Labels[k]; ok {
+				values[k] = v
+				id.WriteString("\x01" + v)
+			}
+			id.WriteByte(0)
+		}
+		c := byID[id.String()]
+		if c == nil {
+			if len(byID) == MaxDomains {
+				return nil
+			}
+			c = &combination{values: values}
+			byID[id.String()] = c
+		}
+		if n := counted[node.Name]; n != nil {
+			c.nodes++
+			c.free = c.free.Plus(n.free())
+		}
+	}
+	ids := make([]string, 0, len(byID))
+	for id := range byID {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	out := make([]v1alpha1.TopologyDomain, 0, len(ids))
+	for _, id := range ids {
+		c := byID[id]
+		d := v1alpha1.TopologyDomain{Values: c.values, Nodes: c.nodes}
+		if c.nodes > 0 {
+			d.Free = c.free.List()
+		}
+		out = append(out, d)
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// domainKeys are the topology keys whose combinations Domains lists: in
+// the order given, duplicates and empty keys dropped, at most
+// MaxTopologyKeys, and no key with more than MaxTopologyValues values on
+// the nodes (it names nodes, not failure domains).
+func domainKeys(nodes []*corev1.Node, topologyKeys []string) []string {
+	var keys []string
+	for _, k := range topologyKeys {
+		if k == "" || slices.Contains(keys, k) {
+			continue
+		}
+		if len(keys) == MaxTopologyKeys {
+			break
+		}
+		values := map[string]bool{}
+		for _, node := range nodes {
+			if node == nil || IsVirtual(node) {
+				continue
+			}
+			if v, ok := node.Labels[k]; ok {
+				values[v] = true
+			}
+		}
+		if len(values) <= MaxTopologyValues {
+			keys = append(keys, k)
+		}
+	}
+	return keys
 }

@@ -143,6 +143,8 @@ func TestAggregate(t *testing.T) {
 		pods  []*corev1.Pod
 		keys  []string
 		want  v1alpha1.ClusterSummaryStatus
+		// ignoreTopology leaves Topology out of the comparison.
+		ignoreTopology bool
 	}{
 		{
 			name: "no nodes: an empty summary",
@@ -158,6 +160,7 @@ func TestAggregate(t *testing.T) {
 					region(v1alpha1.TopologyValue{Value: "r", Nodes: 1, Free: rl("4", "8Gi", "10")}),
 					zone(v1alpha1.TopologyValue{Value: "a", Nodes: 1, Free: rl("4", "8Gi", "10")}),
 				},
+				Domains: []v1alpha1.TopologyDomain{{Values: commonRA, Nodes: 1, Free: rl("4", "8Gi", "10")}},
 			},
 		},
 		{
@@ -232,6 +235,7 @@ func TestAggregate(t *testing.T) {
 				Nodes: 2, Allocatable: rl("8", "16Gi", "20"), Free: rl("4", "8Gi", "18"), LargestFree: rl("4", "8Gi", "10"),
 				CommonLabels: commonRA,
 				Topology:     []v1alpha1.TopologySummary{zone(v1alpha1.TopologyValue{Value: "a", Nodes: 2, Free: rl("4", "8Gi", "18")})},
+				Domains:      []v1alpha1.TopologyDomain{{Values: map[string]string{corev1.LabelTopologyZone: "a"}, Nodes: 2, Free: rl("4", "8Gi", "18")}},
 			},
 		},
 		{
@@ -281,7 +285,65 @@ func TestAggregate(t *testing.T) {
 					),
 					region(v1alpha1.TopologyValue{Value: "r", Nodes: 2, Free: rl("7", "15Gi", "19")}),
 				},
+				// In the keys' order: capacity, zone, region; a node
+				// without a key's label sorts first.
+				Domains: []v1alpha1.TopologyDomain{
+					{Values: map[string]string{corev1.LabelTopologyZone: "b"}, Nodes: 1, Free: rl("4", "8Gi", "10")},
+					{Values: map[string]string{protocol.DefaultCapacityNodeLabel: "on-demand", corev1.LabelTopologyZone: "b", corev1.LabelTopologyRegion: "r"}, Nodes: 1, Free: rl("3", "7Gi", "9")},
+					{Values: map[string]string{protocol.DefaultCapacityNodeLabel: "spot", corev1.LabelTopologyZone: "c", corev1.LabelTopologyRegion: "r"}, Nodes: 1, Free: rl("4", "8Gi", "10")},
+				},
 			},
+		},
+		{
+			name: "domains: the combinations nodes carry, not every pair of values; a node that takes no pods gives its own with none counted; virtual nodes none",
+			nodes: []*corev1.Node{
+				node("a-od", withLabel(protocol.DefaultCapacityNodeLabel, "on-demand")),
+				node("a-od2", withLabel(protocol.DefaultCapacityNodeLabel, "on-demand")),
+				node("b-spot", withLabel(corev1.LabelTopologyZone, "b"), withLabel(protocol.DefaultCapacityNodeLabel, "spot")),
+				node("c-cordoned", withLabel(corev1.LabelTopologyZone, "c"), withLabel(protocol.DefaultCapacityNodeLabel, "spot"), func(n *corev1.Node) { n.Spec.Unschedulable = true }),
+				node("b-notready", withLabel(corev1.LabelTopologyZone, "b"), withLabel(protocol.DefaultCapacityNodeLabel, "on-demand"), withReady(corev1.ConditionFalse)),
+				node("d-virtual", withLabel(corev1.LabelTopologyZone, "d"), withLabel(protocol.DefaultCapacityNodeLabel, "spot"), withLabel("type", "virtual-kubelet")),
+			},
+			keys: []string{corev1.LabelTopologyZone, protocol.DefaultCapacityNodeLabel},
+			want: v1alpha1.ClusterSummaryStatus{
+				Nodes: 3, Allocatable: rl("12", "24Gi", "30"), Free: rl("12", "24Gi", "30"), LargestFree: rl("4", "8Gi", "10"),
+				CommonLabels: map[string]string{corev1.LabelTopologyRegion: "r"},
+				Topology: []v1alpha1.TopologySummary{
+					zone(
+						v1alpha1.TopologyValue{Value: "a", Nodes: 2, Free: rl("8", "16Gi", "20")},
+						v1alpha1.TopologyValue{Value: "b", Nodes: 1, Free: rl("4", "8Gi", "10")},
+					),
+					{Key: protocol.DefaultCapacityNodeLabel, Values: []v1alpha1.TopologyValue{
+						{Value: "on-demand", Nodes: 2, Free: rl("8", "16Gi", "20")},
+						{Value: "spot", Nodes: 1, Free: rl("4", "8Gi", "10")},
+					}},
+				},
+				Domains: []v1alpha1.TopologyDomain{
+					{Values: map[string]string{corev1.LabelTopologyZone: "a", protocol.DefaultCapacityNodeLabel: "on-demand"}, Nodes: 2, Free: rl("8", "16Gi", "20")},
+					{Values: map[string]string{corev1.LabelTopologyZone: "b", protocol.DefaultCapacityNodeLabel: "on-demand"}},
+					{Values: map[string]string{corev1.LabelTopologyZone: "b", protocol.DefaultCapacityNodeLabel: "spot"}, Nodes: 1, Free: rl("4", "8Gi", "10")},
+					{Values: map[string]string{corev1.LabelTopologyZone: "c", protocol.DefaultCapacityNodeLabel: "spot"}},
+				},
+			},
+		},
+		{
+			name: "domains: more combinations than the bound give none",
+			nodes: func() []*corev1.Node {
+				var nodes []*corev1.Node
+				for i := range MaxDomains + 1 {
+					nodes = append(nodes, node("n"+itoa(i), withLabel(corev1.LabelTopologyZone, "z"+itoa(i%(MaxDomains/2+1))), withLabel(protocol.DefaultCapacityNodeLabel, []string{"spot", "on-demand"}[i%2])))
+				}
+				return nodes
+			}(),
+			keys: []string{corev1.LabelTopologyZone, protocol.DefaultCapacityNodeLabel},
+			want: v1alpha1.ClusterSummaryStatus{
+				Nodes:        MaxDomains + 1,
+				Allocatable:  rl(itoa(4*(MaxDomains+1)), itoa(8*(MaxDomains+1))+"Gi", itoa(10*(MaxDomains+1))),
+				Free:         rl(itoa(4*(MaxDomains+1)), itoa(8*(MaxDomains+1))+"Gi", itoa(10*(MaxDomains+1))),
+				LargestFree:  rl("4", "8Gi", "10"),
+				CommonLabels: map[string]string{corev1.LabelTopologyRegion: "r"},
+			},
+			ignoreTopology: true,
 		},
 		{
 			name: "a topology key with a value per node beyond the bound is left out",
@@ -310,6 +372,9 @@ func TestAggregate(t *testing.T) {
 				keys = DefaultTopologyKeys
 			}
 			got := Aggregate(tc.nodes, tc.pods, keys)
+			if tc.ignoreTopology {
+				got.Topology = nil
+			}
 			if diff := cmp.Diff(tc.want, got, quantities); diff != "" {
 				t.Errorf("Aggregate (-want +got):\n%s", diff)
 			}

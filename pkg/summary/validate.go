@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -27,6 +28,9 @@ const (
 	MaxTopologyKeys = 16
 	// MaxTopologyValues is the most values of one topology key.
 	MaxTopologyValues = 1024
+	// MaxDomains is the most combinations of topology values a summary
+	// lists.
+	MaxDomains = 256
 	// MaxCommonLabels is the most common labels a summary reports.
 	MaxCommonLabels = 256
 	// MaxResources is the most resources in one resource list.
@@ -81,6 +85,7 @@ func Validate(s *v1alpha1.ClusterSummaryStatus) error {
 
 	errs = append(errs, validateLabels(root.Child("commonLabels"), s.CommonLabels)...)
 	errs = append(errs, validateTopology(root.Child("topology"), s)...)
+	errs = append(errs, validateDomains(root.Child("domains"), s)...)
 	if len(errs) > maxErrors {
 		return fmt.Errorf("%w, and %d more", cut(errs[:maxErrors].ToAggregate()), len(errs)-maxErrors)
 	}
@@ -232,34 +237,85 @@ func validateTopology(path *field.Path, s *v1alpha1.ClusterSummaryStatus) field.
 			nodes += int64(v.Nodes)
 			freeErrs := validateResources(vp.Child("free"), v.Free)
 			errs = append(errs, freeErrs...)
-			if len(freeErrs) > 0 {
-				continue
-			}
-			for _, name := range sortedResourceNames(v.Free) {
-				q := v.Free[name]
-				if _, ok := s.Free[name]; !ok {
-					if q.Sign() > 0 {
-						errs = append(errs, field.Invalid(vp.Child("free").Key(string(name)), shown(q), "must be zero: status.free has no "+string(name)))
-					}
-					continue
-				}
-				sum := total[name]
-				sum.Add(q)
-				total[name] = sum
+			if len(freeErrs) == 0 {
+				errs = append(errs, addFree(vp.Child("free"), v.Free, s.Free, total)...)
 			}
 		}
 		if nodes > int64(s.Nodes) {
 			errs = append(errs, field.Invalid(valuesPath, nodes, fmt.Sprintf("nodes add up to more than status.nodes (%d)", s.Nodes)))
 		}
-		for _, name := range sortedResourceNames(total) {
-			q, w := total[name], s.Free[name]
-			if vast(w) {
-				continue // reported by validateResources
+		errs = append(errs, freeWithin(valuesPath, total, s.Free)...)
+	}
+	return errs
+}
+
+func validateDomains(path *field.Path, s *v1alpha1.ClusterSummaryStatus) field.ErrorList {
+	if len(s.Domains) > MaxDomains {
+		return field.ErrorList{field.TooMany(path, len(s.Domains), MaxDomains)}
+	}
+	var errs field.ErrorList
+	seen := sets.New[string]()
+	var nodes int64
+	total := corev1.ResourceList{}
+	for i, d := range s.Domains {
+		p := path.Index(i)
+		if len(d.Values) > MaxTopologyKeys {
+			errs = append(errs, field.TooMany(p.Child("values"), len(d.Values), MaxTopologyKeys))
+			continue
+		}
+		errs = append(errs, validateLabels(p.Child("values"), d.Values)...)
+		id := labels.Set(d.Values).String()
+		if seen.Has(id) {
+			errs = append(errs, field.Duplicate(p.Child("values"), id))
+		}
+		seen.Insert(id)
+		if d.Nodes < 0 || d.Nodes > s.Nodes {
+			errs = append(errs, field.Invalid(p.Child("nodes"), d.Nodes, fmt.Sprintf("must be between 0 and status.nodes (%d)", s.Nodes)))
+		}
+		nodes += int64(d.Nodes)
+		freeErrs := validateResources(p.Child("free"), d.Free)
+		errs = append(errs, freeErrs...)
+		if len(freeErrs) == 0 {
+			errs = append(errs, addFree(p.Child("free"), d.Free, s.Free, total)...)
+		}
+	}
+	if nodes > int64(s.Nodes) {
+		errs = append(errs, field.Invalid(path, nodes, fmt.Sprintf("nodes add up to more than status.nodes (%d)", s.Nodes)))
+	}
+	return append(errs, freeWithin(path, total, s.Free)...)
+}
+
+// addFree adds a part's free resources to total, refusing any the
+// summary's status.free does not have.
+func addFree(path *field.Path, part, free, total corev1.ResourceList) field.ErrorList {
+	var errs field.ErrorList
+	for _, name := range sortedResourceNames(part) {
+		q := part[name]
+		if _, ok := free[name]; !ok {
+			if q.Sign() > 0 {
+				errs = append(errs, field.Invalid(path.Key(string(name)), shown(q), "must be zero: status.free has no "+string(name)))
 			}
-			if q.Cmp(w) > 0 {
-				errs = append(errs, field.Invalid(valuesPath, shown(q),
-					fmt.Sprintf("free %s adds up to more than status.free[%s] (%s)", name, name, shown(w))))
-			}
+			continue
+		}
+		sum := total[name]
+		sum.Add(q)
+		total[name] = sum
+	}
+	return errs
+}
+
+// freeWithin refuses parts whose free resources add up to more than the
+// summary's status.free.
+func freeWithin(path *field.Path, total, free corev1.ResourceList) field.ErrorList {
+	var errs field.ErrorList
+	for _, name := range sortedResourceNames(total) {
+		q, w := total[name], free[name]
+		if vast(w) {
+			continue // reported by validateResources
+		}
+		if q.Cmp(w) > 0 {
+			errs = append(errs, field.Invalid(path, shown(q),
+				fmt.Sprintf("free %s adds up to more than status.free[%s] (%s)", name, name, shown(w))))
 		}
 	}
 	return errs

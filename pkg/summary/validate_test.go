@@ -31,6 +31,11 @@ func validSummary() *v1alpha1.ClusterSummaryStatus {
 				{Value: "eu-west-1b", Nodes: 1, Free: rl("4", "8Gi", "10")},
 			}},
 		},
+		Domains: []v1alpha1.TopologyDomain{
+			{Values: map[string]string{corev1.LabelTopologyZone: "eu-west-1a"}, Nodes: 1, Free: rl("2", "4Gi", "5")},
+			{Values: map[string]string{corev1.LabelTopologyZone: "eu-west-1b"}, Nodes: 1, Free: rl("4", "8Gi", "10")},
+			{Values: map[string]string{corev1.LabelTopologyZone: "eu-west-1c"}},
+		},
 	}
 }
 
@@ -49,6 +54,53 @@ func TestValidate(t *testing.T) {
 				s.Allocatable["nvidia.com/gpu"] = resource.MustParse("8")
 				s.Free["nvidia.com/gpu"] = resource.MustParse("2")
 			},
+		},
+		{
+			name: "domains: more than the bound",
+			mutate: func(s *v1alpha1.ClusterSummaryStatus) {
+				for i := range MaxDomains {
+					s.Domains = append(s.Domains, v1alpha1.TopologyDomain{Values: map[string]string{"k": strconv.Itoa(i)}})
+				}
+			},
+			wantErr: []string{"status.domains", "must have at most 256 items"},
+		},
+		{
+			name: "domains: a key that is no label key, a value that is no label value",
+			mutate: func(s *v1alpha1.ClusterSummaryStatus) {
+				s.Domains[2].Values = map[string]string{"not a key!": "x", corev1.LabelTopologyRegion: "no/slash"}
+			},
+			wantErr: []string{"status.domains[2].values[not a key!]", "status.domains[2].values[topology.kubernetes.io/region]"},
+		},
+		{
+			name: "domains: one combination twice",
+			mutate: func(s *v1alpha1.ClusterSummaryStatus) {
+				s.Domains[2].Values = map[string]string{corev1.LabelTopologyZone: "eu-west-1a"}
+			},
+			wantErr: []string{"status.domains[2].values", "Duplicate value"},
+		},
+		{
+			name: "domains: more nodes than the summary's",
+			mutate: func(s *v1alpha1.ClusterSummaryStatus) {
+				s.Domains[2].Nodes = 1
+			},
+			wantErr: []string{"status.domains", "nodes add up to more than status.nodes (2)"},
+		},
+		{
+			name: "domains: more free than the summary's",
+			mutate: func(s *v1alpha1.ClusterSummaryStatus) {
+				s.Domains[2].Free = rl("1", "0", "0")
+			},
+			wantErr: []string{"status.domains", "free cpu adds up to more than status.free[cpu] (6)"},
+		},
+		{
+			name: "domains: too many keys in one",
+			mutate: func(s *v1alpha1.ClusterSummaryStatus) {
+				s.Domains[2].Values = map[string]string{}
+				for i := range MaxTopologyKeys + 1 {
+					s.Domains[2].Values["k"+strconv.Itoa(i)] = "v"
+				}
+			},
+			wantErr: []string{"status.domains[2].values", "must have at most 16 items"},
 		},
 		{
 			name:    "negative node count",
