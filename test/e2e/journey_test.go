@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/flotilla-dev/flotilla/api/v1alpha1"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
 	"github.com/flotilla-dev/flotilla/test/sandbox"
 )
@@ -28,7 +29,8 @@ import (
 // status. Then the demo's gang scene again, twenty times with new pods:
 // each gang runs whole, in one cluster, within gangRunBound, and a watch
 // of the source pods that uses none of the agent's code sees no member
-// bind before its whole gang stands elected.
+// bind before its whole gang stands elected. Last, a spread by zone then
+// capacity type over the fleet's nodes (spreadOverPairsNodesHave).
 func TestJourney(t *testing.T) {
 	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
 		sandbox.DemoCluster("c1", 3), sandbox.DemoCluster("c2", 3), sandbox.DemoCluster("c3", 3),
@@ -74,6 +76,54 @@ func TestJourney(t *testing.T) {
 	}
 
 	gangRuns(t, s.Cluster("c1"), buildPlugin(t), 20)
+	spreadOverPairsNodesHave(t, s.Cluster("c1"))
+}
+
+// spreadOverPairsNodesHave spreads twelve pods of 100m by zone
+// (ScheduleAnyway), then capacity type (DoNotSchedule, maxSkew 1) over the
+// demo's fleet, whose zones have one capacity type each (two on-demand,
+// one spot per cluster). kube-scheduler places all twelve on these nodes:
+// every zone/capacity pair it counts has a node. A spread that counted
+// every pair of the values a cluster has (a spot domain in an on-demand
+// zone, with no pod ever) capped each zone at one pod and left pods
+// Pending (7 of 12 placed, before the targets published the pairs their
+// nodes have).
+func spreadOverPairsNodesHave(t *testing.T, c1 *sandbox.Cluster) {
+	const n = 12
+	policy := &v1alpha1.PlacementPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "pairs", Namespace: "demo"},
+		Spec: v1alpha1.PlacementPolicySpec{
+			PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"spread": "pairs"}},
+			SpreadConstraints: []v1alpha1.SpreadConstraint{
+				{TopologyKey: corev1.LabelTopologyZone, MaxSkew: 1, WhenUnsatisfiable: v1alpha1.ScheduleAnyway},
+				{TopologyKey: protocol.DefaultCapacityNodeLabel, MaxSkew: 1, WhenUnsatisfiable: v1alpha1.DoNotSchedule},
+			},
+		},
+	}
+	if err := c1.CRClient().Create(t.Context(), policy); err != nil {
+		t.Fatal(err)
+	}
+	d := optedInDeployment("pairs", n, "100m")
+	d.Spec.Template.Labels["spread"] = "pairs"
+	if _, err := c1.Client().AppsV1().Deployments("demo").Create(t.Context(), d, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pods := c1.Client().CoreV1().Pods("demo")
+	waitFor(t, time.Minute, fmt.Sprintf("the %d pods spread by zone then capacity type bound", n), func() (bool, string) {
+		l, err := pods.List(t.Context(), metav1.ListOptions{LabelSelector: "spread=pairs,!" + protocol.CandidateLabel})
+		if err != nil {
+			return false, err.Error()
+		}
+		on := map[string]int{}
+		bound := 0
+		for _, p := range l.Items {
+			if p.Spec.NodeName != "" {
+				on[p.Spec.NodeName]++
+				bound++
+			}
+		}
+		return bound == n, fmt.Sprintf("%d of %d bound: %v", bound, n, on)
+	})
 }
 
 // gangRunBound bounds how long the demo's gang takes to run whole, from

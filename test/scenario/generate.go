@@ -265,7 +265,7 @@ func Generate(seed uint64, phases int) Scenario {
 		}
 		if pick(20, 80) == 1 {
 			w.Policy = &Policy{
-				Keys:    [][]string{{RegionKey}, {ZoneKey}, {RegionKey, ZoneKey}}[pick(25, 40, 35)],
+				Keys:    [][]string{{RegionKey}, {ZoneKey}, {RegionKey, ZoneKey}, {ZoneKey, CapacityKey}}[pick(25, 30, 25, 20)],
 				MaxSkew: int32(1 + pick(50, 30, 20)),
 				When:    []string{DoNotSchedule, ScheduleAnyway}[pick(60, 40)],
 			}
