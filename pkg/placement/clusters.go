@@ -239,6 +239,63 @@ func Unfit(c Cluster, required *corev1.NodeSelector) string {
 	return first
 }
 
+// ForPod keeps of c's Combinations those whose nodes the pod's node
+// selector and required node affinity may match, as kube-scheduler's
+// spread counts only the nodes a pod may use (nodeAffinityPolicy Honor, its
+// default): a zone that has no spot node is no domain of a pod the split
+// sent to spot. Only what a combination tells is judged (In, NotIn, Exists
+// and DoesNotExist on its keys, and the selector's keys): a requirement on
+// a key it does not list may still be met. c is returned as it is when it
+// lists no combinations.
+func ForPod(c Cluster, nodeSelector map[string]string, required *corev1.NodeSelector) Cluster {
+	if c.Combinations == nil || (len(nodeSelector) == 0 && (required == nil || len(required.NodeSelectorTerms) == 0)) {
+		return c
+	}
+	kept := make([]Combination, 0, len(c.Combinations))
+	for _, comb := range c.Combinations {
+		if mayMatch(comb.Values, nodeSelector, required) {
+			kept = append(kept, comb)
+		}
+	}
+	c.Combinations = kept
+	return c
+}
+
+// mayMatch reports whether a node carrying values (of the keys they list)
+// may match the selector and some term of required.
+func mayMatch(values, nodeSelector map[string]string, required *corev1.NodeSelector) bool {
+	for k, want := range nodeSelector {
+		if v, ok := values[k]; ok && v != want {
+			return false
+		}
+	}
+	if required == nil || len(required.NodeSelectorTerms) == 0 {
+		return true
+	}
+	return slices.ContainsFunc(required.NodeSelectorTerms, func(term corev1.NodeSelectorTerm) bool {
+		return !slices.ContainsFunc(term.MatchExpressions, func(r corev1.NodeSelectorRequirement) bool {
+			return refutes(values, r)
+		})
+	})
+}
+
+// refutes reports whether values show a requirement unmet.
+func refutes(values map[string]string, r corev1.NodeSelectorRequirement) bool {
+	v, ok := values[r.Key]
+	if !ok {
+		return false
+	}
+	switch r.Operator {
+	case corev1.NodeSelectorOpIn:
+		return !slices.Contains(r.Values, v)
+	case corev1.NodeSelectorOpNotIn:
+		return slices.Contains(r.Values, v)
+	case corev1.NodeSelectorOpDoesNotExist:
+		return true
+	}
+	return false
+}
+
 // unmet says which requirement of a term no node of the cluster meets.
 func unmet(c Cluster, term corev1.NodeSelectorTerm) string {
 	for _, r := range term.MatchExpressions {

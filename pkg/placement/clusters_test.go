@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 )
 
@@ -316,5 +317,56 @@ func TestPreferenceScore(t *testing.T) {
 				t.Errorf("PreferenceScore = %d, want %d", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestForPod: the combinations a pod's node selector and required node
+// affinity may match are kept, those they refute dropped; what a
+// combination does not list is not judged.
+func TestForPod(t *testing.T) {
+	const capacityKey = "node.kubernetes.io/capacity"
+	comb := func(zone, capacity string) Combination {
+		return Combination{Values: map[string]string{zoneKey: zone, capacityKey: capacity}, Open: true}
+	}
+	cl := Cluster{Name: "c", Combinations: []Combination{comb("a", "on-demand"), comb("b", "spot"), comb("c", "spot"), {Values: map[string]string{zoneKey: "d"}, Open: true}}}
+	req := func(terms ...[]corev1.NodeSelectorRequirement) *corev1.NodeSelector {
+		s := &corev1.NodeSelector{}
+		for _, exprs := range terms {
+			s.NodeSelectorTerms = append(s.NodeSelectorTerms, corev1.NodeSelectorTerm{MatchExpressions: exprs})
+		}
+		return s
+	}
+	r := func(key string, op corev1.NodeSelectorOperator, values ...string) corev1.NodeSelectorRequirement {
+		return corev1.NodeSelectorRequirement{Key: key, Operator: op, Values: values}
+	}
+	zones := func(c Cluster) string {
+		var out []string
+		for _, comb := range c.Combinations {
+			out = append(out, comb.Values[zoneKey])
+		}
+		return strings.Join(out, ",")
+	}
+	for _, tc := range []struct {
+		name     string
+		selector map[string]string
+		required *corev1.NodeSelector
+		want     string
+	}{
+		{name: "nothing asked: all", want: "a,b,c,d"},
+		{name: "the split's spot: zones with spot nodes, and the node without the key (not judged)", required: req([]corev1.NodeSelectorRequirement{r(capacityKey, corev1.NodeSelectorOpIn, "spot")}), want: "b,c,d"},
+		{name: "NotIn", required: req([]corev1.NodeSelectorRequirement{r(capacityKey, corev1.NodeSelectorOpNotIn, "spot")}), want: "a,d"},
+		{name: "DoesNotExist", required: req([]corev1.NodeSelectorRequirement{r(capacityKey, corev1.NodeSelectorOpDoesNotExist)}), want: "d"},
+		{name: "terms are ORed", required: req([]corev1.NodeSelectorRequirement{r(zoneKey, corev1.NodeSelectorOpIn, "a")}, []corev1.NodeSelectorRequirement{r(zoneKey, corev1.NodeSelectorOpIn, "c")}), want: "a,c"},
+		{name: "a key no combination lists is not judged", required: req([]corev1.NodeSelectorRequirement{r("example.com/gpu", corev1.NodeSelectorOpIn, "yes")}), want: "a,b,c,d"},
+		{name: "a node selector", selector: map[string]string{capacityKey: "on-demand"}, want: "a,d"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := zones(ForPod(cl, tc.selector, tc.required)); got != tc.want {
+				t.Errorf("zones %s, want %s", got, tc.want)
+			}
+		})
+	}
+	if got := ForPod(Cluster{Name: "old"}, map[string]string{capacityKey: "spot"}, nil); got.Combinations != nil {
+		t.Errorf("a cluster listing no combinations got %v", got.Combinations)
 	}
 }

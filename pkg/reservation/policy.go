@@ -157,6 +157,14 @@ func (c *Controller) planFor(ctx context.Context, pod *corev1.Pod, invited []*ta
 	}
 	p.policy = compiled
 	p.clusters = make(map[string]placement.Cluster, len(invited))
+	var nodeSelector map[string]string
+	var required *corev1.NodeSelector
+	if spec, err := sourcespec.Original(pod); err == nil {
+		nodeSelector = spec.NodeSelector
+		if a := spec.Affinity; a != nil && a.NodeAffinity != nil {
+			required = a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution
+		}
+	}
 	views := candidate.ViewsOf(pod, c.SourceCluster, invited, nil)
 	targets := make([]placementpolicy.Target, len(invited))
 	for i, t := range invited {
@@ -169,7 +177,9 @@ func (c *Controller) planFor(ctx context.Context, pod *corev1.Pod, invited []*ta
 			}
 		}
 		p.clusters[t.Name] = cl
-		targets[i] = placementpolicy.Target{Cluster: cl, Failed: views[i].Failed}
+		// The spread counts the domains of the nodes the pod may use; a
+		// sibling's domain (domainOf) is read from the whole target.
+		targets[i] = placementpolicy.Target{Cluster: placement.ForPod(cl, nodeSelector, required), Failed: views[i].Failed}
 	}
 	p.plan = placementpolicy.Select(compiled, targets)
 	p.adopt(invited)
