@@ -66,4 +66,8 @@ const (
 	// delegates of this source's pods vanished in the target without the
 	// source deleting them; no new pod is sent there for a while.
 	ReasonDelegatesLost = "DelegatesLost"
+	// ReasonRepointing: the Ready condition is false because the target
+	// now names another place (API server or namespace mapping): the old
+	// place is drained first, while pods still run there.
+	ReasonRepointing = "Repointing"
 )

@@ -121,8 +121,11 @@ type Controller struct {
 
 // running is one connected target and what runs for it.
 type running struct {
-	t      *Target
-	hash   string
+	t    *Target
+	hash string
+	// place is where its pods run (placeOf): a change of it drains the
+	// old place before the new one takes pods.
+	place  string
 	cancel context.CancelFunc
 	done   chan struct{}
 	// status is what its virtual node says of the target.
@@ -372,7 +375,21 @@ func (c *Controller) connect(ctx context.Context, v view) (reconcile.Result, err
 		setCondition(v, v1alpha1.TargetReady, metav1.ConditionFalse, reason, err.Error())
 		return c.report(ctx, v, before, notReadyResync)
 	}
-	if r == nil || r.hash != hash {
+	place := placeOf(v, cfg)
+	// A target whose old place was draining and that points there again is
+	// started afresh, back in the set.
+	pointedBack := false
+	if r != nil {
+		if t, ok := c.Targets.Draining(v.name); ok && t == r.t {
+			pointedBack = true
+		}
+	}
+	if r == nil || r.hash != hash || pointedBack {
+		if r != nil && r.place != place {
+			if draining, res, err := c.drainOldPlace(ctx, v, r, before); draining {
+				return res, err
+			}
+		}
 		if r != nil {
 			c.stop(v.name)
 		}
@@ -382,7 +399,7 @@ func (c *Controller) connect(ctx context.Context, v view) (reconcile.Result, err
 			setCondition(v, v1alpha1.TargetReady, metav1.ConditionFalse, v1alpha1.ReasonKubeconfigInvalid, err.Error())
 			return c.report(ctx, v, before, notReadyResync)
 		}
-		r = c.start(t, hash)
+		r = c.start(t, hash, place)
 	} else if cfg.BearerToken != "" && cfg.BearerToken != r.t.Token() {
 		r.t.SetToken(cfg.BearerToken)
 	}
@@ -540,9 +557,9 @@ func (c *Controller) get(name string) *running {
 
 // start runs a target: it joins the Set (which gives it the candidate
 // handlers), its informer starts, and its virtual node runs until stopped.
-func (c *Controller) start(t *Target, hash string) *running {
+func (c *Controller) start(t *Target, hash, place string) *running {
 	ctx, cancel := context.WithCancel(c.base)
-	r := &running{t: t, hash: hash, cancel: cancel, done: make(chan struct{}), status: vnode.NewStatus(), answered: time.Now()}
+	r := &running{t: t, hash: hash, place: place, cancel: cancel, done: make(chan struct{}), status: vnode.NewStatus(), answered: time.Now()}
 	c.mu.Lock()
 	c.running[t.Name] = r
 	c.mu.Unlock()
@@ -662,7 +679,7 @@ func (c *Controller) drain(ctx context.Context, v view) (reconcile.Result, error
 			setCondition(v, v1alpha1.TargetReady, metav1.ConditionFalse, "Draining", "Connecting again to drain it: "+err.Error())
 			return c.report(ctx, v, before, notReadyResync)
 		}
-		r = c.start(t, hash)
+		r = c.start(t, hash, placeOf(v, cfg))
 	}
 	binding := 0
 	if r != nil {
@@ -693,6 +710,51 @@ func (c *Controller) drain(ctx context.Context, v view) (reconcile.Result, error
 	}
 	klog.FromContext(ctx).Info("Target removed", "target", v.name, "node", node)
 	return reconcile.Result{}, nil
+}
+
+// placeOf is where a target's pods run: its cluster (this one, or the
+// API server its kubeconfig names) and the namespaces it maps the source's
+// to. A new token, CA or label leaves the place as it is.
+func placeOf(v view, cfg *rest.Config) string {
+	host := ""
+	if cfg != nil {
+		host = cfg.Host
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s\x00", ClusterOf(v.self, host))
+	for _, k := range slices.Sorted(maps.Keys(v.mapping)) {
+		fmt.Fprintf(&b, "%s\x00%s\x00", k, v.mapping[k])
+	}
+	return b.String()
+}
+
+// drainOldPlace drains the place a running target pointed to before its
+// spec or kubeconfig moved it (another API server, another namespace
+// mapping): as for a deleted target, no new pod goes there, its waiting
+// candidates are deleted, and the pods that run there stay mirrored by the
+// old connection until they end; only then does the target connect to its
+// new place. Connecting at once would look for those pods' delegates where
+// they are not, report them lost and leave them running in the old place
+// (a StatefulSet's pod would then run twice). draining is false once the
+// old place holds nothing of this source's.
+func (c *Controller) drainOldPlace(ctx context.Context, v view, r *running, before *v1alpha1.TargetStatus) (draining bool, res reconcile.Result, err error) {
+	c.Targets.Drain(r.t)
+	binding, err := c.deleteWaiting(ctx, r.t)
+	if err != nil {
+		setCondition(v, v1alpha1.TargetReady, metav1.ConditionFalse, v1alpha1.ReasonRepointing,
+			"The target now points to another place; deleting the waiting candidates of the old one: "+err.Error())
+		res, err = c.report(ctx, v, before, notReadyResync)
+		return true, res, err
+	}
+	c.Targets.MarkDrained(v.name)
+	if n := c.podsOn(r.t.NodeName) + binding; n > 0 {
+		setCondition(v, v1alpha1.TargetReady, metav1.ConditionFalse, v1alpha1.ReasonRepointing,
+			fmt.Sprintf("The target now points to another place (API server or namespaces): the old one is drained first; no new pods go to either while %d pods still run in the old one, mirrored until they end", n))
+		res, err = c.report(ctx, v, before, notReadyResync)
+		return true, res, err
+	}
+	klog.FromContext(ctx).Info("Target drained of its old place; connecting to the new one", "target", v.name)
+	return false, reconcile.Result{}, nil
 }
 
 // deleteWaiting deletes every candidate in t that runs no pod: all but the

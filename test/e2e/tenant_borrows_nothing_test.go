@@ -75,7 +75,7 @@ func TestTenantBorrowsNothing(t *testing.T) {
 	}
 
 	remoteNode := protocol.VirtualNodeName(tenantNS, "remote")
-	var neighbourWaiting *corev1.Pod
+	var neighbourWaiting, tenantRunning *corev1.Pod
 	t.Run("its namespaced Target to another cluster places its pods, with their IPs, and no other namespace's", func(t *testing.T) {
 		data, err := os.ReadFile(remote.Kubeconfig)
 		if err != nil {
@@ -118,6 +118,7 @@ func TestTenantBorrowsNothing(t *testing.T) {
 		if bound.Status.PodIP != delegate.Status.PodIP {
 			t.Fatalf("source pod IP %q, delegate's %q", bound.Status.PodIP, delegate.Status.PodIP)
 		}
+		tenantRunning = bound
 
 		// A neighbour's pod that only the remote cluster could hold waits
 		// at home: the tenant's Target does not take it.
@@ -304,6 +305,73 @@ func TestTenantBorrowsNothing(t *testing.T) {
 		after := candidatesOf(t, admin, neighbourNS, neighbourWaiting.UID)
 		if len(after) != 1 || after[0].UID != before[0].UID {
 			t.Fatalf("the neighbour's waiting candidate %s was deleted by the drain of the tenant's Target (now %d candidates)", before[0].UID, len(after))
+		}
+	})
+
+	t.Run("its Target pointed to another namespace drains the old one first", func(t *testing.T) {
+		if tenantRunning == nil {
+			t.Skip("no pod of the tenant runs in the remote cluster")
+		}
+		const moved = "tenant-moved"
+		createNamespace(t, remoteAdmin, moved)
+		key := client.ObjectKey{Namespace: tenantNS, Name: "remote"}
+		tg := &v1alpha1.Target{}
+		if err := tenantCR.Get(ctx, key, tg); err != nil {
+			t.Fatal(err)
+		}
+		tg.Spec.TargetNamespace = moved
+		if err := tenantCR.Update(ctx, tg); err != nil {
+			t.Fatal(err)
+		}
+		// Until the old place is empty, the pod that runs there stays
+		// Running, mirrored from its delegate there: pointed at once to
+		// the new namespace, the source would find no delegate, fail the
+		// pod and leave its delegate running in the old one.
+		stillRuns := func() string {
+			p, err := admin.CoreV1().Pods(tenantNS).Get(ctx, tenantRunning.Name, metav1.GetOptions{})
+			if err != nil {
+				return err.Error()
+			}
+			if p.Status.Phase != corev1.PodRunning || p.Spec.NodeName != remoteNode {
+				t.Fatalf("the pod running in the old place is %s on %q after the Target moved", p.Status.Phase, p.Spec.NodeName)
+			}
+			if c := candidatesOf(t, remoteAdmin, tenantNS, p.UID); len(c) != 1 {
+				t.Fatalf("%d delegates of the running pod in the old namespace", len(c))
+			}
+			return ""
+		}
+		if err := src.WaitTarget(ctx, key, 60*time.Second, func(st *v1alpha1.TargetStatus) bool {
+			c := meta.FindStatusCondition(st.Conditions, v1alpha1.TargetReady)
+			stillRuns()
+			return c != nil && c.Status == metav1.ConditionFalse && c.Reason == v1alpha1.ReasonRepointing
+		}); err != nil {
+			t.Fatalf("the moved Target not reported draining its old place: %v", err)
+		}
+		// A pod only the remote cluster could hold gets no candidate there
+		// while the old place drains, in either namespace.
+		next := createPodAs(t, tenantKube, tenantNS, optedInPod("tenant-next", "12"))
+		waitFor(t, 60*time.Second, "the next pod's candidate at home found no node", func() (bool, string) {
+			stillRuns()
+			c := candidatesOf(t, admin, tenantNS, next.UID)
+			return len(c) == 1 && target.Unschedulable(&c[0]) != "", fmt.Sprintf("%d candidates at home", len(c))
+		})
+		if c := candidatesOf(t, remoteAdmin, "", next.UID); len(c) != 0 {
+			t.Fatalf("a candidate %s/%s in the remote cluster while its Target drains its old place", c[0].Namespace, c[0].Name)
+		}
+		stillRuns()
+		// The old pod ends: its delegate goes, and the Target takes pods
+		// to the new namespace.
+		if err := admin.CoreV1().Pods(tenantNS).Delete(ctx, tenantRunning.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitTenantPod(t, admin, next, "bound to the Target's node, Running, in the new namespace", func(p *corev1.Pod) bool {
+			return p.Spec.NodeName == remoteNode && p.Status.Phase == corev1.PodRunning
+		})
+		if c := candidatesOf(t, remoteAdmin, moved, next.UID); len(c) != 1 {
+			t.Fatalf("%d delegates of the next pod in namespace %s", len(c), moved)
+		}
+		if c := candidatesOf(t, remoteAdmin, tenantNS, tenantRunning.UID); len(c) != 0 {
+			t.Fatalf("the old pod's delegate is left in the old namespace")
 		}
 	})
 
