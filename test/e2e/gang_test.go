@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"strings"
 	"testing"
@@ -12,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
@@ -134,18 +134,25 @@ func TestGangAllOrNothing(t *testing.T) {
 			t.Fatalf("explain's gang: %+v", e.Gang)
 		}
 		// Held places, and still nothing binds: the gate, not a lack of
-		// room, holds them. Watched for longer than a reservation is held
-		// (the targets' Permit timeout, 30 s), so that the places are
-		// reserved again at least once.
-		err := wait.PollUntilContextTimeout(ctx, time.Second, 40*time.Second, true, func(context.Context) (bool, error) {
+		// room, holds them. Watched until every reservation held now has
+		// ended (the targets' Permit timeout, 30 s, lets it go), so that
+		// the gate is seen to outlast the places it held.
+		held := reservationsIn(t, c2)
+		maps.Copy(held, reservationsIn(t, c3))
+		waitFor(t, 75*time.Second, "every reservation held by the gang of eight ended, no member bound", func() (bool, string) {
 			if on := nodesOf(big); len(on) > 0 {
-				return false, fmt.Errorf("members bound: %v", on)
+				t.Fatalf("members bound: %v", on)
 			}
-			return false, nil
+			now := reservationsIn(t, c2)
+			maps.Copy(now, reservationsIn(t, c3))
+			left := 0
+			for k := range held {
+				if now[k] {
+					left++
+				}
+			}
+			return left == 0, fmt.Sprintf("%d of %d reservations still held", left, len(held))
 		})
-		if err != nil && !wait.Interrupted(err) {
-			t.Fatal(err)
-		}
 		g.check(t)
 	})
 
@@ -233,6 +240,23 @@ func reservedIn(t *testing.T, c *sandbox.Cluster) int {
 		}
 	}
 	return n
+}
+
+// reservationsIn are the reservations held in c's placement namespace, as
+// candidate UID and nonce.
+func reservationsIn(t *testing.T, c *sandbox.Cluster) map[string]bool {
+	l, err := c.Client().CoreV1().Pods(placementNS).List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	for _, p := range l.Items {
+		var s protocol.State
+		if json.Unmarshal([]byte(p.Annotations[protocol.StateAnnotation]), &s) == nil && s.Phase == protocol.PhaseReserved {
+			out[string(p.UID)+"/"+s.Nonce] = true
+		}
+	}
+	return out
 }
 
 func onlyKey(m map[string]int) string {
