@@ -43,9 +43,11 @@ func reportedState(pod *v1.Pod) (protocol.State, bool) {
 //     only while the candidate still reports that very reservation as
 //     Reserved: once anything else replaced it, there is nothing lost to
 //     report.
-//   - Any other Unreserved never replaces another reservation's Reserved:
-//     a deposed scheduler ending its own reservation must not hide the
-//     reservation of the scheduler that replaced it.
+//
+// Any other Unreserved lands, even over another scheduler's Reserved: that
+// costs the other reservation its bind (Bindable), which it then reports
+// ended, while a dropped Unreserved would leave the candidate out of the
+// queue (ReservationEnded waits for it to land).
 func StateLands(state protocol.State, current *v1.Pod) string {
 	if state.Phase == protocol.PhaseBound {
 		return ""
@@ -54,14 +56,9 @@ func StateLands(state protocol.State, current *v1.Pod) string {
 		return fmt.Sprintf("the candidate is bound to node %s", current.Spec.NodeName)
 	}
 	reported, ok := reportedState(current)
-	switch {
-	case state.Phase == protocol.PhaseUnreserved && state.Reason == ReasonReservationLost:
+	if state.Phase == protocol.PhaseUnreserved && state.Reason == ReasonReservationLost {
 		if !ok || reported.Phase != protocol.PhaseReserved || reported.Nonce != state.Nonce {
 			return fmt.Sprintf("the candidate no longer reports reservation %s as Reserved", state.Nonce)
-		}
-	case state.Phase == protocol.PhaseUnreserved:
-		if ok && reported.Phase == protocol.PhaseReserved && reported.Nonce != state.Nonce {
-			return fmt.Sprintf("the candidate reports another reservation (%s) as Reserved", reported.Nonce)
 		}
 	}
 	return ""
