@@ -78,8 +78,8 @@ type Cluster struct {
 	// schedulerPod is what the release's scheduler was started from, for
 	// StartSchedulerReplica.
 	schedulerPod *podProcess
-	extra  []*Process
-	mu     sync.Mutex
+	extra        []*Process
+	mu           sync.Mutex
 }
 
 // RESTConfig returns a fresh client configuration with cluster-admin rights.
