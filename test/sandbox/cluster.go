@@ -75,8 +75,11 @@ type Cluster struct {
 	binDir string
 	ports  map[string]int
 	procs  map[Component]*Process
-	extra  []*Process
-	mu     sync.Mutex
+	// schedulerPod is what the release's scheduler was started from, for
+	// StartSchedulerReplica.
+	schedulerPod *podProcess
+	extra        []*Process
+	mu           sync.Mutex
 }
 
 // RESTConfig returns a fresh client configuration with cluster-admin rights.
@@ -431,7 +434,7 @@ func (c *Cluster) releaseSet() []string {
 	if c.spec.SourceOnly {
 		set = append(set, "scheduler.enabled=false")
 	}
-	return set
+	return append(set, c.spec.ReleaseSet...)
 }
 
 // PlainSchedulerConfig is the scheduler of a cluster whose Flotilla release
@@ -559,7 +562,11 @@ func (c *Cluster) waitHealthy(ctx context.Context, comp Component) error {
 		// kwok has no health endpoint here; its nodes turning Ready shows it works.
 		return nil
 	}
-	p := c.procs[comp]
+	return c.waitURLHealthy(ctx, string(comp), c.procs[comp], url, header)
+}
+
+// waitURLHealthy waits until p answers 200 at url, or exits.
+func (c *Cluster) waitURLHealthy(ctx context.Context, comp string, p *Process, url string, header http.Header) error {
 	client := &http.Client{
 		Timeout: 2 * time.Second,
 		// Components other than the API server serve self-signed certificates

@@ -250,9 +250,48 @@ func (c *Cluster) runReleaseScheduler(ctx context.Context, r *Release, deploymen
 	if slices.Contains(args, "--flotilla-debug-bind-address="+debugAddr) {
 		c.ports["candidate-scheduler-debug"] = debugPort
 	}
+	c.schedulerPod = pod
 	c.mu.Unlock()
 	r.Scheduler = p
 	return c.waitHealthy(ctx, CandidateScheduler)
+}
+
+// StartSchedulerReplica runs one more replica of the release's scheduler
+// (CandidateScheduler),
+// as a Deployment with scheduler.replicas above 1 would: the same
+// configuration and ServiceAccount, its own secure port and certificate
+// folder, no debug address; name tells its process and log apart. The
+// replicas elect a leader on the chart's Lease. It waits until the replica
+// answers /healthz (a replica standing by does).
+func (c *Cluster) StartSchedulerReplica(ctx context.Context, name string) (*Process, error) {
+	c.mu.Lock()
+	pod := c.schedulerPod
+	c.mu.Unlock()
+	if pod == nil {
+		return nil, fmt.Errorf("cluster %s runs no scheduler of a release", c.Name)
+	}
+	ports, err := FreePorts(1)
+	if err != nil {
+		return nil, err
+	}
+	var args []string
+	for _, a := range pod.args {
+		if !strings.HasPrefix(a, "--flotilla-debug-bind-address") {
+			args = append(args, a)
+		}
+	}
+	args = append(args,
+		"--bind-address=127.0.0.1",
+		"--secure-port="+strconv.Itoa(ports[0]),
+		"--cert-dir="+filepath.Join(pod.dir, name, "certs"),
+		"--authentication-kubeconfig="+pod.kubeconfig,
+		"--authorization-kubeconfig="+pod.kubeconfig,
+	)
+	p, err := c.Run(name, filepath.Join(c.binDir, "flotilla-scheduler"), args...)
+	if err != nil {
+		return nil, err
+	}
+	return p, c.waitURLHealthy(ctx, name, p, "https://127.0.0.1:"+strconv.Itoa(ports[0])+"/healthz", nil)
 }
 
 // SchedulerAddr is where the release's scheduler serves HTTPS (health,

@@ -56,6 +56,9 @@ type ClusterSpec struct {
 	// scheduler.permitTimeoutSeconds, or the flotilla profile of the
 	// cluster's own scheduler without a release) instead of 30 s.
 	PermitTimeoutSeconds int
+	// ReleaseSet are chart values (--set) of the cluster's release, given
+	// on every install and upgrade of it, the one at start included.
+	ReleaseSet []string
 	// OnProcessStart, when set, is called with the name and pid of every
 	// process the sandbox starts for this cluster (its control plane, kwok,
 	// its schedulers, the agents and hook Jobs of its Flotilla release),

@@ -14,6 +14,7 @@ package plugin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -39,6 +40,7 @@ type Plugin struct {
 }
 
 var (
+	_ core.Binder           = binder{}
 	_ fwk.PreFilterPlugin   = &Plugin{}
 	_ fwk.ReservePlugin     = &Plugin{}
 	_ fwk.PermitPlugin      = &Plugin{}
@@ -62,7 +64,7 @@ func New(ctx context.Context, obj runtime.Object, handle fwk.Handle) (fwk.Plugin
 		return nil, fmt.Errorf("%s args: %w", Name, err)
 	}
 	pods := handle.SharedInformerFactory().Core().V1().Pods()
-	writer := core.NewStateWriter("flotilla_candidate_state_"+handle.ProfileName(), core.ClientStatePatcher{Client: handle.ClientSet()}, nil)
+	writer := core.NewStateWriter("flotilla_candidate_state_"+handle.ProfileName(), core.ClientStatePatcher{Client: handle.ClientSet(), Pods: pods.Lister()}, nil)
 	manager := core.NewManager(core.Options{
 		PluginName:    Name,
 		SchedulerName: handle.ProfileName(),
@@ -159,35 +161,48 @@ func (p *Plugin) Permit(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, _ st
 }
 
 // Bind binds a candidate with a Binding that also carries its Bound state,
-// one write where a bind and a report would be two. Other pods are left to
-// the next bind plugin (DefaultBinder). The profile must list this plugin
-// under bind.enabled to run it before DefaultBinder; without that, PostBind
-// reports Bound with a write of its own.
+// one write where a bind and a report would be two, and that lands only on
+// the version of the candidate it judged still Reserved by this reservation
+// and allowed (core.Manager.Bind): a scheduler deposed while it held the
+// candidate cannot bind it after its successor reported it lost. Other pods
+// are left to the next bind plugin (DefaultBinder). The profile must list
+// this plugin under bind.enabled to run it before DefaultBinder; without
+// that, PostBind reports Bound with a write of its own, and the binding has
+// no such precondition.
 func (p *Plugin) Bind(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
 	if !core.IsCandidate(pod.Labels) {
 		return fwk.NewStatus(fwk.Skip)
 	}
-	annotations, err := p.manager.BindingAnnotations(pod, nodeName)
+	err := p.manager.Bind(ctx, pod, nodeName, binder{handle: p.handle})
+	if refused := new(core.BindRefusedError); errors.As(err, &refused) {
+		return fwk.NewStatus(fwk.Unschedulable, refused.Error())
+	}
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
-	binding := &v1.Binding{
-		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Annotations: annotations},
-		Target:     v1.ObjectReference{Kind: "Node", Name: nodeName},
-	}
-	if cacher := p.handle.APICacher(); cacher != nil {
-		onFinish, err := cacher.BindPod(binding)
-		if err == nil {
-			err = cacher.WaitOnFinish(ctx, onFinish)
-		}
-		if err != nil {
-			return fwk.AsStatus(err)
-		}
-	} else if err := p.handle.ClientSet().CoreV1().Pods(pod.Namespace).Bind(ctx, binding, metav1.CreateOptions{}); err != nil {
-		return fwk.AsStatus(err)
-	}
-	p.manager.BoundReported(pod)
 	return nil
+}
+
+// binder binds through the scheduler's API cacher when it has one, so the
+// binding is ordered with the scheduler's other calls about the pod.
+type binder struct {
+	handle fwk.Handle
+}
+
+func (b binder) Get(ctx context.Context, namespace, name string) (*v1.Pod, error) {
+	return b.handle.ClientSet().CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+}
+
+func (b binder) Bind(ctx context.Context, binding *v1.Binding) error {
+	cacher := b.handle.APICacher()
+	if cacher == nil {
+		return b.handle.ClientSet().CoreV1().Pods(binding.Namespace).Bind(ctx, binding, metav1.CreateOptions{})
+	}
+	onFinish, err := cacher.BindPod(binding)
+	if err != nil {
+		return err
+	}
+	return cacher.WaitOnFinish(ctx, onFinish)
 }
 
 // PostBind reports a candidate as bound, unless Bind already did.

@@ -3,15 +3,18 @@ package core
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
@@ -34,40 +37,97 @@ func (r PodRef) String() string { return r.Namespace + "/" + r.Name }
 // StatePatcher writes a candidate's state annotation.
 type StatePatcher interface {
 	// PatchState sets the state annotation of pod. It fails with a NotFound
-	// error when the pod is gone and a Conflict or Invalid error when the
-	// name now belongs to another pod.
+	// error when the pod is gone, a Conflict or Invalid error when the name
+	// now belongs to another pod, and a StaleStateError when the candidate
+	// no longer lets the state land (StateLands).
 	PatchState(ctx context.Context, pod PodRef, state protocol.State) error
 }
 
-// ClientStatePatcher patches the state annotation through the API server.
+// StaleStateError says that a state was not written because the candidate
+// no longer lets it land (StateLands): another scheduler, or a binding,
+// changed it first.
+type StaleStateError struct {
+	Pod    PodRef
+	State  protocol.State
+	Reason string
+}
+
+func (e *StaleStateError) Error() string {
+	return fmt.Sprintf("not writing state %s (nonce %s) of pod %s: %s", e.State.Phase, e.State.Nonce, e.Pod, e.Reason)
+}
+
+// maxStateAttempts bounds how often a state write reads the candidate again
+// after losing a race: each lost race is another write to the candidate,
+// which the next read sees.
+const maxStateAttempts = 5
+
+// ClientStatePatcher patches the state annotation through the API server,
+// as a compare-and-swap: it judges the state against a copy of the
+// candidate (StateLands) and patches with that copy's resourceVersion, so
+// the state lands only on the version it was judged against. It reads the
+// copy from Pods, the scheduler's cache, when it has one, and from the API
+// server after a conflict.
 type ClientStatePatcher struct {
 	Client kubernetes.Interface
+	Pods   corelisters.PodLister
 }
 
 var _ StatePatcher = ClientStatePatcher{}
 
 // PatchState sends a JSON merge patch of metadata.annotations. The patch
 // carries the pod's UID, which the API server refuses to change, so a state
-// meant for a deleted candidate never lands on its successor.
+// meant for a deleted candidate never lands on its successor, and the
+// resourceVersion of the copy it was judged against.
 func (p ClientStatePatcher) PatchState(ctx context.Context, pod PodRef, state protocol.State) error {
 	value, err := json.Marshal(state)
 	if err != nil {
 		return fmt.Errorf("encoding state of pod %s: %w", pod, err)
 	}
-	patch, err := json.Marshal(map[string]any{
-		"metadata": map[string]any{
-			"uid":         pod.UID,
-			"annotations": map[string]string{protocol.StateAnnotation: string(value)},
-		},
-	})
-	if err != nil {
-		return fmt.Errorf("encoding state patch of pod %s: %w", pod, err)
+	var current *v1.Pod
+	if p.Pods != nil {
+		if cached, err := p.Pods.Pods(pod.Namespace).Get(pod.Name); err == nil && cached.UID == pod.UID {
+			current = cached
+		}
 	}
-	_, err = p.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
-	if err != nil {
-		return fmt.Errorf("patching state %s of pod %s: %w", state.Phase, pod, err)
+	for attempt := 1; ; attempt++ {
+		if current == nil {
+			current, err = p.Client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+			if err != nil {
+				return fmt.Errorf("reading pod %s to write state %s: %w", pod, state.Phase, err)
+			}
+		}
+		if current.UID != pod.UID {
+			return apierrors.NewConflict(v1.Resource("pods"), pod.Name, fmt.Errorf("pod %s is now another pod (UID %s, not %s)", pod, current.UID, pod.UID))
+		}
+		if reason := StateLands(state, current); reason != "" {
+			return &StaleStateError{Pod: pod, State: state, Reason: reason}
+		}
+		patch, err := json.Marshal(map[string]any{
+			"metadata": map[string]any{
+				"uid":             pod.UID,
+				"resourceVersion": current.ResourceVersion,
+				"annotations":     map[string]string{protocol.StateAnnotation: string(value)},
+			},
+		})
+		if err != nil {
+			return fmt.Errorf("encoding state patch of pod %s: %w", pod, err)
+		}
+		_, err = p.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+		switch {
+		case err == nil:
+			return nil
+		case apierrors.IsConflict(err) && attempt < maxStateAttempts:
+			// The candidate changed since the copy: judge again on a
+			// fresh one (a UID that changed fails there).
+			current = nil
+		case apierrors.IsConflict(err):
+			// Not a Conflict to the writer, which would drop the state:
+			// the candidate is busy, not gone; try again later.
+			return fmt.Errorf("patching state %s of pod %s: it changed under %d attempts: %v", state.Phase, pod, attempt, err)
+		default:
+			return fmt.Errorf("patching state %s of pod %s: %w", state.Phase, pod, err)
+		}
 	}
-	return nil
 }
 
 // StateWriter writes candidates' states in the background. It keeps only the
@@ -152,9 +212,14 @@ func (w *StateWriter) processNext(ctx context.Context) bool {
 	case err == nil:
 		logger.V(4).Info("Wrote candidate state")
 	case apierrors.IsNotFound(err) || apierrors.IsConflict(err) || apierrors.IsInvalid(err):
-		// The candidate is gone or its name belongs to a new pod: the state
-		// has nobody left to inform.
+		// The candidate is gone or its name belongs to a new pod (or it
+		// kept changing under every attempt): the state has nobody left to
+		// inform.
 		logger.V(3).Info("Dropped candidate state", "err", err)
+	case errors.As(err, new(*StaleStateError)):
+		// A binding or another scheduler changed the candidate first, and
+		// the state would now say something false (StateLands).
+		logger.V(2).Info("Dropped candidate state the candidate no longer lets land", "err", err)
 	default:
 		logger.Error(err, "Writing candidate state failed; will retry", "retries", w.queue.NumRequeues(uid))
 		w.queue.AddRateLimited(uid)
