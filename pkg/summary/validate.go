@@ -220,8 +220,7 @@ func validateTopology(path *field.Path, s *v1alpha1.ClusterSummaryStatus) field.
 			continue
 		}
 		values := sets.New[string]()
-		var nodes int64
-		total := corev1.ResourceList{}
+		parts := newParts(s)
 		for j, v := range t.Values {
 			vp := valuesPath.Index(j)
 			for _, msg := range validation.IsValidLabelValue(v.Value) {
@@ -231,20 +230,9 @@ func validateTopology(path *field.Path, s *v1alpha1.ClusterSummaryStatus) field.
 				errs = append(errs, field.Duplicate(vp.Child("value"), v.Value))
 			}
 			values.Insert(v.Value)
-			if v.Nodes < 0 || v.Nodes > s.Nodes {
-				errs = append(errs, field.Invalid(vp.Child("nodes"), v.Nodes, fmt.Sprintf("must be between 0 and status.nodes (%d)", s.Nodes)))
-			}
-			nodes += int64(v.Nodes)
-			freeErrs := validateResources(vp.Child("free"), v.Free)
-			errs = append(errs, freeErrs...)
-			if len(freeErrs) == 0 {
-				errs = append(errs, addFree(vp.Child("free"), v.Free, s.Free, total)...)
-			}
+			errs = append(errs, parts.add(vp, v.Nodes, v.Free)...)
 		}
-		if nodes > int64(s.Nodes) {
-			errs = append(errs, field.Invalid(valuesPath, nodes, fmt.Sprintf("nodes add up to more than status.nodes (%d)", s.Nodes)))
-		}
-		errs = append(errs, freeWithin(valuesPath, total, s.Free)...)
+		errs = append(errs, parts.within(valuesPath)...)
 	}
 	return errs
 }
@@ -255,8 +243,7 @@ func validateDomains(path *field.Path, s *v1alpha1.ClusterSummaryStatus) field.E
 	}
 	var errs field.ErrorList
 	seen := sets.New[string]()
-	var nodes int64
-	total := corev1.ResourceList{}
+	parts := newParts(s)
 	for i, d := range s.Domains {
 		p := path.Index(i)
 		if len(d.Values) > MaxTopologyKeys {
@@ -269,47 +256,58 @@ func validateDomains(path *field.Path, s *v1alpha1.ClusterSummaryStatus) field.E
 			errs = append(errs, field.Duplicate(p.Child("values"), id))
 		}
 		seen.Insert(id)
-		if d.Nodes < 0 || d.Nodes > s.Nodes {
-			errs = append(errs, field.Invalid(p.Child("nodes"), d.Nodes, fmt.Sprintf("must be between 0 and status.nodes (%d)", s.Nodes)))
-		}
-		nodes += int64(d.Nodes)
-		freeErrs := validateResources(p.Child("free"), d.Free)
-		errs = append(errs, freeErrs...)
-		if len(freeErrs) == 0 {
-			errs = append(errs, addFree(p.Child("free"), d.Free, s.Free, total)...)
-		}
+		errs = append(errs, parts.add(p, d.Nodes, d.Free)...)
 	}
-	if nodes > int64(s.Nodes) {
-		errs = append(errs, field.Invalid(path, nodes, fmt.Sprintf("nodes add up to more than status.nodes (%d)", s.Nodes)))
-	}
-	return append(errs, freeWithin(path, total, s.Free)...)
+	return append(errs, parts.within(path)...)
 }
 
-// addFree adds a part's free resources to total, refusing any the
-// summary's status.free does not have.
-func addFree(path *field.Path, part, free, total corev1.ResourceList) field.ErrorList {
+// parts adds up the nodes and free resources of a summary's parts (the
+// values of a topology key, the domains), which may not add up to more
+// than the summary's own.
+type parts struct {
+	s     *v1alpha1.ClusterSummaryStatus
+	nodes int64
+	free  corev1.ResourceList
+}
+
+func newParts(s *v1alpha1.ClusterSummaryStatus) *parts {
+	return &parts{s: s, free: corev1.ResourceList{}}
+}
+
+// add checks one part (at path) and adds it up.
+func (t *parts) add(path *field.Path, nodes int32, free corev1.ResourceList) field.ErrorList {
 	var errs field.ErrorList
-	for _, name := range sortedResourceNames(part) {
-		q := part[name]
-		if _, ok := free[name]; !ok {
+	if nodes < 0 || nodes > t.s.Nodes {
+		errs = append(errs, field.Invalid(path.Child("nodes"), nodes, fmt.Sprintf("must be between 0 and status.nodes (%d)", t.s.Nodes)))
+	}
+	t.nodes += int64(nodes)
+	if freeErrs := validateResources(path.Child("free"), free); len(freeErrs) > 0 {
+		return append(errs, freeErrs...)
+	}
+	for _, name := range sortedResourceNames(free) {
+		q := free[name]
+		if _, ok := t.s.Free[name]; !ok {
 			if q.Sign() > 0 {
-				errs = append(errs, field.Invalid(path.Key(string(name)), shown(q), "must be zero: status.free has no "+string(name)))
+				errs = append(errs, field.Invalid(path.Child("free").Key(string(name)), shown(q), "must be zero: status.free has no "+string(name)))
 			}
 			continue
 		}
-		sum := total[name]
+		sum := t.free[name]
 		sum.Add(q)
-		total[name] = sum
+		t.free[name] = sum
 	}
 	return errs
 }
 
-// freeWithin refuses parts whose free resources add up to more than the
-// summary's status.free.
-func freeWithin(path *field.Path, total, free corev1.ResourceList) field.ErrorList {
+// within refuses parts (at path) that add up to more nodes or free
+// resources than the summary has.
+func (t *parts) within(path *field.Path) field.ErrorList {
 	var errs field.ErrorList
-	for _, name := range sortedResourceNames(total) {
-		q, w := total[name], free[name]
+	if t.nodes > int64(t.s.Nodes) {
+		errs = append(errs, field.Invalid(path, t.nodes, fmt.Sprintf("nodes add up to more than status.nodes (%d)", t.s.Nodes)))
+	}
+	for _, name := range sortedResourceNames(t.free) {
+		q, w := t.free[name], t.s.Free[name]
 		if vast(w) {
 			continue // reported by validateResources
 		}
