@@ -75,12 +75,7 @@ func (m *Manager) Bind(ctx context.Context, pod *v1.Pod, node string, binder Bin
 	}
 	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod), "node", node, "nonce", nonce)
 
-	var current *v1.Pod
-	if m.pods != nil {
-		if cached, err := m.pods.Pods(pod.Namespace).Get(pod.Name); err == nil && cached.UID == pod.UID {
-			current = cached
-		}
-	}
+	current := cachedCopy(m.pods, pod.Namespace, pod.Name, pod.UID)
 	for attempt := 1; ; attempt++ {
 		if current == nil {
 			current, err = binder.Get(ctx, pod.Namespace, pod.Name)

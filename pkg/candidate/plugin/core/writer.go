@@ -83,12 +83,7 @@ func (p ClientStatePatcher) PatchState(ctx context.Context, pod PodRef, state pr
 	if err != nil {
 		return fmt.Errorf("encoding state of pod %s: %w", pod, err)
 	}
-	var current *v1.Pod
-	if p.Pods != nil {
-		if cached, err := p.Pods.Pods(pod.Namespace).Get(pod.Name); err == nil && cached.UID == pod.UID {
-			current = cached
-		}
-	}
+	current := cachedCopy(p.Pods, pod.Namespace, pod.Name, pod.UID)
 	for attempt := 1; ; attempt++ {
 		if current == nil {
 			current, err = p.Client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
@@ -128,6 +123,18 @@ func (p ClientStatePatcher) PatchState(ctx context.Context, pod PodRef, state pr
 			return fmt.Errorf("patching state %s of pod %s: %w", state.Phase, pod, err)
 		}
 	}
+}
+
+// cachedCopy is the scheduler's cached copy of a candidate, nil when it has
+// no cache, does not hold the pod, or holds another pod of that name.
+func cachedCopy(pods corelisters.PodLister, namespace, name string, uid types.UID) *v1.Pod {
+	if pods == nil {
+		return nil
+	}
+	if cached, err := pods.Pods(namespace).Get(name); err == nil && cached.UID == uid {
+		return cached
+	}
+	return nil
 }
 
 // StateWriter writes candidates' states in the background. It keeps only the
