@@ -21,6 +21,40 @@ type Prospect struct {
 	// Preference is the placement policy's score of the target (the
 	// weights of the preferred clusters it matches).
 	Preference int64
+	// Sure is set when a miss there is unlikely (SureOf): a pod drawn
+	// there first gets that one candidate alone.
+	Sure bool
+}
+
+const (
+	// sureRoom is how many pods like this one a target's published room
+	// must hold beyond the candidates this agent still waits for there
+	// for one candidate to do.
+	sureRoom = 8
+	// sureMisses is the most share of recent misses of a sure target.
+	sureMisses = 0.05
+	// sureAnswer is the slowest a sure target answers, on average.
+	sureAnswer = 2 * time.Second
+	// OverdueAfter is how long a pod's lone candidate may wait for an
+	// answer, at least, before a second joins it (OverdueAfterFor).
+	OverdueAfter = 3 * time.Second
+)
+
+// SureOf says whether one candidate is enough for a target: its published
+// room (room, in pods like this one; negative when unknown) holds sureRoom
+// pods beyond the candidates this agent waits for there (waiting), it
+// missed almost none of its recent candidates and answers within
+// sureAnswer. A target the agent has heard nothing from yet (ended 0) is
+// not sure.
+func SureOf(room float64, waiting, ended int, answer time.Duration, misses float64) bool {
+	return room >= 0 && room-float64(waiting) >= sureRoom && ended > 0 && answer <= sureAnswer && misses <= sureMisses
+}
+
+// OverdueAfterFor is how long a lone candidate waits in a target that
+// answers in answer on average before a second joins it: three times that,
+// at least OverdueAfter.
+func OverdueAfterFor(answer time.Duration) time.Duration {
+	return max(OverdueAfter, 3*answer)
 }
 
 // Weight is the target's share of first candidates, against the others':

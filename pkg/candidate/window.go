@@ -1,6 +1,8 @@
 package candidate
 
 import (
+	"time"
+
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/flotilla-dev/flotilla/pkg/draw"
@@ -32,6 +34,13 @@ type View struct {
 	// the others' (Prospect.Weight); zero or less weighs as 1, so views
 	// without weights are all alike.
 	Weight float64
+	// Sure is whether a miss there is unlikely (Prospect.Sure): a pod that
+	// draws it first gets that one candidate alone (ToFanOut).
+	Sure bool
+	// Overdue is whether the pod's candidate there has waited for an answer
+	// (a reservation, or no node) longer than OverdueAfterFor the
+	// target's answer time.
+	Overdue bool
 }
 
 // ViewsOf reads the targets' views for the source pod, in the targets'
@@ -49,12 +58,18 @@ func ViewsOf(source *corev1.Pod, sourceCluster string, targets []*target.Target,
 			Failed: t.Err() != nil,
 			Weight: 1,
 		}
+		var pr *Prospect
+		if prospect != nil {
+			p := prospect(t)
+			pr = &p
+			v.Weight, v.Sure = p.Weight(), p.Sure
+		}
 		if !v.Failed {
 			c, ok := t.Candidate(ns, name)
 			v.Failed = ok && target.Unschedulable(c) != ""
-		}
-		if prospect != nil {
-			v.Weight = prospect(t).Weight()
+			if ok && !v.Failed && pr != nil && !c.CreationTimestamp.IsZero() && !target.Answered(c) {
+				v.Overdue = time.Since(c.CreationTimestamp.Time) > OverdueAfterFor(pr.Answer)
+			}
 		}
 		views[i] = v
 	}
@@ -128,12 +143,37 @@ func Eligible(views []View, uid string, limit int) []View {
 // candidates stands elected (elected), only the targets that hold one
 // already, for that candidate is reserved or bound, and a cache that has
 // not yet seen the pod bound and its other candidates deleted must not
-// draw the pod again; otherwise Eligible.
+// draw the pod again. Otherwise Eligible, but for one candidate where one
+// is likely enough: a pod with none whose first target in its order is
+// Sure gets that one alone, and a pod holding fewer than limit keeps them
+// while none has failed or is Overdue; then the others of Eligible join.
 func ToFanOut(views []View, uid string, limit int, elected bool) []View {
 	if elected {
 		return Holding(views)
 	}
+	if limit != 1 && limit > 0 {
+		served := serving(views)
+		held := Holding(served)
+		switch {
+		case len(held) == 0 && len(served) > 1:
+			if order := rendezvous(uid, served); order[0].Sure {
+				return order[:1]
+			}
+		case len(held) > 0 && len(held) < limit && !AllFailed(held) && !anyOverdue(held):
+			return held
+		}
+	}
 	return Eligible(views, uid, limit)
+}
+
+// anyOverdue reports whether some view is Overdue.
+func anyOverdue(views []View) bool {
+	for _, v := range views {
+		if v.Overdue {
+			return true
+		}
+	}
+	return false
 }
 
 // Holding are the targets that hold a candidate of the pod (or that this

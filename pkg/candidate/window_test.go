@@ -120,13 +120,42 @@ func TestEligibleKeepsAndWidens(t *testing.T) {
 	t.Run("no target joins while elected", func(t *testing.T) {
 		// The pod's other candidate is gone (deleted after the election);
 		// Eligible would top the set up to two, ToFanOut under an
-		// election does not.
-		vs := with(4, map[string]func(*View){"t4": held})
+		// election does not, even once the candidate is overdue.
+		overdue := func(v *View) { v.Holds, v.Overdue = true, true }
+		vs := with(4, map[string]func(*View){"t4": overdue})
 		if got := ToFanOut(vs, uid, 2, false); len(got) != 2 {
-			t.Fatalf("not elected, max 2, one held: %s, want two", names(got))
+			t.Fatalf("not elected, max 2, one held and overdue: %s, want two", names(got))
 		}
 		if got := names(ToFanOut(vs, uid, 2, true)); got != "t4" {
 			t.Errorf("elected, max 2, one held in t4: %s, want t4 alone", got)
+		}
+	})
+	t.Run("one candidate where a miss is unlikely", func(t *testing.T) {
+		// A pod whose first target is sure gets it alone; one whose first
+		// is not gets two.
+		first := names(Eligible(with(4, nil), uid, 1))
+		sure := func(v *View) { v.Sure = true }
+		if got := names(ToFanOut(with(4, map[string]func(*View){first: sure}), uid, 2, false)); got != first {
+			t.Errorf("first target %s sure: %s, want it alone", first, got)
+		}
+		others := map[string]func(*View){}
+		for _, v := range openViews(4) {
+			if v.Name != first {
+				others[v.Name] = sure
+			}
+		}
+		if got := ToFanOut(with(4, others), uid, 2, false); len(got) != 2 {
+			t.Errorf("first target %s not sure, the others sure: %s, want two", first, names(got))
+		}
+		// Held, it is kept alone while it waits on time; a miss or a
+		// wait past its deadline brings a second.
+		if got := names(ToFanOut(with(4, map[string]func(*View){first: held}), uid, 2, false)); got != first {
+			t.Errorf("its lone candidate waiting on time: %s, want %s alone", got, first)
+		}
+		for name, f := range map[string]func(*View){"missed": refused, "overdue": func(v *View) { v.Holds, v.Overdue = true, true }} {
+			if got := ToFanOut(with(4, map[string]func(*View){first: f}), uid, 2, false); len(got) != 2 || got[0].Name != first {
+				t.Errorf("its lone candidate %s: %s, want %s and one more", name, names(got), first)
+			}
 		}
 	})
 	t.Run("a deleting candidate is not held", func(t *testing.T) {

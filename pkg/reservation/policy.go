@@ -284,10 +284,12 @@ func (p *plan) dropUnfit(pod *corev1.Pod, targets []*target.Target) []*target.Ta
 
 // prospects weighs the selected targets for the pod's first candidates
 // (candidate.Eligible): their room for the pod, as their summaries tell,
-// how they answered this agent's candidates, and the policy's preference.
-// It is nil, all alike, when every selected target gets a candidate.
+// how they answered this agent's candidates, and the policy's preference;
+// and says of each whether one candidate there is likely enough
+// (candidate.ToFanOut). It is nil, all alike, when every target gets a
+// candidate, or there is only one.
 func (c *Controller) prospects(p *plan) func(*target.Target) candidate.Prospect {
-	if c.MaxCandidates <= 0 || len(p.selected) <= c.MaxCandidates {
+	if c.MaxCandidates <= 0 || len(p.selected) <= 1 {
 		return nil
 	}
 	// Weighed once per fan-out, on the first call.
@@ -327,6 +329,7 @@ func (p *plan) weigh(selfFree func() (corev1.ResourceList, bool)) map[string]can
 		pr := candidate.Prospect{Room: room[t.Name]}
 		o := t.Outcomes()
 		pr.Answer, pr.Misses = o.Answer, o.Misses
+		pr.Sure = candidate.SureOf(pr.Room, o.Waiting, o.Ended, o.Answer, o.Misses)
 		if p.policy != nil {
 			if cl, ok := p.clusters[t.Name]; ok {
 				pr.Preference = placement.PreferenceScore(p.policy.Selector, cl)

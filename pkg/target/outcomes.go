@@ -180,6 +180,10 @@ func (o *outcomes) get() Outcomes {
 // Outcomes reports what the agent learned of how the target answers.
 func (t *Target) Outcomes() Outcomes { return t.outcomes.get() }
 
+// Answered reports whether a candidate's target answered it: it holds a
+// reservation, is bound, or found no node.
+func Answered(c *corev1.Pod) bool { return reservedOrBound(c) || Unschedulable(c) != "" }
+
 func reservedOrBound(c *corev1.Pod) bool {
 	raw := c.Annotations[protocol.StateAnnotation]
 	if raw == "" {
