@@ -50,6 +50,10 @@ type round struct {
 	// gangWaits: the pod stands elected and its gang does not let it bind
 	// yet: it looks again soon (gangRecheck).
 	gangWaits bool
+	// lone is when to look again at a pod whose candidate waits alone for
+	// its target's answer (candidate.ToFanOut): once overdue, a second
+	// joins it. Zero: it does not.
+	lone time.Duration
 }
 
 // place takes one round for a pod that waits for a place:
@@ -137,6 +141,11 @@ func (c *Controller) fanOut(ctx context.Context, r *round) error {
 		eligible = candidate.Pick(r.pl.selected, c.gangFanOut(r, views))
 	} else {
 		eligible = candidate.Pick(r.pl.selected, candidate.ToFanOut(views, string(pod.UID), c.MaxCandidates, r.election.Elected()))
+		if len(eligible) == 1 && prospects != nil && !r.election.Elected() {
+			// Nothing else wakes a pod whose lone candidate's target
+			// never answers.
+			r.lone = candidate.OverdueAfterFor(prospects(eligible[0]).Answer)
+		}
 	}
 	r.placements = candidate.FanOut(ctx, pod, c.SourceCluster, eligible, prep, r.pl.shaper())
 	c.reportFanOut(pod, r.placements, &r.pl)
@@ -388,6 +397,9 @@ func (r *round) after(wake time.Duration) reconcile.Result {
 	}
 	if r.gang != nil && r.gang.again > 0 {
 		wake = soonest(wake, r.gang.again)
+	}
+	if r.lone > 0 {
+		wake = soonest(wake, r.lone)
 	}
 	if r.count.waiting {
 		// A sibling that moves wakes it at once; should none move (every
