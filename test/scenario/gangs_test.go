@@ -3,6 +3,7 @@ package scenario
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -65,10 +66,11 @@ func drawGangFleet(seed uint64) gangFleet {
 }
 
 func (f gangFleet) String() string {
-	return fmt.Sprintf("targets' node CPUs %v, gangs of %v one-CPU members (anyClusters)", f.Nodes, f.Gangs)
+	return fmt.Sprintf("targets' node CPUs %v, gangs of %v one-CPU members", f.Nodes, f.Gangs)
 }
 
-// TestGangsAgainstKubeScheduler is the differential test of gangs: a
+// TestGangsAgainstKubeScheduler is the differential test of gangs, in both
+// modes (anyClusters here, then oneCluster: runGangMode): a
 // seed's gangs of one-CPU pods, more than the fleet holds, are placed by
 // Flotilla over three targets (each inviting the source, which reaches it
 // with the invited identity only) in anyClusters mode, and by
@@ -108,6 +110,9 @@ func runGangSeed(t *testing.T, seed uint64) {
 		for j, cpu := range nodes {
 			n := sandbox.NodeSpec{Name: fmt.Sprintf("t%d-n%d", i+1, j), CPU: fmt.Sprint(cpu)}
 			spec.Nodes = append(spec.Nodes, n)
+			// In the oracle, each node says which target's it is: a
+			// oneCluster gang's members keep to one target's nodes there.
+			n.Labels = map[string]string{oracleTargetLabel: spec.Name}
 			oracle.Nodes = append(oracle.Nodes, n)
 		}
 		clusters = append(clusters, spec)
@@ -137,19 +142,44 @@ func runGangSeed(t *testing.T, seed uint64) {
 			t.Fatal(err)
 		}
 	}
+	// anyClusters first, then the same gangs again, oneCluster, once the
+	// first have gone from both sides.
+	for _, mode := range []string{protocol.GangAnyClusters, protocol.GangOneCluster} {
+		t.Run(mode, func(t *testing.T) { runGangMode(t, sb, f, mode) })
+		if t.Failed() {
+			return
+		}
+	}
+}
+
+// oracleTargetLabel names, on an oracle node, the target whose node it
+// stands for.
+const oracleTargetLabel = "example.com/target"
+
+// runGangMode places the fleet's gangs in mode, named <mode's initial><i>,
+// through Flotilla and in the oracle, compares, and deletes them.
+func runGangMode(t *testing.T, sb *sandbox.Sandbox, f gangFleet, mode string) {
+	ctx := t.Context()
+	src, oc := sb.Cluster(SourceCluster), sb.Cluster(OracleCluster).Client()
+	prefix := "a"
+	if mode == protocol.GangOneCluster {
+		prefix = "o"
+	}
 	size := map[string]int{}
 	for i, n := range f.Gangs {
-		size[fmt.Sprintf("g%d", i)] = n
+		size[fmt.Sprintf("%s%d", prefix, i)] = n
 	}
 	watch, err := chaos.WatchGangs(ctx, src.Client(), Namespace, size)
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	// The same gangs on both sides, in the same order.
-	oc := sb.Cluster(OracleCluster).Client()
+	// The same gangs on both sides, in the same order. In the oracle, a
+	// oneCluster gang's members ask to be on the nodes of one target as
+	// one another (a required pod affinity on the target label, which the
+	// first member meets alone), as Flotilla keeps them to one target.
 	for i, n := range f.Gangs {
-		name := fmt.Sprintf("g%d", i)
+		name := fmt.Sprintf("%s%d", prefix, i)
 		w := &schedulingv1alpha1.Workload{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: schedulingv1alpha1.WorkloadSpec{PodGroups: []schedulingv1alpha1.PodGroup{{
 			Name: "members", Policy: schedulingv1alpha1.PodGroupPolicy{Gang: &schedulingv1alpha1.GangSchedulingPolicy{MinCount: int32(n)}},
 		}}}}
@@ -158,17 +188,22 @@ func runGangSeed(t *testing.T, seed uint64) {
 		}
 	}
 	for i, n := range f.Gangs {
-		name := fmt.Sprintf("g%d", i)
+		name := fmt.Sprintf("%s%d", prefix, i)
 		for j := range n {
 			p := gangMember(name, j)
 			p.Spec.WorkloadRef = &corev1.WorkloadReference{Name: name, PodGroup: "members"}
+			if mode == protocol.GangOneCluster {
+				p.Spec.Affinity = &corev1.Affinity{PodAffinity: &corev1.PodAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+					LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}}, TopologyKey: oracleTargetLabel,
+				}}}}
+			}
 			if _, err := oc.CoreV1().Pods(Namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
 			p = gangMember(name, j)
 			p.Labels[protocol.ElectLabel] = "true"
 			p.Labels[protocol.PodGroupLabel] = name
-			p.Annotations = map[string]string{protocol.GangMinMemberAnnotation: fmt.Sprint(n), protocol.GangModeAnnotation: protocol.GangAnyClusters}
+			p.Annotations = map[string]string{protocol.GangMinMemberAnnotation: fmt.Sprint(n), protocol.GangModeAnnotation: mode}
 			if _, err := src.Client().CoreV1().Pods(Namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
@@ -192,9 +227,14 @@ func runGangSeed(t *testing.T, seed uint64) {
 	if err != nil {
 		t.Fatalf("the oracle never settled: %v (started %v)", err, want)
 	}
-	t.Logf("kube-scheduler started %d of %d gangs: %v", len(want), len(f.Gangs), want)
+	t.Logf("kube-scheduler started %d of %d gangs (%s): %v", len(want), len(f.Gangs), mode, want)
 	if len(want) == 0 {
 		t.Fatal("the oracle started no gang: the seed tests nothing")
+	}
+	if mode == protocol.GangOneCluster {
+		if split := splitGangs(ctx, t, oc, want, func(p *corev1.Pod) string { return targetOfOracleNode(ctx, t, oc, p.Spec.NodeName) }); split != "" {
+			t.Fatalf("the oracle split a oneCluster gang over targets: %s", split)
+		}
 	}
 
 	var got []string
@@ -216,6 +256,70 @@ func runGangSeed(t *testing.T, seed uint64) {
 	if b := watch.Breach(); b != "" {
 		t.Fatalf("partial gang: %s", b)
 	}
+	if mode == protocol.GangOneCluster {
+		// A source pod's node is its target's virtual node.
+		if split := splitGangs(ctx, t, src.Client(), got, func(p *corev1.Pod) string { return p.Spec.NodeName }); split != "" {
+			t.Fatalf("Flotilla split a oneCluster gang over targets: %s", split)
+		}
+	}
+
+	// Both sides let go of the gangs before the next mode.
+	for _, c := range []kubernetes.Interface{src.Client(), oc} {
+		if err := c.CoreV1().Pods(Namespace).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}, metav1.ListOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := oc.SchedulingV1alpha1().Workloads(Namespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(context.Context) (bool, error) {
+		for _, c := range sb.Clusters {
+			l, err := c.Client().CoreV1().Pods(Namespace).List(ctx, metav1.ListOptions{})
+			if err != nil || len(l.Items) > 0 {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("the gangs of %s never left every cluster: %v", mode, err)
+	}
+}
+
+// splitGangs names a started gang whose members place says are in more
+// than one target, "" when none is.
+func splitGangs(ctx context.Context, t *testing.T, c kubernetes.Interface, gangs []string, place func(*corev1.Pod) string) string {
+	l, err := c.CoreV1().Pods(Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	where := map[string]map[string]bool{}
+	for i := range l.Items {
+		p := &l.Items[i]
+		g := p.Labels["app"]
+		if !slices.Contains(gangs, g) || p.Spec.NodeName == "" || p.Labels[protocol.CandidateLabel] != "" {
+			continue
+		}
+		if where[g] == nil {
+			where[g] = map[string]bool{}
+		}
+		where[g][place(p)] = true
+	}
+	for _, g := range gangs {
+		if len(where[g]) > 1 {
+			return fmt.Sprintf("%s in %v", g, slices.Sorted(maps.Keys(where[g])))
+		}
+	}
+	return ""
+}
+
+// targetOfOracleNode is the target whose node an oracle node stands for.
+func targetOfOracleNode(ctx context.Context, t *testing.T, oc kubernetes.Interface, node string) string {
+	n, err := oc.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n.Labels[oracleTargetLabel]
 }
 
 // gangMember is member j of gang name, one CPU.
