@@ -23,8 +23,9 @@ import (
 )
 
 // TestGangFaults: faults while a gang waits and after it was placed, over
-// two targets of four CPUs where a pod of another owner takes one CPU of
-// each, so that a oneCluster gang of four waits. Throughout, a watch with
+// two targets of four CPUs that invite the source (which reaches them with
+// the invited identity alone) and where a pod of another owner takes one
+// CPU of each, so that a oneCluster gang of four waits. Throughout, a watch with
 // no code of the agent's checks that no member binds unless its whole
 // gang stands elected (gangWatch).
 //   - A member deleted while its gang waits: nothing of it is left in the
@@ -46,10 +47,25 @@ func TestGangFaults(t *testing.T) {
 	for _, c := range []*sandbox.Cluster{c2, c3} {
 		fill(t, c, "1")
 	}
-	agent, err := sandbox.StartAgent(ctx, src, []*sandbox.Cluster{c2, c3},
+	// Each target invites the source, which reaches it with the invited
+	// identity alone, and publishes its room.
+	for _, c := range []*sandbox.Cluster{c2, c3} {
+		if _, err := sandbox.StartAgent(ctx, c, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	agent, err := sandbox.StartAgent(ctx, src, nil,
 		fmt.Sprintf("agent.notReadyTolerationSeconds=%d", int(failoverToleration.Seconds())))
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, c := range []*sandbox.Cluster{c2, c3} {
+		if err := src.Invite(ctx, c, placementNS); err != nil {
+			t.Fatal(err)
+		}
+		if err := src.WaitTargetReady(ctx, c.Name, time.Minute); err != nil {
+			t.Fatal(err)
+		}
 	}
 	pods := src.Client().CoreV1().Pods(placementNS)
 	g := watchGangs(t, src, placementNS, map[string]int{"del": 4, "kill": 4, "train": 4})
