@@ -46,7 +46,7 @@ func TestNodePodsLister(t *testing.T) {
 		cache.DeletedFinalStateUnknown{Obj: &corev1.Pod{Spec: corev1.PodSpec{NodeName: "flotilla-a"}}}: true,
 		"not a pod": false,
 	} {
-		if got := onNode(obj, "flotilla-a"); got != want {
+		if got := onNode(obj, "flotilla-a", nil); got != want {
 			t.Errorf("onNode(%v) = %v, want %v", obj, got, want)
 		}
 	}
