@@ -67,7 +67,7 @@ func TestVirtualNodeNamesDoNotCollide(t *testing.T) {
 		t.Fatal(err)
 	}
 	createClusterTarget(t, cl, "a-b", "flotilla-target-remote")
-	selfTarget := func(name string) *v1alpha1.Target {
+	selfTarget := func(t *testing.T, name string) *v1alpha1.Target {
 		tg := &v1alpha1.Target{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: name}}
 		tg.Spec.Self = true
 		if err := cl.Create(ctx, tg); err != nil {
@@ -75,9 +75,9 @@ func TestVirtualNodeNamesDoNotCollide(t *testing.T) {
 		}
 		return tg
 	}
-	selfTarget("b")
+	selfTarget(t, "b")
 
-	readyAt := func(key client.ObjectKey, node string) {
+	readyAt := func(t *testing.T, key client.ObjectKey, node string) {
 		t.Helper()
 		if err := src.WaitTarget(ctx, key, 60*time.Second, func(st *v1alpha1.TargetStatus) bool {
 			return meta.IsStatusConditionTrue(st.Conditions, v1alpha1.TargetReady) && st.VirtualNode == node
@@ -90,8 +90,8 @@ func TestVirtualNodeNamesDoNotCollide(t *testing.T) {
 		})
 	}
 	t.Run("a ClusterTarget and a Target that shared a node name each run their own node and pods", func(t *testing.T) {
-		readyAt(client.ObjectKey{Name: "a-b"}, "flotilla-a-b")
-		readyAt(client.ObjectKey{Namespace: "a", Name: "b"}, "flotilla.a.b")
+		readyAt(t, client.ObjectKey{Name: "a-b"}, "flotilla-a-b")
+		readyAt(t, client.ObjectKey{Namespace: "a", Name: "b"}, "flotilla.a.b")
 		// Nobody but the agent puts a pod on a virtual node, of either form.
 		intruder := optedInPod("intruder", "1")
 		delete(intruder.Labels, protocol.ElectLabel)
@@ -123,7 +123,7 @@ func TestVirtualNodeNamesDoNotCollide(t *testing.T) {
 		}
 	})
 
-	refused := func(name, word string) {
+	refused := func(t *testing.T, name, word string) {
 		t.Helper()
 		if err := src.WaitTarget(ctx, client.ObjectKey{Name: name}, 60*time.Second, func(st *v1alpha1.TargetStatus) bool {
 			c := meta.FindStatusCondition(st.Conditions, v1alpha1.TargetReady)
@@ -136,8 +136,8 @@ func TestVirtualNodeNamesDoNotCollide(t *testing.T) {
 	t.Run("a node another target owns, or a real node, is refused and left as it is", func(t *testing.T) {
 		createClusterTarget(t, cl, "a-c", "flotilla-target-remote")
 		createClusterTarget(t, cl, "real", "flotilla-target-remote")
-		refused("a-c", "belongs to Target/a/c")
-		refused("real", "is no Flotilla virtual node")
+		refused(t, "a-c", "belongs to Target/a/c")
+		refused(t, "real", "is no Flotilla virtual node")
 		for _, name := range []string{oldNode.Name, "flotilla-real"} {
 			n, err := kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 			if err != nil {
@@ -153,9 +153,9 @@ func TestVirtualNodeNamesDoNotCollide(t *testing.T) {
 	})
 
 	t.Run("the Target deletes its old node once no pod is on it, and the ClusterTarget then takes the name", func(t *testing.T) {
-		selfTarget("c")
-		readyAt(client.ObjectKey{Namespace: "a", Name: "c"}, "flotilla.a.c")
-		readyAt(client.ObjectKey{Name: "a-c"}, "flotilla-a-c")
+		selfTarget(t, "c")
+		readyAt(t, client.ObjectKey{Namespace: "a", Name: "c"}, "flotilla.a.c")
+		readyAt(t, client.ObjectKey{Name: "a-c"}, "flotilla-a-c")
 		n, err := kube.CoreV1().Nodes().Get(ctx, "flotilla-a-c", metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -211,8 +211,8 @@ func TestVirtualNodeNamesDoNotCollide(t *testing.T) {
 			t.Fatal(err)
 		}
 
-		selfTarget("d")
-		readyAt(client.ObjectKey{Namespace: "a", Name: "d"}, "flotilla.a.d")
+		selfTarget(t, "d")
+		readyAt(t, client.ObjectKey{Namespace: "a", Name: "d"}, "flotilla.a.d")
 		waitNode(t, kube, legacy, 30*time.Second, "Ready, unschedulable, owned by Target a/d", func(n *corev1.Node) bool {
 			return nodeReady(n) && n.Spec.Unschedulable && n.Annotations[protocol.VirtualNodeOwnerAnnotation] == "Target/a/d"
 		})
