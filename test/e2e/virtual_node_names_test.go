@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/flotilla-dev/flotilla/api/v1alpha1"
@@ -28,7 +30,9 @@ import (
 // node, until Target c comes back and deletes the node; a real node named
 // as a ClusterTarget's node is never taken. A pod that the agent before
 // one-to-one names bound to Target d's node of the old form keeps being
-// served there (status, logs, deletion) and the node goes with it.
+// served there (status, logs, deletion) and the node goes with it; one
+// bound to an old node that a ClusterTarget of its name kept is served by
+// the Target beside the ClusterTarget's own node controller.
 func TestVirtualNodeNamesDoNotCollide(t *testing.T) {
 	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
 		{Name: "src", Nodes: []sandbox.NodeSpec{{Name: "home-node", CPU: "8"}, {Name: "flotilla-real", CPU: "1"}}},
@@ -175,41 +179,7 @@ func TestVirtualNodeNamesDoNotCollide(t *testing.T) {
 		if _, err := kube.CoreV1().Nodes().Create(ctx, old, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		spec := optedInPod("legacy", "1").Spec
-		fields, err := sourcespec.FieldsOf(&spec).Encode()
-		if err != nil {
-			t.Fatal(err)
-		}
-		source := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "legacy", Annotations: map[string]string{
-				protocol.OriginalFieldsAnnotation: fields,
-				protocol.ElectionAnnotation:       protocol.Election{Generation: 1, Target: "a/d", Nonce: "before-the-upgrade"}.Encode(),
-			}},
-			Spec: *spec.DeepCopy(),
-		}
-		source.Spec.SchedulerName, source.Spec.NodeName = protocol.SourceSchedulerName, legacy
-		source.Spec.Tolerations = []corev1.Toleration{{Key: protocol.VirtualNodeTaintKey, Operator: corev1.TolerationOpExists}}
-		// Only the agent's identity may write these (the chart's pod policy).
-		agentKube := asAgent(t, src)
-		source, err = agentKube.CoreV1().Pods("a").Create(ctx, source, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		delegate := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{
-				Namespace: "a", Name: protocol.CandidateName("src", "a/d", "a", source.Name, string(source.UID)),
-				Labels: map[string]string{
-					protocol.CandidateLabel: "true", protocol.SourceClusterLabel: "src",
-					protocol.TargetLabel: protocol.TargetLabelValue("a/d"), protocol.SourceUIDLabel: string(source.UID),
-				},
-				Annotations: map[string]string{protocol.SourceNamespaceAnnotation: "a", protocol.SourceNameAnnotation: source.Name},
-			},
-			Spec: *spec.DeepCopy(),
-		}
-		delegate.Spec.NodeName = "home-node"
-		if _, err := agentKube.CoreV1().Pods("a").Create(ctx, delegate, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		source, delegate := leftOnOldNode(t, src, "legacy", "a/d", legacy)
 
 		selfTarget(t, "d")
 		readyAt(t, client.ObjectKey{Namespace: "a", Name: "d"}, "flotilla.a.d")
@@ -234,22 +204,103 @@ func TestVirtualNodeNamesDoNotCollide(t *testing.T) {
 			return p.Spec.NodeName != "" && p.Spec.NodeName != legacy
 		})
 
-		if err := kube.CoreV1().Pods("a").Delete(ctx, source.Name, metav1.DeleteOptions{}); err != nil {
+		deleteSourcePod(t, kube, source, delegate)
+		waitFor(t, 60*time.Second, "the old node gone", func() (bool, string) {
+			_, err := kube.CoreV1().Nodes().Get(ctx, legacy, metav1.GetOptions{})
+			return apierrors.IsNotFound(err), fmt.Sprint(err)
+		})
+	})
+
+	t.Run("a Target's pod on an old node that a ClusterTarget of its name kept is served by the Target, and the node stays the ClusterTarget's", func(t *testing.T) {
+		// Before one-to-one names, ClusterTarget a-e and Target e of
+		// namespace a both ran flotilla-a-e, and the ClusterTarget wrote
+		// it last.
+		shared := oldNode.DeepCopy()
+		shared.Name, shared.Labels[vnode.TargetLabel] = "flotilla-a-e", "a-e"
+		delete(shared.Labels, protocol.TargetNamespaceLabel)
+		if _, err := kube.CoreV1().Nodes().Create(ctx, shared, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 60*time.Second, "the pod, its delegate and the old node gone", func() (bool, string) {
-			var left []string
-			if _, err := kube.CoreV1().Pods("a").Get(ctx, source.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-				left = append(left, "the source pod")
-			}
-			if _, err := kube.CoreV1().Pods("a").Get(ctx, delegate.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-				left = append(left, "the delegate")
-			}
-			if _, err := kube.CoreV1().Nodes().Get(ctx, legacy, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-				left = append(left, "the node")
-			}
-			return len(left) == 0, strings.Join(left, ", ")
+		createClusterTarget(t, cl, "a-e", "flotilla-target-remote")
+		readyAt(t, client.ObjectKey{Name: "a-e"}, "flotilla-a-e")
+		source, delegate := leftOnOldNode(t, src, "shared", "a/e", shared.Name)
+		selfTarget(t, "e")
+		readyAt(t, client.ObjectKey{Namespace: "a", Name: "e"}, "flotilla.a.e")
+		waitPod(t, kube, "a", source.Name, "Running, mirrored by the Target", func(p *corev1.Pod) bool {
+			return p.Spec.NodeName == shared.Name && p.Status.Phase == corev1.PodRunning
 		})
+		logs, err := kube.CoreV1().Pods("a").GetLogs(source.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+		if err != nil || string(logs) != sandbox.PodLogLines {
+			t.Fatalf("logs of the Target's pod on the ClusterTarget's node: %q, %v", logs, err)
+		}
+		deleteSourcePod(t, kube, source, delegate)
+		n, err := kube.CoreV1().Nodes().Get(ctx, shared.Name, metav1.GetOptions{})
+		if err != nil || n.Annotations[protocol.VirtualNodeOwnerAnnotation] != "ClusterTarget/a-e" || n.Spec.Unschedulable || !nodeReady(n) {
+			t.Fatalf("the ClusterTarget's node after the Target's pod went: %v, annotations %v, unschedulable %v", err, n.Annotations, n.Spec.Unschedulable)
+		}
+	})
+}
+
+// leftOnOldNode makes what the agent before one-to-one names left of a
+// pod placed by self Target target (namespace a): a source pod elected
+// there and bound to node, and its delegate running on home-node. Only the
+// agent's identity may write these (the chart's pod policy).
+func leftOnOldNode(t *testing.T, src *sandbox.Cluster, name, target, node string) (source, delegate *corev1.Pod) {
+	t.Helper()
+	ctx := t.Context()
+	spec := optedInPod(name, "1").Spec
+	fields, err := sourcespec.FieldsOf(&spec).Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	source = &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: name, Annotations: map[string]string{
+			protocol.OriginalFieldsAnnotation: fields,
+			protocol.ElectionAnnotation:       protocol.Election{Generation: 1, Target: target, Nonce: "before-the-upgrade"}.Encode(),
+		}},
+		Spec: *spec.DeepCopy(),
+	}
+	source.Spec.SchedulerName, source.Spec.NodeName = protocol.SourceSchedulerName, node
+	source.Spec.Tolerations = []corev1.Toleration{{Key: protocol.VirtualNodeTaintKey, Operator: corev1.TolerationOpExists}}
+	agentKube := asAgent(t, src)
+	if source, err = agentKube.CoreV1().Pods("a").Create(ctx, source, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	delegate = &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: "a", Name: protocol.CandidateName(src.Name, target, "a", source.Name, string(source.UID)),
+			Labels: map[string]string{
+				protocol.CandidateLabel: "true", protocol.SourceClusterLabel: src.Name,
+				protocol.TargetLabel: protocol.TargetLabelValue(target), protocol.SourceUIDLabel: string(source.UID),
+			},
+			Annotations: map[string]string{protocol.SourceNamespaceAnnotation: "a", protocol.SourceNameAnnotation: source.Name},
+		},
+		Spec: *spec.DeepCopy(),
+	}
+	delegate.Spec.NodeName = "home-node"
+	if delegate, err = agentKube.CoreV1().Pods("a").Create(ctx, delegate, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return source, delegate
+}
+
+// deleteSourcePod deletes a source pod and waits until it and its
+// delegate are gone.
+func deleteSourcePod(t *testing.T, kube kubernetes.Interface, source, delegate *corev1.Pod) {
+	t.Helper()
+	ctx := t.Context()
+	if err := kube.CoreV1().Pods("a").Delete(ctx, source.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 60*time.Second, "the pod and its delegate gone", func() (bool, string) {
+		var left []string
+		if _, err := kube.CoreV1().Pods("a").Get(ctx, source.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			left = append(left, "the source pod")
+		}
+		if _, err := kube.CoreV1().Pods("a").Get(ctx, delegate.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			left = append(left, "the delegate")
+		}
+		return len(left) == 0, strings.Join(left, ", ")
 	})
 }
 
