@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -135,6 +136,9 @@ type running struct {
 	// retiring runs the target's node of the old namespaced form while
 	// pods are bound to it; nil when none runs.
 	retiring *retiring
+	// retired: that node is gone (or another's) and no pod is bound to
+	// it, so it is not looked for again.
+	retired atomic.Bool
 }
 
 // observeHealth turns the probes' outcomes into the virtual node's Ready:

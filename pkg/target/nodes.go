@@ -92,8 +92,17 @@ func (c *Controller) retire(ctx context.Context, r *running) error {
 	me := protocol.OwnerOfTargetName(t.Name)
 	if c.podsOf(t.Name, "", legacy) == 0 {
 		r.stopRetiring()
-		return deleteOwnNode(ctx, c.Kube, legacy, me)
+		if r.retired.Load() {
+			// No pod is bound to an old-form node any more.
+			return nil
+		}
+		if err := deleteOwnNode(ctx, c.Kube, legacy, me); err != nil {
+			return err
+		}
+		r.retired.Store(true)
+		return nil
 	}
+	r.retired.Store(false)
 	node, err := c.Kube.CoreV1().Nodes().Get(ctx, legacy, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		// Deleted: the pod garbage collector removes its pods.
