@@ -57,6 +57,10 @@ const (
 	// scheduler (the chart's scheduler.enabled=false), so nothing here
 	// would schedule the candidates of an invitation or a self target.
 	ReasonSchedulerDisabled = "SchedulerDisabled"
+	// ReasonVirtualNodeTaken: the target's virtual node belongs to another
+	// target (the Ready condition's message names it), or is a node that
+	// is no virtual node: nothing runs for this target while it is so.
+	ReasonVirtualNodeTaken = "VirtualNodeTaken"
 	// ReasonSameClusterAndNamespace: the Overlapping condition is true; its
 	// message names the other targets and the namespaces.
 	ReasonSameClusterAndNamespace = "SameClusterAndNamespace"

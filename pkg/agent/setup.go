@@ -219,8 +219,8 @@ func setupPlacement(mgr manager.Manager, cfg *rest.Config, kube kubernetes.Inter
 	}
 	if err := (&policy.StatusController{
 		Client: mgr.GetClient(),
-		TargetOf: func(node string) (string, bool) {
-			t, ok := targets.ByVirtualNode(node)
+		TargetOf: func(pod *corev1.Pod) (string, bool) {
+			t, ok := targets.OfPod(pod)
 			if !ok {
 				return "", false
 			}

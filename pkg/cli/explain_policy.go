@@ -249,11 +249,11 @@ func siblingDomains(pod *corev1.Pod, siblings []corev1.Pod, views []policyView, 
 		if k, ok := workload.Of(s); !ok || k != key {
 			continue
 		}
+		// The election names the target, bound or not: a node of the
+		// old namespaced form could be two targets' names.
 		name := byNode[s.Spec.NodeName]
-		if s.Spec.NodeName == "" {
-			if e, err := protocol.ParseElection(s.Annotations[protocol.ElectionAnnotation]); err == nil && e.Elected() {
-				name = e.Target
-			}
+		if e, err := protocol.ParseElection(s.Annotations[protocol.ElectionAnnotation]); err == nil && e.Elected() {
+			name = e.Target
 		}
 		cl, ok := clusters[name]
 		if !ok {

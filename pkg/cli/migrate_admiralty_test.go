@@ -90,7 +90,7 @@ func TestConvertAdmiralty(t *testing.T) {
 			name:    "self namespaced target",
 			objects: []string{"kind: Target\nmetadata: {name: c1, namespace: shop}\nspec: {self: true}"},
 			want:    []string{"Target shop/c1"},
-			result:  "virtual node flotilla-shop-c1",
+			result:  "virtual node flotilla.shop.c1",
 		},
 		{
 			name:     "cluster target with a kubeconfig Flotilla accepts, default key",

@@ -18,7 +18,7 @@ type delegates struct {
 		GetByKey(key string) (any, bool, error)
 	}
 	targets interface {
-		ByVirtualNode(node string) (*target.Target, bool)
+		OfPod(pod *corev1.Pod) (*target.Target, bool)
 	}
 	sourceCluster string
 }
@@ -64,7 +64,7 @@ func (d *delegates) nodeOf(namespace, name string) string {
 	if err != nil || pod.Spec.NodeName == "" {
 		return ""
 	}
-	if _, ok := d.targets.ByVirtualNode(pod.Spec.NodeName); !ok {
+	if _, ok := d.targets.OfPod(pod); !ok {
 		return ""
 	}
 	return pod.Spec.NodeName
@@ -81,9 +81,9 @@ func (d *delegates) resolve(namespace, name string) (delegate, error) {
 	if pod.Spec.NodeName == "" {
 		return delegate{}, notFound("pod %s/%s is not bound to a virtual node yet", namespace, name)
 	}
-	t, ok := d.targets.ByVirtualNode(pod.Spec.NodeName)
+	t, ok := d.targets.OfPod(pod)
 	if !ok {
-		return delegate{}, notFound("pod %s/%s is bound to node %s, which is no virtual node of a running target of this agent", namespace, name, pod.Spec.NodeName)
+		return delegate{}, notFound("pod %s/%s is bound to node %s, and no running target of this agent runs it there", namespace, name, pod.Spec.NodeName)
 	}
 	del := delegate{
 		target:    t,

@@ -40,8 +40,8 @@ func TestResolve(t *testing.T) {
 		{name: "unknown pod", pod: "nope", wantMsg: "not a Flotilla source pod"},
 		{name: "not a pod in the cache", pod: "odd", wantMsg: "not a Flotilla source pod"},
 		{name: "not bound", pod: "pending", wantMsg: "not bound to a virtual node"},
-		{name: "bound to a real node", pod: "on-real-node", wantMsg: "node node-1, which is no virtual node"},
-		{name: "bound to a target that is gone", pod: "on-gone-target", wantMsg: "node flotilla-gone, which is no virtual node"},
+		{name: "bound to a real node", pod: "on-real-node", wantMsg: "node node-1, and no running target of this agent runs it there"},
+		{name: "bound to a target that is gone", pod: "on-gone-target", wantMsg: "node flotilla-gone, and no running target of this agent runs it there"},
 		{name: "target not listed yet", pod: "web", unavailable: true, wantMsg: "target t1: its pods are not listed yet"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

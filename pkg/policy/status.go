@@ -31,9 +31,10 @@ const LocalTarget = "(local)"
 // status write each.
 type StatusController struct {
 	Client client.Client
-	// TargetOf names the target whose virtual node a node is; false for a
+	// TargetOf names the target a pod bound to a node runs in (its
+	// election's, on that target's virtual node); false for a pod on a
 	// node of this cluster.
-	TargetOf func(node string) (string, bool)
+	TargetOf func(pod *corev1.Pod) (string, bool)
 	// TopologyKeys returns the label keys the targets offer a value for
 	// (their labels, their virtual nodes' and their nodes' topology); nil
 	// skips the check that a spread constraint's key is known.
@@ -128,7 +129,7 @@ func (s *StatusController) count(p *v1alpha1.PlacementPolicy, policies []v1alpha
 		}
 		name := LocalTarget
 		if s.TargetOf != nil {
-			if t, ok := s.TargetOf(pod.Spec.NodeName); ok {
+			if t, ok := s.TargetOf(pod); ok {
 				name = t
 			}
 		}

@@ -313,18 +313,3 @@ func CandidateName(sourceCluster, target, namespace, name, uid string) string {
 	}
 	return name + "-" + suffix
 }
-
-// VirtualNodeName is the name of the virtual node that stands for a target in
-// the source cluster: flotilla-<target>, or for a namespaced target
-// flotilla-<namespace>-<target>; names longer than a DNS label are hashed.
-func VirtualNodeName(namespace, target string) string {
-	name := "flotilla-" + target
-	if namespace != "" {
-		name = "flotilla-" + namespace + "-" + target
-	}
-	if len(name) <= 63 {
-		return name
-	}
-	sum := sha256.Sum256([]byte(name))
-	return name[:52] + "-" + hex.EncodeToString(sum[:])[:10]
-}

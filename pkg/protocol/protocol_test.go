@@ -81,16 +81,3 @@ func TestTargetLabelValue(t *testing.T) {
 		t.Errorf("TargetLabel %q must be a key of its own under %s", TargetLabel, Prefix)
 	}
 }
-
-func TestVirtualNodeName(t *testing.T) {
-	if got := VirtualNodeName("", "c2"); got != "flotilla-c2" {
-		t.Errorf("got %s", got)
-	}
-	if got := VirtualNodeName("team", "c2"); got != "flotilla-team-c2" {
-		t.Errorf("got %s", got)
-	}
-	long := VirtualNodeName(strings.Repeat("n", 60), "t")
-	if len(long) > 63 || long == VirtualNodeName(strings.Repeat("n", 61), "t") {
-		t.Errorf("long names must be hashed to distinct DNS labels, got %s", long)
-	}
-}

@@ -304,7 +304,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		// Bound: keep the delegate in the elected target, remove the rest
 		// (including candidates of an earlier pod with the same name).
 		elected := ""
-		if t, ok := c.Targets.ByVirtualNode(pod.Spec.NodeName); ok {
+		if t, ok := c.Targets.OfPod(pod); ok {
 			elected = t.Name
 		}
 		return c.cleanUp(ctx, pod, delegate(pod.UID, elected), targets)

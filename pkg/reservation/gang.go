@@ -169,7 +169,7 @@ func (c *Controller) chooseForGang(r *round, prospects func(*target.Target) cand
 			if m.Spec.NodeName == "" {
 				continue
 			}
-			if t, ok := c.Targets.ByVirtualNode(m.Spec.NodeName); ok {
+			if t, ok := c.Targets.OfPod(m); ok {
 				pinned = t.Name
 				break
 			}
@@ -430,7 +430,7 @@ func (c *Controller) observeMember(pod *corev1.Pod, targets []*target.Target) ga
 	e, _ := protocol.ParseElection(raw)
 	boundTo := ""
 	if pod.Spec.NodeName != "" {
-		if t, ok := c.Targets.ByVirtualNode(pod.Spec.NodeName); ok {
+		if t, ok := c.Targets.OfPod(pod); ok {
 			boundTo = t.Name
 		}
 	}

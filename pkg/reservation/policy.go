@@ -443,7 +443,7 @@ func (c *Controller) placedIn(s *corev1.Pod) (*target.Target, map[string]string)
 		domain = nil
 	}
 	if s.Spec.NodeName != "" {
-		t, _ := c.Targets.ByVirtualNode(s.Spec.NodeName)
+		t, _ := c.Targets.OfPod(s)
 		return t, domain
 	}
 	e, err := protocol.ParseElection(raw)

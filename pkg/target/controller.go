@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -42,7 +43,7 @@ import (
 const Finalizer = protocol.Prefix + "drain"
 
 // TargetNamespaceLabel is on the virtual node of a namespaced Target.
-const TargetNamespaceLabel = protocol.Prefix + "target-namespace"
+const TargetNamespaceLabel = protocol.TargetNamespaceLabel
 
 // Defaults of Controller.
 const (
@@ -126,6 +127,7 @@ type running struct {
 	// place is where its pods run (placeOf): a change of it drains the
 	// old place before the new one takes pods.
 	place  string
+	ctx    context.Context
 	cancel context.CancelFunc
 	done   chan struct{}
 	// status is what its virtual node says of the target.
@@ -134,6 +136,12 @@ type running struct {
 	mu sync.Mutex
 	// answered is when the target last answered a probe (or started).
 	answered time.Time
+	// retiring runs the target's node of the old namespaced form while
+	// pods are bound to it; nil when none runs.
+	retiring *retiring
+	// retired: that node is gone (or another's) and no pod is bound to
+	// it, so it is not looked for again.
+	retired atomic.Bool
 }
 
 // observeHealth turns the probes' outcomes into the virtual node's Ready:
@@ -141,13 +149,21 @@ type running struct {
 func (r *running) observeHealth(h Health, now time.Time, notReadyAfter time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	statuses := []*vnode.Status{r.status}
+	if r.retiring != nil {
+		statuses = append(statuses, r.retiring.status)
+	}
 	if h.Reachable && h.Authorized {
 		r.answered = now
-		r.status.SetReady(true, "", "")
+		for _, s := range statuses {
+			s.SetReady(true, "", "")
+		}
 		return
 	}
 	if now.Sub(r.answered) >= notReadyAfter {
-		r.status.SetReady(false, h.Reason, h.Message)
+		for _, s := range statuses {
+			s.SetReady(false, h.Reason, h.Message)
+		}
 	}
 }
 
@@ -366,6 +382,20 @@ func (c *Controller) connect(ctx context.Context, v view) (reconcile.Result, err
 		setCondition(v, v1alpha1.TargetReady, metav1.ConditionFalse, v1alpha1.ReasonInvalidSpec, err.Error())
 		return c.report(ctx, v, before, 0)
 	}
+	if err := c.claim(ctx, v); err != nil {
+		taken, ok := vnode.IsTaken(err)
+		if !ok {
+			// The source's API server did not answer: the node is
+			// claimed again when the virtual node (re)starts.
+			return reconcile.Result{}, fmt.Errorf("claiming the virtual node of target %s: %w", v.name, err)
+		}
+		// Another target owns the node (or it is no virtual node):
+		// nothing runs for this one, and the owner is not disturbed.
+		c.stop(v.name)
+		v.status.VirtualNode = ""
+		setCondition(v, v1alpha1.TargetReady, metav1.ConditionFalse, v1alpha1.ReasonVirtualNodeTaken, takenMessage(taken))
+		return c.report(ctx, v, before, notReadyResync)
+	}
 	cfg, hash, reason, err := c.resolve(ctx, &v)
 	r := c.get(v.name)
 	if err != nil {
@@ -409,6 +439,9 @@ func (c *Controller) connect(ctx context.Context, v view) (reconcile.Result, err
 	}
 	setCondition(v, v1alpha1.TargetCredentialsValid, metav1.ConditionTrue, v1alpha1.ReasonConnected, read)
 	v.status.VirtualNode = r.t.NodeName
+	if err := c.retire(ctx, r); err != nil {
+		klog.FromContext(ctx).Error(err, "Serving the pods of the target's node of the old form", "target", v.name, "node", r.t.LegacyNodeName)
+	}
 	c.reportOverlaps(v, r.t)
 	c.renew(ctx, v, r.t)
 
@@ -559,7 +592,7 @@ func (c *Controller) get(name string) *running {
 // handlers), its informer starts, and its virtual node runs until stopped.
 func (c *Controller) start(t *Target, hash, place string) *running {
 	ctx, cancel := context.WithCancel(c.base)
-	r := &running{t: t, hash: hash, place: place, cancel: cancel, done: make(chan struct{}), status: vnode.NewStatus(), answered: time.Now()}
+	r := &running{t: t, hash: hash, place: place, ctx: ctx, cancel: cancel, done: make(chan struct{}), status: vnode.NewStatus(), answered: time.Now()}
 	c.mu.Lock()
 	c.running[t.Name] = r
 	c.mu.Unlock()
@@ -576,7 +609,7 @@ func (c *Controller) start(t *Target, hash, place string) *running {
 			})
 		})
 	}
-	wg.Go(func() { c.runVirtualNode(ctx, t, r.status) })
+	wg.Go(func() { runNode(ctx, c.nodeConfig(t, r.status)) })
 	go func() {
 		defer close(r.done)
 		wg.Wait()
@@ -585,46 +618,29 @@ func (c *Controller) start(t *Target, hash, place string) *running {
 	return r
 }
 
-// runVirtualNode runs the target's virtual node until ctx ends, starting it
-// again with backoff when it fails.
-func (c *Controller) runVirtualNode(ctx context.Context, t *Target, status *vnode.Status) {
-	labels := maps.Clone(t.Labels)
-	if labels == nil {
-		labels = map[string]string{}
-	}
-	if t.Namespace != "" {
-		labels[TargetNamespaceLabel] = t.Namespace
-	}
-	backoff := time.Second
-	for {
-		err := vnode.Run(ctx, vnode.Config{
-			NodeName:  t.NodeName,
-			Target:    nameOnly(t.Name),
-			Namespace: t.Namespace,
-			PodCIDRs:  t.PodCIDRs,
-			Labels:    labels,
-			Client:    c.Kube,
-			Delegates: Delegates{Target: t, SourceCluster: c.SourceCluster},
-			// Losses hold the target back (HeldBack), as its status
-			// says from its next look.
-			LostDelegate: t.LostDelegate,
-			Pods:         c.SourcePods,
-			Workers:      c.VNodeWorkers,
+// nodeConfig is the virtual node of a running target.
+func (c *Controller) nodeConfig(t *Target, status *vnode.Status) vnode.Config {
+	return vnode.Config{
+		NodeName:  t.NodeName,
+		Target:    nameOnly(t.Name),
+		Namespace: t.Namespace,
+		// A pod elected for another target is not this node's, even if
+		// bound to it (the old namespaced form of that target's node was
+		// this node's name).
+		Accept:    func(pod *corev1.Pod) bool { return runsOn(pod, t.Name, t.NodeName, "") },
+		PodCIDRs:  t.PodCIDRs,
+		Labels:    maps.Clone(t.Labels),
+		Client:    c.Kube,
+		Delegates: Delegates{Target: t, SourceCluster: c.SourceCluster},
+		// Losses hold the target back (HeldBack), as its status says
+		// from its next look.
+		LostDelegate: t.LostDelegate,
+		Pods:         c.SourcePods,
+		Workers:      c.VNodeWorkers,
 
-			Address:     c.KubeletAddress,
-			KubeletPort: c.KubeletPort,
-			Status:      status,
-		})
-		if ctx.Err() != nil {
-			return
-		}
-		klog.FromContext(ctx).Error(err, "Virtual node stopped; starting it again", "target", t.Name, "after", backoff)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, time.Minute)
+		Address:     c.KubeletAddress,
+		KubeletPort: c.KubeletPort,
+		Status:      status,
 	}
 }
 
@@ -641,6 +657,7 @@ func (c *Controller) stop(name string) {
 
 func (r *running) stop() {
 	r.cancel()
+	r.stopRetiring()
 	<-r.done
 	r.t.Shutdown()
 }
@@ -665,8 +682,9 @@ func (c *Controller) drain(ctx context.Context, v view) (reconcile.Result, error
 	}
 	before := v.status.DeepCopy()
 	node := protocol.VirtualNodeName(v.namespace, nameOnly(v.name))
+	legacy := protocol.LegacyVirtualNodeName(v.namespace, nameOnly(v.name))
 	r := c.get(v.name)
-	if r == nil && c.podsOn(node) > 0 {
+	if r == nil && c.podsOf(v.name, node, legacy) > 0 {
 		// The agent started while the target drained: connect to it
 		// again, so that the pods that still run there stay mirrored and
 		// their delegates go with them.
@@ -694,13 +712,19 @@ func (c *Controller) drain(ctx context.Context, v view) (reconcile.Result, error
 		// but those whose candidate runs there already.
 		c.Targets.MarkDrained(v.name)
 	}
-	if n := c.podsOn(node) + binding; n > 0 && r != nil {
+	if r != nil {
+		if err := c.retire(ctx, r); err != nil {
+			setCondition(v, v1alpha1.TargetReady, metav1.ConditionFalse, "Draining", "Serving the pods of the node of the old form: "+err.Error())
+			return c.report(ctx, v, before, notReadyResync)
+		}
+	}
+	if n := c.podsOf(v.name, node, legacy) + binding; n > 0 && r != nil {
 		setCondition(v, v1alpha1.TargetReady, metav1.ConditionFalse, "Draining",
 			fmt.Sprintf("Deleted: no new pods go there; %d pods still run there and stay mirrored until they end", n))
 		return c.report(ctx, v, before, notReadyResync)
 	}
 	c.stop(v.name)
-	if err := c.Kube.CoreV1().Nodes().Delete(ctx, node, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+	if err := deleteOwnNode(ctx, c.Kube, node, protocol.OwnerOfTargetName(v.name)); err != nil {
 		return reconcile.Result{}, fmt.Errorf("deleting virtual node %s of target %s: %w", node, v.name, err)
 	}
 	patch := client.MergeFrom(v.obj.DeepCopyObject().(client.Object))
@@ -747,7 +771,7 @@ func (c *Controller) drainOldPlace(ctx context.Context, v view, r *running, befo
 		return true, res, err
 	}
 	c.Targets.MarkDrained(v.name)
-	if n := c.podsOn(r.t.NodeName) + binding; n > 0 {
+	if n := c.podsOf(v.name, r.t.NodeName, protocol.LegacyVirtualNodeName(v.namespace, nameOnly(v.name))) + binding; n > 0 {
 		setCondition(v, v1alpha1.TargetReady, metav1.ConditionFalse, v1alpha1.ReasonRepointing,
 			fmt.Sprintf("The target now points to another place (API server or namespaces): the old one is drained first; no new pods go to either while %d pods still run in the old one, mirrored until they end", n))
 		res, err = c.report(ctx, v, before, notReadyResync)
@@ -771,7 +795,7 @@ func (c *Controller) deleteWaiting(ctx context.Context, t *Target) (binding int,
 		if cand.DeletionTimestamp != nil {
 			continue
 		}
-		switch keptOnDrain(cand, c.sourceOf(cand), t.Name, t.NodeName) {
+		switch keptOnDrain(cand, c.sourceOf(cand), t) {
 		case delegateKept:
 			continue
 		case bindingKept:
@@ -813,14 +837,14 @@ const (
 	bindingKept
 )
 
-// keptOnDrain says whether a draining target's candidate stays, src being
-// its source pod (nil when gone), the target called name with virtual
-// node node.
-func keptOnDrain(cand, src *corev1.Pod, name, node string) drainKeep {
+// keptOnDrain says whether a draining target t's candidate stays, src
+// being its source pod (nil when gone).
+func keptOnDrain(cand, src *corev1.Pod, t *Target) drainKeep {
+	name := t.Name
 	switch {
 	case src == nil:
 		return deleted
-	case src.Spec.NodeName == node:
+	case t.Runs(src):
 		// Its virtual node ends it with its source pod.
 		return delegateKept
 	case src.DeletionTimestamp != nil:
@@ -833,11 +857,12 @@ func keptOnDrain(cand, src *corev1.Pod, name, node string) drainKeep {
 	return deleted
 }
 
-// podsOn counts the source pods bound to a virtual node.
-func (c *Controller) podsOn(node string) int {
+// podsOf counts the source pods that run in the target called name, with
+// virtual node node and old-form node legacy (runsOn).
+func (c *Controller) podsOf(name, node, legacy string) int {
 	n := 0
 	for _, obj := range c.SourcePods.GetStore().List() {
-		if p, ok := obj.(*corev1.Pod); ok && p.Spec.NodeName == node {
+		if p, ok := obj.(*corev1.Pod); ok && runsOn(p, name, node, legacy) {
 			n++
 		}
 	}
@@ -980,8 +1005,9 @@ func setCondition(v view, typ string, status metav1.ConditionStatus, reason, mes
 func ReleaseAll(ctx context.Context, cl client.Client, kube kubernetes.Interface) error {
 	var errs []error
 	release := func(obj client.Object, node string) {
-		if err := kube.CoreV1().Nodes().Delete(ctx, node, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("deleting virtual node %s: %w", node, err))
+		owner := protocol.NodeOwner{Namespace: obj.GetNamespace(), Name: obj.GetName()}
+		if err := deleteOwnNode(ctx, kube, node, owner); err != nil {
+			errs = append(errs, err)
 		}
 		patch := client.MergeFrom(obj.DeepCopyObject().(client.Object))
 		if controllerutil.RemoveFinalizer(obj, Finalizer) {
@@ -996,6 +1022,9 @@ func ReleaseAll(ctx context.Context, cl client.Client, kube kubernetes.Interface
 	}
 	for i := range targets.Items {
 		t := &targets.Items[i]
+		if err := deleteOwnNode(ctx, kube, protocol.LegacyVirtualNodeName(t.Namespace, t.Name), protocol.NodeOwner{Namespace: t.Namespace, Name: t.Name}); err != nil {
+			errs = append(errs, err)
+		}
 		release(t, protocol.VirtualNodeName(t.Namespace, t.Name))
 	}
 	clusterTargets := &v1alpha1.ClusterTargetList{}

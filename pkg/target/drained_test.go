@@ -22,7 +22,10 @@ func TestDrained(t *testing.T) {
 	if _, ok := s.Get("t1"); ok {
 		t.Fatal("a target being drained is still in the set")
 	}
-	if got, ok := s.ByVirtualNode("flotilla-t1"); !ok || got != t1 {
+	onT1 := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{
+		protocol.ElectionAnnotation: protocol.Election{Generation: 1, Target: "t1", Nonce: "n"}.Encode(),
+	}}, Spec: corev1.PodSpec{NodeName: "flotilla-t1"}}
+	if got, ok := s.OfPod(onT1); !ok || got != t1 {
 		t.Fatal("a target being drained is not found by its virtual node, where its pods still run")
 	}
 	s.MarkDrained("t1")
@@ -34,7 +37,7 @@ func TestDrained(t *testing.T) {
 		t.Fatal("a target added again under the name is still drained")
 	}
 	s.Remove(t1)
-	if got, ok := s.ByVirtualNode("flotilla-t1"); !ok || got == t1 {
+	if got, ok := s.OfPod(onT1); !ok || got == t1 {
 		t.Fatal("the drained target, removed, is still found, or the new one is not")
 	}
 }
@@ -44,7 +47,8 @@ func TestDrained(t *testing.T) {
 // running copy); it deletes every other candidate: waiting ones, those of
 // pods gone or elected elsewhere.
 func TestKeptOnDrain(t *testing.T) {
-	const name, node = "t1", "flotilla-t1"
+	const name, node, legacy = "a/t1", "flotilla.a.t1", "flotilla-a-t1"
+	tg := &Target{Name: name, Namespace: "a", NodeName: node, LegacyNodeName: legacy}
 	elected := func(target string) map[string]string {
 		return map[string]string{protocol.ElectionAnnotation: protocol.Election{Generation: 1, Target: target, Nonce: "n"}.Encode()}
 	}
@@ -62,10 +66,12 @@ func TestKeptOnDrain(t *testing.T) {
 		{"bound, its pod elected elsewhere", bound, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: elected("t2")}}, deleted},
 		{"bound, its pod bound elsewhere", bound, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: elected(name)}, Spec: corev1.PodSpec{NodeName: "flotilla-t2"}}, deleted},
 		{"bound, its pod not elected", bound, &corev1.Pod{}, deleted},
+		{"the delegate of a pod bound to the node of the old form, elected there", bound, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: elected(name)}, Spec: corev1.PodSpec{NodeName: legacy}}, delegateKept},
+		{"bound, its pod on the node of the old form elected for the ClusterTarget that shared it", bound, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: elected("a-t1")}, Spec: corev1.PodSpec{NodeName: legacy}}, deleted},
 		{"bound, its pod gone", bound, nil, deleted},
 		{"bound, its pod being deleted", bound, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: elected(name), DeletionTimestamp: &metav1.Time{}}}, deleted},
 	} {
-		if got := keptOnDrain(tc.cand, tc.src, name, node); got != tc.want {
+		if got := keptOnDrain(tc.cand, tc.src, tg); got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
 	}

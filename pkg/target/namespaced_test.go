@@ -260,7 +260,7 @@ func cachedKeys(tg *Target) string {
 func TestNodeNameOf(t *testing.T) {
 	for name, want := range map[string]string{
 		"t1":          "flotilla-t1",
-		"tenant/home": "flotilla-tenant-home",
+		"tenant/home": "flotilla.tenant.home",
 	} {
 		if got := NodeNameOf(name); got != want {
 			t.Errorf("NodeNameOf(%q) = %q, want %q", name, got, want)

@@ -71,23 +71,40 @@ func (s *Set) Get(name string) (*Target, bool) {
 	return t, ok
 }
 
-// ByVirtualNode returns the target a virtual node stands for, a target
-// being drained too: the pods bound to its node run there until they end,
-// and count where they run.
-func (s *Set) ByVirtualNode(node string) (*Target, bool) {
+// OfPod returns the target a source pod bound to a virtual node runs in
+// (Target.Runs), a target being drained too: the pods bound to its node run
+// there until they end, and count where they run. The target is the one
+// the pod's election names, not one found by the node's name: a node of
+// the old namespaced form could be two targets' (see
+// protocol.LegacyVirtualNodeName). A pod without an election is its
+// node's target's.
+func (s *Set) OfPod(pod *corev1.Pod) (*Target, bool) {
+	if pod.Spec.NodeName == "" {
+		return nil, false
+	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	for _, t := range s.byName {
-		if t.NodeName == node {
+	if name := ElectedTo(pod); name != "" {
+		t := s.byName[name]
+		if t == nil {
+			t = s.draining[name]
+		}
+		if t != nil && t.Runs(pod) {
 			return t, true
 		}
+		return nil, false
 	}
-	for _, t := range s.draining {
-		if t.NodeName == node {
-			return t, true
+	var found *Target
+	for _, m := range []map[string]*Target{s.byName, s.draining} {
+		for _, t := range m {
+			// Virtual node names are one-to-one and owned; the least
+			// name wins all the same, never the map's order.
+			if t.Runs(pod) && (found == nil || t.Name < found.Name) {
+				found = t
+			}
 		}
 	}
-	return nil, false
+	return found, found != nil
 }
 
 // Add puts a target in the set, in place of one of the same name, and gives
@@ -123,7 +140,7 @@ func (s *Set) Remove(t *Target) {
 }
 
 // Drain takes a deleted target out of the set, if it is still the one
-// given: no pod gets a candidate there any more, while ByVirtualNode still
+// given: no pod gets a candidate there any more, while OfPod still
 // finds it for the pods that run there.
 func (s *Set) Drain(t *Target) {
 	s.mu.Lock()

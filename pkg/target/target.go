@@ -52,6 +52,10 @@ type Target struct {
 	Namespace string
 	// NodeName is the virtual node that stands for the target.
 	NodeName string
+	// LegacyNodeName is the node of the old namespaced form
+	// (protocol.LegacyVirtualNodeName) that a namespaced Target's pods
+	// bound before the upgrade still run on; "" for a ClusterTarget.
+	LegacyNodeName string
 	// Self is true when the target is the source cluster itself.
 	Self bool
 	// Labels are the labels of the target's virtual node.
@@ -152,6 +156,7 @@ func New(c Config) (*Target, error) {
 	selector := CandidateSelector(c.SourceCluster, c.Name)
 	t.Name, t.Namespace, t.Self, t.Labels, t.PodCIDRs = c.Name, c.Namespace, c.Self, c.Labels, slices.Clone(c.PodCIDRs)
 	t.NodeName = protocol.VirtualNodeName(c.Namespace, nameOnly(c.Name))
+	t.LegacyNodeName = protocol.LegacyVirtualNodeName(c.Namespace, nameOnly(c.Name))
 	if c.Namespace != "" && !strings.HasPrefix(c.Name, c.Namespace+"/") {
 		return nil, fmt.Errorf("target %s: a namespaced target's name is <namespace>/<name>, and %s is not of namespace %s", c.Name, c.Name, c.Namespace)
 	}
@@ -212,12 +217,41 @@ var scheme = func() *runtime.Scheme {
 
 // NodeNameOf is the virtual node of the target the source calls name
 // ("<namespace>/<name>" of a Target, or a ClusterTarget's name).
-func NodeNameOf(name string) string {
-	namespace, _, _ := strings.Cut(name, "/")
-	if namespace == name {
-		namespace = ""
+func NodeNameOf(name string) string { return protocol.VirtualNodeNameOf(name) }
+
+// ElectedTo is the target a source pod's election names, "" when it names
+// none (or cannot be read).
+func ElectedTo(pod *corev1.Pod) string {
+	e, err := protocol.ParseElection(pod.Annotations[protocol.ElectionAnnotation])
+	if err != nil {
+		return ""
 	}
-	return protocol.VirtualNodeName(namespace, nameOnly(name))
+	return e.Target
+}
+
+// Runs reports whether a source pod runs in t: bound to t's virtual node,
+// or to its node of the old form and elected for t.
+func (t *Target) Runs(pod *corev1.Pod) bool {
+	return runsOn(pod, t.Name, t.NodeName, t.LegacyNodeName)
+}
+
+// runsOn reports whether a source pod runs in the target the source calls
+// name, whose virtual node is node and old-form node legacy. The node
+// alone does not say it: an old-form name was shared (Target b of
+// namespace a and ClusterTarget a-b both had flotilla-a-b), and the pods
+// bound there before the upgrade are each their elected target's. A pod
+// on the target's own node with no election (bound by hand) is the
+// node's, as before.
+func runsOn(pod *corev1.Pod, name, node, legacy string) bool {
+	switch elected := ElectedTo(pod); {
+	case pod.Spec.NodeName == "":
+		return false
+	case pod.Spec.NodeName == node:
+		return elected == "" || elected == name
+	case pod.Spec.NodeName == legacy:
+		return elected == name
+	}
+	return false
 }
 
 // nameOnly is the object name in a target's Name ("<namespace>/<name>" or

@@ -6,11 +6,15 @@
 // pod beyond the shared informer's.
 //
 // The package owns:
-//   - the Node object flotilla-<target>: its labels, its NoSchedule taint
+//   - the Node object (protocol.VirtualNodeName): its labels, its owner
+//     (protocol.VirtualNodeOwnerAnnotation), its NoSchedule taint
 //     (protocol.VirtualNodeTaintKey=protocol.VirtualNodeTaintValue), its Ready
 //     condition and capacity, and its Lease heartbeat in kube-node-lease. The
-//     node is created when missing and adopted when it exists; it is never
-//     deleted, so source pods keep their binding across agent restarts.
+//     node is registered with its owner when missing and adopted when it is
+//     its target's; a node another target owns, or a real node, is refused
+//     (CheckOwner). Run never deletes it, so source pods keep their binding
+//     across agent restarts (the agent deletes a drained target's node, and
+//     a retiring node of the old namespaced form once its pods are gone).
 //   - the status of every source pod bound to that node. The status mirrors
 //     the delegate, the bound candidate in the target that the agent reports
 //     through Delegates: phase, conditions, container and init container

@@ -82,14 +82,19 @@ func newNode(cfg Config, state State, now time.Time) *corev1.Node {
 	labels[RoleLabel] = RoleValue
 	labels[TargetLabel] = cfg.Target
 	labels[corev1.LabelHostname] = cfg.NodeName
+	if cfg.Namespace != "" {
+		labels[protocol.TargetNamespaceLabel] = cfg.Namespace
+	} else {
+		delete(labels, protocol.TargetNamespaceLabel)
+	}
 
 	capacity := cfg.Capacity
 	if state.Capacity != nil {
 		capacity = state.Capacity
 	}
-	var annotations map[string]string
+	annotations := map[string]string{protocol.VirtualNodeOwnerAnnotation: cfg.owner().String()}
 	if state.Free != nil {
-		annotations = map[string]string{FreeAnnotation: formatResources(state.Free)}
+		annotations[FreeAnnotation] = formatResources(state.Free)
 	}
 
 	at := metav1.NewTime(now)
@@ -111,7 +116,7 @@ func newNode(cfg Config, state State, now time.Time) *corev1.Node {
 	}
 	return &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: cfg.NodeName, Labels: labels, Annotations: annotations},
-		Spec:       corev1.NodeSpec{Taints: []corev1.Taint{Taint()}},
+		Spec:       corev1.NodeSpec{Taints: []corev1.Taint{Taint()}, Unschedulable: cfg.Retiring},
 		Status: corev1.NodeStatus{
 			Phase:       corev1.NodeRunning,
 			Capacity:    capacity.DeepCopy(),
@@ -181,34 +186,69 @@ func mergeTaints(existing, want []corev1.Taint) ([]corev1.Taint, bool) {
 	return out, changed
 }
 
-// adoptNode prepares an existing node for the node controller, which
-// creates a missing node but, when one exists, writes only its status and
-// metadata: it puts the virtual node's taint back in the spec. It refuses a
-// node of the same name that is not the virtual node of this target, rather
-// than take over a real node.
+// adoptNode registers the node, or prepares an existing one for the node
+// controller, which when one exists writes only its status and metadata:
+// it puts the virtual node's taint back in the spec (and, on a retiring
+// node, makes it unschedulable). Registering it here, with its owner, makes
+// the first target to create it its owner: one that finds it registered by
+// another target, or a node that is no virtual node (a real node), gets a
+// *TakenError, and no node controller runs for it.
 func adoptNode(ctx context.Context, nodes typedcorev1.NodeInterface, want *corev1.Node) error {
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	me, _ := OwnerOf(want)
+	return retry.OnError(retry.DefaultRetry, func(err error) bool {
+		return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err)
+	}, func() error {
 		existing, err := nodes.Get(ctx, want.Name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
+			if _, err := nodes.Create(ctx, want, metav1.CreateOptions{}); err != nil {
+				return fmt.Errorf("registering node %s: %w", want.Name, err)
+			}
+			klog.FromContext(ctx).Info("Registered the virtual node", "owner", me.String())
 			return nil
 		}
 		if err != nil {
 			return fmt.Errorf("getting node %s: %w", want.Name, err)
 		}
-		if got := existing.Labels[TargetLabel]; got != want.Labels[TargetLabel] {
-			return fmt.Errorf("node %s exists but is not the virtual node of target %s (its %s label is %q)",
-				want.Name, want.Labels[TargetLabel], TargetLabel, got)
+		if err := CheckOwner(existing, me); err != nil {
+			return err
 		}
 		taints, changed := mergeTaints(existing.Spec.Taints, want.Spec.Taints)
+		if want.Spec.Unschedulable && !existing.Spec.Unschedulable {
+			existing.Spec.Unschedulable, changed = true, true
+		}
+		if existing.Annotations[protocol.VirtualNodeOwnerAnnotation] != me.String() {
+			// A node from before owners were recorded: its labels named
+			// this target.
+			if existing.Annotations == nil {
+				existing.Annotations = map[string]string{}
+			}
+			existing.Annotations[protocol.VirtualNodeOwnerAnnotation] = me.String()
+			changed = true
+		}
 		if !changed {
 			return nil
 		}
 		existing.Spec.Taints = taints
 		if _, err := nodes.Update(ctx, existing, metav1.UpdateOptions{}); err != nil {
-			return fmt.Errorf("restoring the taint of node %s: %w", want.Name, err)
+			return fmt.Errorf("restoring the taint and owner of node %s: %w", want.Name, err)
 		}
 		taint := Taint()
-		klog.FromContext(ctx).Info("Restored the virtual node's taint", "taint", taint.ToString())
+		klog.FromContext(ctx).Info("Restored the virtual node's taint and owner", "taint", taint.ToString(), "owner", me.String())
 		return nil
 	})
+}
+
+// ClaimNode registers the virtual node cfg describes, not Ready, unless it
+// exists; it fails with a *TakenError when the node belongs to another
+// target or is no virtual node. Run claims it too; a caller that claims
+// first learns before running anything for the target that it may not.
+func ClaimNode(ctx context.Context, cfg Config) error {
+	if cfg.NodeName == "" || cfg.Target == "" || cfg.Client == nil {
+		return fmt.Errorf("claiming virtual node %q of target %q: want a node name, a target and a client", cfg.NodeName, cfg.Target)
+	}
+	if cfg.Capacity == nil {
+		cfg.Capacity = DefaultCapacity()
+	}
+	want := newNode(cfg, State{Message: "the agent has not started the node yet"}, time.Now())
+	return adoptNode(ctx, cfg.Client.CoreV1().Nodes(), want)
 }

@@ -46,8 +46,33 @@ func TestNodePodsLister(t *testing.T) {
 		cache.DeletedFinalStateUnknown{Obj: &corev1.Pod{Spec: corev1.PodSpec{NodeName: "flotilla-a"}}}: true,
 		"not a pod": false,
 	} {
-		if got := onNode(obj, "flotilla-a"); got != want {
+		if got := onNode(obj, "flotilla-a", nil); got != want {
 			t.Errorf("onNode(%v) = %v, want %v", obj, got, want)
 		}
+	}
+}
+
+// TestNodePodsAccept: a node's view narrowed by Accept shows none of the
+// pods bound to it that Accept refuses (another target's, on a node whose
+// name two targets once shared), to its lister or its handlers.
+func TestNodePodsAccept(t *testing.T) {
+	informer := cache.NewSharedIndexInformer(&cache.ListWatch{}, &corev1.Pod{}, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	for _, name := range []string{"mine", "theirs"} {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}, Spec: corev1.PodSpec{NodeName: "flotilla-a"}}
+		if err := informer.GetIndexer().Add(pod); err != nil {
+			t.Fatal(err)
+		}
+	}
+	accept := func(p *corev1.Pod) bool { return p.Name == "mine" }
+	view := nodePods{informer: informer, node: "flotilla-a", accept: accept}
+	if _, err := view.Lister().Pods("ns").Get("theirs"); !apierrors.IsNotFound(err) {
+		t.Errorf("a refused pod: %v, want NotFound", err)
+	}
+	if pods, err := view.Lister().List(labels.Everything()); err != nil || len(pods) != 1 || pods[0].Name != "mine" {
+		t.Errorf("List: %d pods (%v), want only mine", len(pods), err)
+	}
+	theirs := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "theirs"}, Spec: corev1.PodSpec{NodeName: "flotilla-a"}}
+	if onNode(theirs, "flotilla-a", accept) || onNode(cache.DeletedFinalStateUnknown{Obj: theirs}, "flotilla-a", accept) {
+		t.Error("the handlers see a refused pod")
 	}
 }

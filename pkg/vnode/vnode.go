@@ -58,8 +58,24 @@ type Config struct {
 	Target string
 	// Namespace is the only namespace whose pods the node runs (a
 	// namespaced Target's); a pod of another namespace bound to it is
-	// rejected. Empty: every namespace.
+	// rejected. Empty: every namespace. Target and Namespace are the
+	// node's owner (protocol.NodeOwner): the node is taken only when it
+	// is missing or already theirs (CheckOwner).
 	Namespace string
+	// Retiring marks a node of the old namespaced form
+	// (protocol.LegacyVirtualNodeName) that runs only the pods still bound
+	// to it: it is unschedulable, and its owner deletes it once they end.
+	Retiring bool
+	// Accept, when set, says which pods bound to the node are the
+	// target's: those it refuses (elected for another target that shared
+	// the node's name before names were one-to-one) are left alone,
+	// neither mirrored nor failed.
+	Accept func(*corev1.Pod) bool
+	// MirrorOnly mirrors the node's accepted pods without registering
+	// the node or running its node controller: the node belongs to
+	// another target, which keeps it Ready. For a retiring node's pods
+	// only.
+	MirrorOnly bool
 	// PodCIDRs are the target's pod networks this cluster routes to: a
 	// delegate's pod IP is mirrored onto its source pod only inside one of
 	// them (ParsePodCIDRs). Empty: no pod IP is mirrored.
@@ -197,6 +213,9 @@ func Run(ctx context.Context, cfg Config) error {
 		recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "flotilla-vnode", Host: cfg.NodeName})
 	}
 
+	if cfg.MirrorOnly {
+		return mirrorOnly(ctx, cfg, recorder)
+	}
 	nodes := cfg.Client.CoreV1().Nodes()
 	want := newNode(cfg, cfg.Status.Get(), time.Now())
 	if err := adoptNode(ctx, nodes, want); err != nil {
@@ -217,7 +236,7 @@ func Run(ctx context.Context, cfg Config) error {
 	onNode := fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName)
 	var podInformer, foreign corev1informers.PodInformer
 	if cfg.Pods != nil {
-		podInformer = nodePods{informer: cfg.Pods, node: cfg.NodeName}
+		podInformer = nodePods{informer: cfg.Pods, node: cfg.NodeName, accept: cfg.Accept}
 		// The shared informer holds source pods only. Pods bound to the
 		// node that are not (a DaemonSet's that tolerates every taint) are
 		// watched apart: there are none unless something went wrong, so
@@ -232,6 +251,9 @@ func Run(ctx context.Context, cfg Config) error {
 	} else {
 		var stop func()
 		podInformer, stop = watchNodePods(ctx, cfg, onNode)
+		if cfg.Accept != nil {
+			podInformer = nodePods{informer: podInformer.Informer(), node: cfg.NodeName, accept: cfg.Accept}
+		}
 		defer func() {
 			cancel()
 			stop()
@@ -294,6 +316,32 @@ func Run(ctx context.Context, cfg Config) error {
 	return err
 }
 
+// owner is the target that owns the node.
+func (cfg Config) owner() protocol.NodeOwner {
+	return protocol.NodeOwner{Namespace: cfg.Namespace, Name: cfg.Target}
+}
+
+// mirrorOnly mirrors the accepted pods bound to a node that another target
+// owns and keeps Ready, until ctx ends.
+func mirrorOnly(ctx context.Context, cfg Config, recorder record.EventRecorder) error {
+	if cfg.Pods == nil || cfg.Accept == nil {
+		return fmt.Errorf("virtual node %s: mirroring only needs the shared pod informer and Accept", cfg.NodeName)
+	}
+	podInformer := nodePods{informer: cfg.Pods, node: cfg.NodeName, accept: cfg.Accept}
+	m := newMirror(cfg, podInformer.Lister(), recorder)
+	defer m.queue.ShutDown()
+	if _, err := podInformer.Informer().AddEventHandler(m.sourceHandler()); err != nil {
+		return fmt.Errorf("virtual node %s: watching its pods: %w", cfg.NodeName, err)
+	}
+	cfg.Delegates.OnChange(m.delegateChanged)
+	if !cache.WaitForCacheSync(ctx.Done(), podInformer.Informer().HasSynced) {
+		return nil // ctx is done
+	}
+	klog.FromContext(ctx).Info("Mirroring the pods of a virtual node another target owns")
+	m.run(ctx, cfg.Workers)
+	return nil
+}
+
 // watchNodePods starts an informer over the pods that selector picks (of
 // this node), kept as slim.SourcePod keeps them, until ctx ends; stop waits
 // for it to end.
@@ -316,7 +364,17 @@ func recreateNode(nodes typedcorev1.NodeInterface, cfg Config) node.ErrorHandler
 			return err
 		}
 		klog.FromContext(ctx).Info("Virtual node was deleted, registering it again")
-		if _, err := nodes.Create(ctx, newNode(cfg, cfg.Status.Get(), time.Now()), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		_, err = nodes.Create(ctx, newNode(cfg, cfg.Status.Get(), time.Now()), metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			// Someone registered it meanwhile: keep writing it only if
+			// it is this target's.
+			existing, getErr := nodes.Get(ctx, cfg.NodeName, metav1.GetOptions{})
+			if getErr != nil {
+				return fmt.Errorf("reading node %s registered again: %w", cfg.NodeName, getErr)
+			}
+			return CheckOwner(existing, cfg.owner())
+		}
+		if err != nil {
 			return fmt.Errorf("registering node %s again: %w", cfg.NodeName, err)
 		}
 		return nil

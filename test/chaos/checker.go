@@ -336,7 +336,7 @@ func Quiescence(snap Snapshot, exp Expectations) []Violation {
 		if src.NodeName == "" {
 			continue
 		}
-		if c.NodeName != "" && protocol.VirtualNodeName("", c.Target) == src.NodeName {
+		if c.NodeName != "" && protocol.VirtualNodeNameOf(c.Target) == src.NodeName {
 			delegates[podKey{src.Cluster, src.UID}]++
 			continue
 		}
