@@ -145,7 +145,7 @@ func Eligible(views []View, uid string, limit int) []View {
 // not yet seen the pod bound and its other candidates deleted must not
 // draw the pod again. Otherwise Eligible, but for one candidate where one
 // is likely enough: a pod with none whose first target in its order is
-// Sure gets that one alone, and a pod holding fewer than limit keeps them
+// Sure (and reachable) gets that one alone, and a pod holding fewer than limit keeps them
 // while none has failed or is Overdue; then the others of Eligible join.
 func ToFanOut(views []View, uid string, limit int, elected bool) []View {
 	if elected {
@@ -156,7 +156,7 @@ func ToFanOut(views []View, uid string, limit int, elected bool) []View {
 		held := Holding(served)
 		switch {
 		case len(held) == 0 && len(served) > 1:
-			if order := rendezvous(uid, served); order[0].Sure {
+			if order := rendezvous(uid, served); order[0].Sure && !order[0].Failed && order[0].Covers {
 				return order[:1]
 			}
 		case len(held) > 0 && len(held) < limit && !AllFailed(held) && !anyOverdue(held):

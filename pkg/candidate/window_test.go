@@ -138,6 +138,12 @@ func TestEligibleKeepsAndWidens(t *testing.T) {
 		if got := names(ToFanOut(with(4, map[string]func(*View){first: sure}), uid, 2, false)); got != first {
 			t.Errorf("first target %s sure: %s, want it alone", first, got)
 		}
+		// Sure by a summary that is old now: unreachable, it is no place
+		// for a lone candidate (none could be created there).
+		gone := func(v *View) { v.Sure, v.Failed = true, true }
+		if got := ToFanOut(with(4, map[string]func(*View){first: gone}), uid, 2, false); len(got) < 2 {
+			t.Errorf("first target %s sure but unreachable: %s, want more than it", first, names(got))
+		}
 		others := map[string]func(*View){}
 		for _, v := range openViews(4) {
 			if v.Name != first {

@@ -382,6 +382,17 @@ func (c *Controller) connect(ctx context.Context, v view) (reconcile.Result, err
 		setCondition(v, v1alpha1.TargetReady, metav1.ConditionFalse, v1alpha1.ReasonInvalidSpec, err.Error())
 		return c.report(ctx, v, before, 0)
 	}
+	cfg, hash, reason, err := c.resolve(ctx, &v)
+	r := c.get(v.name)
+	if err != nil {
+		// Keep what runs (its credentials may still work), but say what
+		// is wrong with the new spec.
+		setCondition(v, v1alpha1.TargetCredentialsValid, metav1.ConditionFalse, reason, err.Error())
+		setCondition(v, v1alpha1.TargetReady, metav1.ConditionFalse, reason, err.Error())
+		return c.report(ctx, v, before, notReadyResync)
+	}
+	// The node is registered only for a target whose connection is good:
+	// a refused kubeconfig or profile gets none.
 	if err := c.claim(ctx, v); err != nil {
 		taken, ok := vnode.IsTaken(err)
 		if !ok {
@@ -394,15 +405,6 @@ func (c *Controller) connect(ctx context.Context, v view) (reconcile.Result, err
 		c.stop(v.name)
 		v.status.VirtualNode = ""
 		setCondition(v, v1alpha1.TargetReady, metav1.ConditionFalse, v1alpha1.ReasonVirtualNodeTaken, takenMessage(taken))
-		return c.report(ctx, v, before, notReadyResync)
-	}
-	cfg, hash, reason, err := c.resolve(ctx, &v)
-	r := c.get(v.name)
-	if err != nil {
-		// Keep what runs (its credentials may still work), but say what
-		// is wrong with the new spec.
-		setCondition(v, v1alpha1.TargetCredentialsValid, metav1.ConditionFalse, reason, err.Error())
-		setCondition(v, v1alpha1.TargetReady, metav1.ConditionFalse, reason, err.Error())
 		return c.report(ctx, v, before, notReadyResync)
 	}
 	place := placeOf(v, cfg)
