@@ -26,6 +26,12 @@ import (
 // node in this test, set through the chart.
 const failoverToleration = 10 * time.Second
 
+// failoverNotReadyAfter is how long a target's API server must fail to
+// answer before its virtual node turns NotReady, in the tests that stop
+// one (the chart's default is 20 s): the tests wait for it, and a busy
+// target that still answers its candidate watch is not taken for gone.
+const failoverNotReadyAfter = 8 * time.Second
+
 // TestVirtualNodes checks what a source cluster's operator and users see of
 // the targets through their virtual nodes: each node shows its target's
 // summary (capacity, zone labels) and follows it; when a target's API server
@@ -58,6 +64,7 @@ func TestVirtualNodes(t *testing.T) {
 	}
 	if _, err := src.InstallRelease(ctx, sandbox.ReleaseOptions{Set: []string{
 		fmt.Sprintf("agent.notReadyTolerationSeconds=%d", int(failoverToleration.Seconds())),
+		"agent.virtualNodeNotReadyAfter=" + failoverNotReadyAfter.String(),
 	}}); err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"testing"
 	"time"
 
@@ -55,7 +56,8 @@ func TestGangFaults(t *testing.T) {
 		}
 	}
 	agent, err := sandbox.StartAgent(ctx, src, nil,
-		fmt.Sprintf("agent.notReadyTolerationSeconds=%d", int(failoverToleration.Seconds())))
+		fmt.Sprintf("agent.notReadyTolerationSeconds=%d", int(failoverToleration.Seconds())),
+		"agent.virtualNodeNotReadyAfter="+failoverNotReadyAfter.String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,9 +158,25 @@ func TestGangFaults(t *testing.T) {
 		if err := agent.WaitReady(ctx); err != nil {
 			t.Fatal(err)
 		}
-		// Longer than a reservation is held (the targets' Permit timeout,
-		// 30 s): the two stay unbound whatever becomes of their places.
-		stillWaiting(t, pods, kill, 40*time.Second)
+		// Until every reservation held now has ended (the targets' Permit
+		// timeout, 30 s, lets it go): the two stay unbound whatever
+		// becomes of their places.
+		held := reservationsIn(t, c2)
+		maps.Copy(held, reservationsIn(t, c3))
+		waitFor(t, 75*time.Second, "every reservation held at the restart ended, no member bound", func() (bool, string) {
+			if on, _, err := gangState(ctx, pods, kill, ""); err == nil && len(on) > 0 {
+				t.Fatalf("members bound: %v", on)
+			}
+			now := reservationsIn(t, c2)
+			maps.Copy(now, reservationsIn(t, c3))
+			left := 0
+			for k := range held {
+				if now[k] {
+					left++
+				}
+			}
+			return left == 0, fmt.Sprintf("%d of %d reservations still held", left, len(held))
+		})
 		g.check(t)
 
 		unfill(t, c2)
