@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"testing"
 	"time"
 
@@ -161,22 +160,11 @@ func TestGangFaults(t *testing.T) {
 		// Until every reservation held now has ended (the targets' Permit
 		// timeout, 30 s, lets it go): the two stay unbound whatever
 		// becomes of their places.
-		held := reservationsIn(t, c2)
-		maps.Copy(held, reservationsIn(t, c3))
-		waitFor(t, 75*time.Second, "every reservation held at the restart ended, no member bound", func() (bool, string) {
+		heldUntilEnded(t, "the restarted agent's gang", func() {
 			if on, _, err := gangState(ctx, pods, kill, ""); err == nil && len(on) > 0 {
 				t.Fatalf("members bound: %v", on)
 			}
-			now := reservationsIn(t, c2)
-			maps.Copy(now, reservationsIn(t, c3))
-			left := 0
-			for k := range held {
-				if now[k] {
-					left++
-				}
-			}
-			return left == 0, fmt.Sprintf("%d of %d reservations still held", left, len(held))
-		})
+		}, c2, c3)
 		g.check(t)
 
 		unfill(t, c2)

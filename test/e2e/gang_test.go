@@ -137,22 +137,11 @@ func TestGangAllOrNothing(t *testing.T) {
 		// room, holds them. Watched until every reservation held now has
 		// ended (the targets' Permit timeout, 30 s, lets it go), so that
 		// the gate is seen to outlast the places it held.
-		held := reservationsIn(t, c2)
-		maps.Copy(held, reservationsIn(t, c3))
-		waitFor(t, 75*time.Second, "every reservation held by the gang of eight ended, no member bound", func() (bool, string) {
+		heldUntilEnded(t, "the gang of eight", func() {
 			if on := nodesOf(big); len(on) > 0 {
 				t.Fatalf("members bound: %v", on)
 			}
-			now := reservationsIn(t, c2)
-			maps.Copy(now, reservationsIn(t, c3))
-			left := 0
-			for k := range held {
-				if now[k] {
-					left++
-				}
-			}
-			return left == 0, fmt.Sprintf("%d of %d reservations still held", left, len(held))
-		})
+		}, c2, c3)
 		g.check(t)
 	})
 
@@ -240,6 +229,30 @@ func reservedIn(t *testing.T, c *sandbox.Cluster) int {
 		}
 	}
 	return n
+}
+
+// heldUntilEnded watches, until every reservation held now in the
+// clusters' placement namespace has ended (a target's Permit timeout lets
+// it go, at the latest), with check called at every look: what of gang
+// must not happen while its places come and go.
+func heldUntilEnded(t *testing.T, gang string, check func(), clusters ...*sandbox.Cluster) {
+	t.Helper()
+	held := map[string]bool{}
+	for _, c := range clusters {
+		maps.Copy(held, reservationsIn(t, c))
+	}
+	waitFor(t, 75*time.Second, "every reservation held by "+gang+" ended", func() (bool, string) {
+		check()
+		left := 0
+		for _, c := range clusters {
+			for k := range reservationsIn(t, c) {
+				if held[k] {
+					left++
+				}
+			}
+		}
+		return left == 0, fmt.Sprintf("%d of %d reservations still held", left, len(held))
+	})
 }
 
 // reservationsIn are the reservations held in c's placement namespace, as
