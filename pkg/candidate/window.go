@@ -67,7 +67,7 @@ func ViewsOf(source *corev1.Pod, sourceCluster string, targets []*target.Target,
 		if !v.Failed {
 			c, ok := t.Candidate(ns, name)
 			v.Failed = ok && target.Unschedulable(c) != ""
-			if ok && !v.Failed && pr != nil && !c.CreationTimestamp.IsZero() && !target.Answered(c) {
+			if ok && !v.Failed && pr != nil && !c.CreationTimestamp.IsZero() && !target.ReservedOrBound(c) {
 				v.Overdue = time.Since(c.CreationTimestamp.Time) > OverdueAfterFor(pr.Answer)
 			}
 		}
@@ -145,13 +145,14 @@ func Eligible(views []View, uid string, limit int) []View {
 // not yet seen the pod bound and its other candidates deleted must not
 // draw the pod again. Otherwise Eligible, but for one candidate where one
 // is likely enough: a pod with none whose first target in its order is
-// Sure (and reachable) gets that one alone, and a pod holding fewer than limit keeps them
-// while none has failed or is Overdue; then the others of Eligible join.
+// Sure (and reachable) gets that one alone, and a pod holding fewer than
+// limit keeps them while none has failed or is Overdue; then the others of
+// Eligible join.
 func ToFanOut(views []View, uid string, limit int, elected bool) []View {
 	if elected {
 		return Holding(views)
 	}
-	if limit != 1 && limit > 0 {
+	if limit > 1 {
 		served := serving(views)
 		held := Holding(served)
 		switch {

@@ -59,6 +59,11 @@ type plan struct {
 	// requests are what the pod asks of the node it runs on (its saved
 	// spec's).
 	requests corev1.ResourceList
+	// nodeSelector and required are the pod's node selector and required
+	// node affinity, from the spec its candidates run (dropUnfit reads
+	// them): the targets' domains a spread counts are those they may match.
+	nodeSelector map[string]string
+	required     *corev1.NodeSelector
 	// plan is the policy's pure plan (placementpolicy.Select, then
 	// Spread), which explain makes too.
 	plan placementpolicy.Plan
@@ -157,14 +162,6 @@ func (c *Controller) planFor(ctx context.Context, pod *corev1.Pod, invited []*ta
 	}
 	p.policy = compiled
 	p.clusters = make(map[string]placement.Cluster, len(invited))
-	var nodeSelector map[string]string
-	var required *corev1.NodeSelector
-	if spec, err := sourcespec.Original(pod); err == nil {
-		nodeSelector = spec.NodeSelector
-		if a := spec.Affinity; a != nil && a.NodeAffinity != nil {
-			required = a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution
-		}
-	}
 	views := candidate.ViewsOf(pod, c.SourceCluster, invited, nil)
 	targets := make([]placementpolicy.Target, len(invited))
 	for i, t := range invited {
@@ -179,7 +176,7 @@ func (c *Controller) planFor(ctx context.Context, pod *corev1.Pod, invited []*ta
 		p.clusters[t.Name] = cl
 		// The spread counts the domains of the nodes the pod may use; a
 		// sibling's domain (domainOf) is read from the whole target.
-		targets[i] = placementpolicy.Target{Cluster: placement.ForPod(cl, nodeSelector, required), Failed: views[i].Failed}
+		targets[i] = placementpolicy.Target{Cluster: placement.ForPod(cl, p.nodeSelector, p.required), Failed: views[i].Failed}
 	}
 	p.plan = placementpolicy.Select(compiled, targets)
 	p.adopt(invited)
@@ -237,13 +234,14 @@ func (p *plan) dropHeldBack(targets []*target.Target, now time.Time) []*target.T
 func (p *plan) dropUnfit(pod *corev1.Pod, targets []*target.Target) []*target.Target {
 	// The source pod asks for nothing of its own cluster: what it needs is
 	// in the spec its candidates run.
-	var required *corev1.NodeSelector
 	if spec, err := sourcespec.Original(pod); err == nil {
 		p.requests = resourcehelper.PodRequests(&corev1.Pod{Spec: *spec}, resourcehelper.PodResourcesOptions{})
+		p.nodeSelector = spec.NodeSelector
 		if a := spec.Affinity; a != nil && a.NodeAffinity != nil {
-			required = a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution
+			p.required = a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution
 		}
 	}
+	required := p.required
 	exclude := func(name, why string) {
 		if p.excluded == nil {
 			p.excluded = map[string]string{}

@@ -703,16 +703,12 @@ func (c *Controller) drain(ctx context.Context, v view) (reconcile.Result, error
 	}
 	binding := 0
 	if r != nil {
-		c.Targets.Drain(r.t)
 		node = r.t.NodeName
 		var err error
-		if binding, err = c.deleteWaiting(ctx, r.t); err != nil {
+		if binding, err = c.drainCandidates(ctx, v.name, r); err != nil {
 			setCondition(v, v1alpha1.TargetReady, metav1.ConditionFalse, "Draining", "Deleting the waiting candidates: "+err.Error())
 			return c.report(ctx, v, before, notReadyResync)
 		}
-		// The pods elected there and not bound may be elected elsewhere,
-		// but those whose candidate runs there already.
-		c.Targets.MarkDrained(v.name)
 	}
 	if r != nil {
 		if err := c.retire(ctx, r); err != nil {
@@ -764,15 +760,13 @@ func placeOf(v view, cfg *rest.Config) string {
 // (a StatefulSet's pod would then run twice). draining is false once the
 // old place holds nothing of this source's.
 func (c *Controller) drainOldPlace(ctx context.Context, v view, r *running, before *v1alpha1.TargetStatus) (draining bool, res reconcile.Result, err error) {
-	c.Targets.Drain(r.t)
-	binding, err := c.deleteWaiting(ctx, r.t)
+	binding, err := c.drainCandidates(ctx, v.name, r)
 	if err != nil {
 		setCondition(v, v1alpha1.TargetReady, metav1.ConditionFalse, v1alpha1.ReasonRepointing,
 			"The target now points to another place; deleting the waiting candidates of the old one: "+err.Error())
 		res, err = c.report(ctx, v, before, notReadyResync)
 		return true, res, err
 	}
-	c.Targets.MarkDrained(v.name)
 	if n := c.podsOf(v.name, r.t.NodeName, protocol.LegacyVirtualNodeName(v.namespace, nameOnly(v.name))) + binding; n > 0 {
 		setCondition(v, v1alpha1.TargetReady, metav1.ConditionFalse, v1alpha1.ReasonRepointing,
 			fmt.Sprintf("The target now points to another place (API server or namespaces): the old one is drained first; no new pods go to either while %d pods still run in the old one, mirrored until they end", n))
@@ -781,6 +775,20 @@ func (c *Controller) drainOldPlace(ctx context.Context, v view, r *running, befo
 	}
 	klog.FromContext(ctx).Info("Target drained of its old place; connecting to the new one", "target", v.name)
 	return false, reconcile.Result{}, nil
+}
+
+// drainCandidates takes the running target called name out of the set (no
+// new pod goes there) and deletes its candidates that run no pod
+// (deleteWaiting, whose binding it returns); then the pods elected there
+// and not bound may be elected elsewhere, but those whose candidate runs
+// there already.
+func (c *Controller) drainCandidates(ctx context.Context, name string, r *running) (binding int, err error) {
+	c.Targets.Drain(r.t)
+	if binding, err = c.deleteWaiting(ctx, r.t); err != nil {
+		return 0, err
+	}
+	c.Targets.MarkDrained(name)
+	return binding, nil
 }
 
 // deleteWaiting deletes every candidate in t that runs no pod: all but the

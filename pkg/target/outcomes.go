@@ -106,7 +106,7 @@ func (o *outcomes) seen(c *corev1.Pod) {
 		o.mu.Lock()
 		o.drop(key)
 		o.mu.Unlock()
-	case reservedOrBound(c):
+	case ReservedOrBound(c):
 		o.end(key, false)
 	case Unschedulable(c) != "":
 		o.end(key, true)
@@ -180,11 +180,9 @@ func (o *outcomes) get() Outcomes {
 // Outcomes reports what the agent learned of how the target answers.
 func (t *Target) Outcomes() Outcomes { return t.outcomes.get() }
 
-// Answered reports whether a candidate's target answered it: it holds a
-// reservation, is bound, or found no node.
-func Answered(c *corev1.Pod) bool { return reservedOrBound(c) || Unschedulable(c) != "" }
-
-func reservedOrBound(c *corev1.Pod) bool {
+// ReservedOrBound reports whether a candidate's target holds a reservation
+// for it or bound it.
+func ReservedOrBound(c *corev1.Pod) bool {
 	raw := c.Annotations[protocol.StateAnnotation]
 	if raw == "" {
 		return false
@@ -203,7 +201,7 @@ func reservedOrBound(c *corev1.Pod) bool {
 // a reservation, nor when it is the Permit timeout's own, nor when the
 // source's denial turned the candidate away.
 func Unschedulable(c *corev1.Pod) string {
-	if reservedOrBound(c) {
+	if ReservedOrBound(c) {
 		return ""
 	}
 	for _, cond := range c.Status.Conditions {
