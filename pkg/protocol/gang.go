@@ -1,5 +1,10 @@
 package protocol
 
+import (
+	"crypto/sha256"
+	"encoding/hex"
+)
+
 // A gang is a set of source pods placed all or nothing: none is allowed
 // to bind until enough of them hold reservations that together satisfy
 // the gang's mode.
@@ -40,3 +45,33 @@ const (
 // JobSetNameLabel is the label JobSet's controller puts on the pods of its
 // Jobs: the JobSet's name.
 const JobSetNameLabel = "jobset.sigs.k8s.io/jobset-name"
+
+// ShareAnnotation, on a candidate, names the gang share it belongs to:
+// the members of one source gang that are candidates in one target. Its
+// value is opaque to the target (ShareOf, a hash of the gang's key), so
+// that candidates name no object of the source. The target's scheduler
+// holds a share's reservations together (docs/gangs.md): while members
+// keep joining, none of them times out, and when the share was not
+// allowed in time, all of its members are let go at once.
+const ShareAnnotation = Prefix + "gang-share"
+
+// ShareOf is the value of ShareAnnotation for the gang of key.
+func ShareOf(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:8])
+}
+
+// ValidShare reports whether v may be a ShareAnnotation value: 1 to 63
+// lowercase letters, digits and dashes. A candidate with any other value
+// belongs to no share.
+func ValidShare(v string) bool {
+	if len(v) == 0 || len(v) > 63 {
+		return false
+	}
+	for _, r := range v {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') {
+			return false
+		}
+	}
+	return true
+}

@@ -193,6 +193,27 @@ func (c *Controller) chooseForGang(r *round, prospects func(*target.Target) cand
 	g.choice = &choice
 }
 
+// shaper shapes the round's new candidates: pinned to the domain the
+// spread counted (plan.shaper), and a gang member's marked with its
+// gang's share, so that each target holds the gang's candidates there
+// together (protocol.ShareAnnotation).
+func (r *round) shaper() candidate.Shaper {
+	pin := r.pl.shaper()
+	if r.gang == nil || !r.gang.sized {
+		return pin
+	}
+	share := protocol.ShareOf(r.gang.spec.Key(r.pod.Namespace))
+	return func(t *target.Target, cand *corev1.Pod) {
+		if pin != nil {
+			pin(t, cand)
+		}
+		if cand.Annotations == nil {
+			cand.Annotations = map[string]string{}
+		}
+		cand.Annotations[protocol.ShareAnnotation] = share
+	}
+}
+
 // gangFanOut narrows the targets the member's candidates go to now to its
 // gang's choice: under oneCluster every chosen target (each is to hold the
 // whole gang), under anyClusters the member's own draw among them. The

@@ -3,6 +3,7 @@ package reservation_test
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,6 +63,23 @@ func TestGangCandidatesGoWhereTheGangGoes(t *testing.T) {
 			} else if !slices.Equal(got, first) {
 				t.Fatalf("gang %s: %s has candidates in %v, an earlier member in %v", group, pod.Name, got, first)
 			}
+			// Each candidate names its gang's share, so that its
+			// target holds the gang's candidates there together; the
+			// share names no object of the source.
+			for _, name := range got {
+				share := h.candidate(pod, name).Annotations[protocol.ShareAnnotation]
+				if want := protocol.ShareOf(namespace + "/" + group); share != want || strings.Contains(share, group) {
+					t.Errorf("%s's candidate in %s: share %q, want %q", pod.Name, name, share, want)
+				}
+			}
+		}
+	}
+	// A pod of no gang belongs to no share.
+	plain := h.newSourcePod("plain")
+	h.reconcile(plain)
+	for _, name := range h.holding(plain) {
+		if share, ok := h.candidate(plain, name).Annotations[protocol.ShareAnnotation]; ok {
+			t.Errorf("a pod of no gang has a candidate of share %q in %s", share, name)
 		}
 	}
 }

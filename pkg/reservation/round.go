@@ -147,7 +147,7 @@ func (c *Controller) fanOut(ctx context.Context, r *round) error {
 			r.lone = candidate.OverdueAfterFor(prospects(eligible[0]).Answer)
 		}
 	}
-	r.placements = candidate.FanOut(ctx, pod, c.SourceCluster, eligible, prep, r.pl.shaper())
+	r.placements = candidate.FanOut(ctx, pod, c.SourceCluster, eligible, prep, r.shaper())
 	c.reportFanOut(pod, r.placements, &r.pl)
 	r.placements = append(r.placements, c.leftOut(pod, invited, eligible, &r.pl)...)
 	if r.gang != nil && r.gang.choice != nil {

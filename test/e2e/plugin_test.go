@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -164,21 +165,70 @@ func TestPluginPermitTimeout(t *testing.T) {
 		t.Fatal("DefaultSchedulerConfig no longer sets permitTimeoutSeconds: 30")
 	}
 	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{{Name: "t1", Nodes: []sandbox.NodeSpec{{}}, SchedulerConfig: config, SchedulerArgs: pluginLogLevel, WithoutRelease: true}}})
-	c := createCandidate(t, s.Cluster("t1").Client(), "unanswered", "source-uid-c")
+	client := s.Cluster("t1").Client()
 
-	first := c.waitFor(t, "Reserved", func(st protocol.State) bool { return st.Phase == protocol.PhaseReserved })
-	unreserved := c.waitFor(t, "Unreserved after the timeout", func(st protocol.State) bool {
-		return st.Phase == protocol.PhaseUnreserved && st.Nonce == first.Nonce
+	t.Run("an unanswered reservation ends at the timeout", func(t *testing.T) {
+		c := createCandidate(t, client, "unanswered", "source-uid-c")
+		first := c.waitFor(t, "Reserved", func(st protocol.State) bool { return st.Phase == protocol.PhaseReserved })
+		unreserved := c.waitFor(t, "Unreserved after the timeout", func(st protocol.State) bool {
+			return st.Phase == protocol.PhaseUnreserved && st.Nonce == first.Nonce
+		})
+		if !strings.Contains(unreserved.Reason, "timed out") {
+			t.Errorf("Unreserved reason %q does not mention the timeout", unreserved.Reason)
+		}
+		c.waitFor(t, "Reserved again with a new nonce", func(st protocol.State) bool {
+			return st.Phase == protocol.PhaseReserved && st.Nonce != first.Nonce
+		})
+		if node := c.get(t).Spec.NodeName; node != "" {
+			t.Errorf("unanswered candidate bound to %s", node)
+		}
 	})
-	if !strings.Contains(unreserved.Reason, "timed out") {
-		t.Errorf("Unreserved reason %q does not mention the timeout", unreserved.Reason)
-	}
-	c.waitFor(t, "Reserved again with a new nonce", func(st protocol.State) bool {
-		return st.Phase == protocol.PhaseReserved && st.Nonce != first.Nonce
+
+	// A gang's share (candidates with one gang-share annotation) whose
+	// members arrive one a second, over longer than the Permit timeout:
+	// the first member is held past its own timeout while the others
+	// join, and once none joined for a timeout, every member is let go
+	// together; the members then gather again, and an allowed one binds.
+	t.Run("a gang's share is held while it gathers and let go as one", func(t *testing.T) {
+		const permit = 3 * time.Second
+		var members []*candidate
+		for i := range 6 {
+			if i > 0 {
+				// The members arrive slowly: that is the scenario,
+				// not a synchronisation.
+				time.Sleep(time.Second)
+			}
+			members = append(members, createCandidateWith(t, client, fmt.Sprintf("member-%d", i), fmt.Sprintf("source-uid-m%d", i), func(p *corev1.Pod) {
+				p.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("100m")
+				p.Annotations = map[string]string{protocol.ShareAnnotation: "g1"}
+			}))
+		}
+		first := make([]protocol.State, len(members))
+		var reservedAt, endedAt []time.Time
+		for i, c := range members {
+			first[i] = c.waitFor(t, "Reserved", func(st protocol.State) bool { return st.Phase == protocol.PhaseReserved })
+			reservedAt = append(reservedAt, c.seenAt(first[i]))
+		}
+		for i, c := range members {
+			ended := c.waitFor(t, "Unreserved with its share", func(st protocol.State) bool {
+				return st.Phase == protocol.PhaseUnreserved && st.Nonce == first[i].Nonce
+			})
+			if !strings.Contains(ended.Reason, "share") {
+				t.Errorf("%s's reservation ended: %q; want its share let go", c.name, ended.Reason)
+			}
+			endedAt = append(endedAt, c.seenAt(ended))
+		}
+		if held := endedAt[0].Sub(reservedAt[0]); held < reservedAt[5].Sub(reservedAt[0])+permit-time.Second {
+			t.Errorf("the first member was held %s: its share gathered until %s later, and it was to be held a Permit timeout (%s) past that", held, reservedAt[5].Sub(reservedAt[0]), permit)
+		}
+		lo, hi := slices.MinFunc(endedAt, time.Time.Compare), slices.MaxFunc(endedAt, time.Time.Compare)
+		if hi.Sub(lo) > 1500*time.Millisecond {
+			t.Errorf("the share's members were let go over %s, not together: %v", hi.Sub(lo), endedAt)
+		}
+		again := members[5].waitFor(t, "Reserved again", func(st protocol.State) bool { return st.Phase == protocol.PhaseReserved })
+		members[5].annotate(t, map[string]string{protocol.AllowedAnnotation: members[5].allowance(again.Nonce)})
+		members[5].waitFor(t, "Bound", func(st protocol.State) bool { return st.Phase == protocol.PhaseBound && st.Nonce == again.Nonce })
 	})
-	if node := c.get(t).Spec.NodeName; node != "" {
-		t.Errorf("unanswered candidate bound to %s", node)
-	}
 }
 
 // candidate is a candidate pod and every state the scheduler reported on it,
@@ -191,6 +241,8 @@ type candidate struct {
 
 	mu     sync.Mutex
 	states []protocol.State
+	// at is when each state was seen.
+	at []time.Time
 	// next is the index of the first state no waitFor has matched yet.
 	next int
 	// atBinding is the state of the first version seen with a node name.
@@ -199,7 +251,17 @@ type candidate struct {
 
 func createCandidate(t *testing.T, client kubernetes.Interface, name, sourceUID string) *candidate {
 	t.Helper()
+	return createCandidateWith(t, client, name, sourceUID, nil)
+}
+
+// createCandidateWith is createCandidate with the pod changed by shape
+// before it is created.
+func createCandidateWith(t *testing.T, client kubernetes.Interface, name, sourceUID string, shape func(*corev1.Pod)) *candidate {
+	t.Helper()
 	pod := podSpec(name)
+	if shape != nil {
+		shape(pod)
+	}
 	pod.Spec.SchedulerName = protocol.SchedulerName
 	pod.Labels[protocol.CandidateLabel] = "true"
 	pod.Labels[protocol.SourceUIDLabel] = sourceUID
@@ -251,6 +313,7 @@ func (c *candidate) observe(t *testing.T, pod *corev1.Pod) {
 	defer c.mu.Unlock()
 	if n := len(c.states); n == 0 || !sameState(c.states[n-1], st) {
 		c.states = append(c.states, st)
+		c.at = append(c.at, time.Now())
 	}
 	if pod.Spec.NodeName != "" && c.atBinding == nil {
 		c.atBinding = &st
@@ -261,6 +324,18 @@ func (c *candidate) observe(t *testing.T, pod *corev1.Pod) {
 func sameState(a, b protocol.State) bool {
 	return a.Phase == b.Phase && a.Nonce == b.Nonce && a.Node == b.Node && a.Score == b.Score &&
 		a.Reason == b.Reason && maps.Equal(a.Topology, b.Topology)
+}
+
+// seenAt is when the watch first saw st.
+func (c *candidate) seenAt(st protocol.State) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, s := range c.states {
+		if sameState(s, st) {
+			return c.at[i]
+		}
+	}
+	return time.Time{}
 }
 
 func (c *candidate) all() []protocol.State {

@@ -33,10 +33,9 @@ const Name = "FlotillaCandidate"
 
 // Plugin is the Flotilla candidate plugin of one scheduling profile.
 type Plugin struct {
-	handle        fwk.Handle
-	manager       *core.Manager
-	quotas        *quotas
-	permitTimeout time.Duration
+	handle  fwk.Handle
+	manager *core.Manager
+	quotas  *quotas
 }
 
 var (
@@ -63,12 +62,17 @@ func New(ctx context.Context, obj runtime.Object, handle fwk.Handle) (fwk.Plugin
 	if err != nil {
 		return nil, fmt.Errorf("%s args: %w", Name, err)
 	}
+	shareTimeout, err := args.ShareTimeout()
+	if err != nil {
+		return nil, fmt.Errorf("%s args: %w", Name, err)
+	}
 	pods := handle.SharedInformerFactory().Core().V1().Pods()
 	writer := core.NewStateWriter("flotilla_candidate_state_"+handle.ProfileName(), core.ClientStatePatcher{Client: handle.ClientSet(), Pods: pods.Lister()}, nil)
 	manager := core.NewManager(core.Options{
 		PluginName:    Name,
 		SchedulerName: handle.ProfileName(),
 		PermitTimeout: timeout,
+		ShareTimeout:  shareTimeout,
 		TopologyKeys:  topologyKeys,
 	}, handle, pods.Lister(), writer)
 	if _, err := pods.Informer().AddEventHandler(manager.EventHandler()); err != nil {
@@ -80,9 +84,9 @@ func New(ctx context.Context, obj runtime.Object, handle fwk.Handle) (fwk.Plugin
 	}
 	go manager.Run(ctx)
 	go quotas.run(ctx)
-	p := &Plugin{handle: handle, manager: manager, quotas: quotas, permitTimeout: timeout}
+	p := &Plugin{handle: handle, manager: manager, quotas: quotas}
 	State.Register(handle.ProfileName(), p.debugState)
-	klog.FromContext(ctx).Info("Flotilla candidate plugin ready", "profile", handle.ProfileName(), "permitTimeout", timeout, "topologyKeys", topologyKeys)
+	klog.FromContext(ctx).Info("Flotilla candidate plugin ready", "profile", handle.ProfileName(), "permitTimeout", timeout, "shareTimeout", shareTimeout, "topologyKeys", topologyKeys)
 	return p, nil
 }
 
@@ -145,7 +149,8 @@ func (p *Plugin) Unreserve(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, n
 	}
 }
 
-// Permit holds a candidate until the source allows or denies its reservation.
+// Permit holds a candidate until the source allows or denies its
+// reservation, a gang's share member until its share is let go.
 func (p *Plugin) Permit(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, _ string) (*fwk.Status, time.Duration) {
 	if !core.IsCandidate(pod.Labels) {
 		return nil, 0
@@ -156,7 +161,7 @@ func (p *Plugin) Permit(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, _ st
 	case core.Reject:
 		return fwk.NewStatus(fwk.Unschedulable, d.Reason), 0
 	default:
-		return fwk.NewStatus(fwk.Wait, "waiting for the source to allow or deny the reservation"), p.permitTimeout
+		return fwk.NewStatus(fwk.Wait, "waiting for the source to allow or deny the reservation"), d.Timeout
 	}
 }
 

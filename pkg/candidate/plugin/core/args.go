@@ -20,6 +20,10 @@ const (
 	// MaxPermitTimeoutSeconds is the scheduling framework's own ceiling on a
 	// Permit wait (15 minutes); a longer value would be cut silently.
 	MaxPermitTimeoutSeconds = 900
+	// DefaultShareTimeoutSeconds bounds how long a gang's share holds its
+	// members' reservations from its first one's when the profile does
+	// not say (see share).
+	DefaultShareTimeoutSeconds = 300
 )
 
 // Args are the plugin's arguments in a KubeSchedulerConfiguration profile:
@@ -28,11 +32,19 @@ const (
 //	- name: FlotillaCandidate
 //	  args:
 //	    permitTimeoutSeconds: 30
+//	    shareTimeoutSeconds: 300
 //	    topologyKeys: [topology.kubernetes.io/region, topology.kubernetes.io/zone]
 type Args struct {
 	// PermitTimeoutSeconds bounds how long a reserved candidate holds its
 	// node while it waits for the source's allowance; default 60, at most 900.
 	PermitTimeoutSeconds *int64 `json:"permitTimeoutSeconds,omitempty"`
+	// ShareTimeoutSeconds bounds how long a gang's share (the candidates
+	// of one source gang here) holds its members' reservations from its
+	// first member's while members keep joining; each member still waits
+	// no longer than PermitTimeoutSeconds after the last one joined.
+	// Default 300, at most 900; 0: no shares, every candidate waits on its
+	// own.
+	ShareTimeoutSeconds *int64 `json:"shareTimeoutSeconds,omitempty"`
 	// TopologyKeys are the node labels whose values a Reserved or Bound
 	// report carries (protocol.State.Topology): the keys this cluster's
 	// agent reports its capacity by, protocol.DefaultTopologyKeys when
@@ -59,6 +71,19 @@ func (a Args) PermitTimeout() (time.Duration, error) {
 	s := *a.PermitTimeoutSeconds
 	if s <= 0 || s > MaxPermitTimeoutSeconds {
 		return 0, fmt.Errorf("permitTimeoutSeconds is %d: it must be greater than 0 and at most %d", s, MaxPermitTimeoutSeconds)
+	}
+	return time.Duration(s) * time.Second, nil
+}
+
+// ShareTimeout returns the validated share bound, defaulted when unset;
+// 0 turns shares off.
+func (a Args) ShareTimeout() (time.Duration, error) {
+	if a.ShareTimeoutSeconds == nil {
+		return DefaultShareTimeoutSeconds * time.Second, nil
+	}
+	s := *a.ShareTimeoutSeconds
+	if s < 0 || s > MaxPermitTimeoutSeconds {
+		return 0, fmt.Errorf("shareTimeoutSeconds is %d: it must be from 0 (no shares) to %d", s, MaxPermitTimeoutSeconds)
 	}
 	return time.Duration(s) * time.Second, nil
 }

@@ -2,6 +2,7 @@ package core
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
 )
@@ -33,6 +34,8 @@ func (v Verdict) String() string {
 type Decision struct {
 	Verdict Verdict
 	Reason  string
+	// Timeout is how long Permit waits, for Wait (Manager.Permit).
+	Timeout time.Duration
 }
 
 // IsCandidate reports whether a pod's labels mark it as a Flotilla candidate.

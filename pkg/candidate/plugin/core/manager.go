@@ -44,6 +44,12 @@ type Options struct {
 	// MaxSettleRetries bounds how often a decided pod is looked for among
 	// the waiting pods before giving up; default 20 (about 10 seconds).
 	MaxSettleRetries int
+	// ShareTimeout bounds how long a gang's share holds its members'
+	// reservations from its first member's, however many keep joining
+	// (see share); 0: candidates of a share wait as any other.
+	ShareTimeout time.Duration
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
 }
 
 // Manager runs the protocol for one scheduling profile: it makes a
@@ -58,6 +64,7 @@ type Manager struct {
 
 	mu       sync.Mutex
 	reserved map[types.UID]*Reservation
+	shares   map[shareKey]*share
 }
 
 // NewManager returns a Manager; Run starts its workers.
@@ -71,6 +78,9 @@ func NewManager(opts Options, scheduler Scheduler, pods corelisters.PodLister, w
 	if opts.TopologyKeys == nil {
 		opts.TopologyKeys = protocol.DefaultTopologyKeys
 	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
 	return &Manager{
 		opts:      opts,
 		scheduler: scheduler,
@@ -81,6 +91,7 @@ func NewManager(opts Options, scheduler Scheduler, pods corelisters.PodLister, w
 			workqueue.TypedRateLimitingQueueConfig[PodRef]{Name: "flotilla_candidate_settle_" + opts.SchedulerName},
 		),
 		reserved: map[types.UID]*Reservation{},
+		shares:   map[shareKey]*share{},
 	}
 }
 
@@ -94,6 +105,9 @@ func (m *Manager) Run(ctx context.Context) {
 			}
 		}, time.Second)
 	}
+	if m.opts.ShareTimeout > 0 {
+		go wait.UntilWithContext(ctx, func(context.Context) { m.expireShares(m.opts.Now()) }, shareSweep)
+	}
 	<-ctx.Done()
 }
 
@@ -106,8 +120,14 @@ func (m *Manager) Reserve(ctx context.Context, pod *v1.Pod, node string, nodeLab
 		return "", fmt.Errorf("reserving pod %s on node %s: %w", klog.KObj(pod), node, err)
 	}
 	topology := TopologyOf(nodeLabels, m.opts.TopologyKeys)
+	now := m.opts.Now()
+	r := &Reservation{Nonce: nonce, Node: node, Topology: topology, Pod: refOf(pod), Cluster: pod.Labels[protocol.SourceClusterLabel], ReservedAt: now}
 	m.mu.Lock()
-	m.reserved[pod.UID] = &Reservation{Nonce: nonce, Node: node, Topology: topology, Pod: refOf(pod), Cluster: pod.Labels[protocol.SourceClusterLabel], ReservedAt: time.Now()}
+	if old := m.reserved[pod.UID]; old != nil {
+		m.leaveShare(pod.UID, old, false, now)
+	}
+	m.reserved[pod.UID] = r
+	m.joinShare(pod, r, now)
 	m.mu.Unlock()
 	m.writer.Set(refOf(pod), protocol.State{Phase: protocol.PhaseReserved, Nonce: nonce, Node: node, Score: score, Topology: topology})
 	klog.FromContext(ctx).V(2).Info("Reserved candidate", "pod", klog.KObj(pod), "node", node, "nonce", nonce, "score", score, "topology", topology)
@@ -149,8 +169,10 @@ func (m *Manager) Rescheduling(ctx context.Context, pod *v1.Pod) {
 // missed. On Wait, the informer settles the pod later.
 func (m *Manager) Permit(ctx context.Context, pod *v1.Pod) Decision {
 	current := pod
-	if cached, err := m.pods.Pods(pod.Namespace).Get(pod.Name); err == nil && cached.UID == pod.UID {
-		current = cached
+	if m.pods != nil {
+		if cached, err := m.pods.Pods(pod.Namespace).Get(pod.Name); err == nil && cached.UID == pod.UID {
+			current = cached
+		}
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -159,12 +181,23 @@ func (m *Manager) Permit(ctx context.Context, pod *v1.Pod) Decision {
 		return Decision{Verdict: Reject, Reason: "no reservation was made for this scheduling cycle"}
 	}
 	d := Decide(r.Nonce, current.Labels, current.Annotations)
+	if d.Verdict == Wait && r.ShareExpired {
+		d = Decision{Verdict: Reject, Reason: shareExpiredReason(m.opts.PermitTimeout, m.opts.ShareTimeout)}
+	}
+	now := m.opts.Now()
 	switch d.Verdict {
 	case Wait:
-		r.WaitingSince = time.Now()
+		r.WaitingSince = now
+		d.Timeout = m.opts.PermitTimeout
+		if r.share != nil {
+			// The share's deadline comes first (expireShares); this one
+			// only backs it up.
+			d.Timeout = min(m.opts.ShareTimeout+m.opts.PermitTimeout, MaxPermitTimeoutSeconds*time.Second)
+		}
 	default:
 		r.Settled = true
 		r.Reason = d.Reason
+		m.leaveShare(pod.UID, r, d.Verdict == Allow, now)
 	}
 	klog.FromContext(ctx).V(3).Info("Permit decided", "pod", klog.KObj(pod), "nonce", r.Nonce, "verdict", d.Verdict, "reason", d.Reason)
 	return d
@@ -175,14 +208,17 @@ func (m *Manager) Permit(ctx context.Context, pod *v1.Pod) Decision {
 // ReservationEnded). It returns the UnreserveKind, "" when it held no
 // reservation of pod, and how long the reservation held its node.
 func (m *Manager) Unreserve(ctx context.Context, pod *v1.Pod, node string) (kind string, held time.Duration) {
+	now := m.opts.Now()
 	m.mu.Lock()
 	r, ok := m.reserved[pod.UID]
 	delete(m.reserved, pod.UID)
+	if ok {
+		m.leaveShare(pod.UID, r, false, now)
+	}
 	m.mu.Unlock()
 	if !ok {
 		return "", 0
 	}
-	now := time.Now()
 	reason := UnreserveReason(*r, m.opts.PermitTimeout, now)
 	m.writer.Set(refOf(pod), protocol.State{Phase: protocol.PhaseUnreserved, Nonce: r.Nonce, Node: node, Reason: reason})
 	klog.FromContext(ctx).V(2).Info("Unreserved candidate", "pod", klog.KObj(pod), "node", node, "nonce", r.Nonce, "reason", reason)
@@ -222,6 +258,9 @@ func (m *Manager) Bound(ctx context.Context, pod *v1.Pod, node string) {
 	m.mu.Lock()
 	r, ok := m.reserved[pod.UID]
 	delete(m.reserved, pod.UID)
+	if ok {
+		m.leaveShare(pod.UID, r, false, m.opts.Now())
+	}
 	m.mu.Unlock()
 	var nonce string
 	var topology map[string]string
@@ -321,6 +360,7 @@ func (m *Manager) settlePod(logger klog.Logger, ref PodRef) (retry bool, err err
 	}
 	r.Settled = true
 	r.Reason = d.Reason
+	m.leaveShare(ref.UID, r, d.Verdict == Allow, m.opts.Now())
 	if d.Verdict == Allow {
 		waiting.Allow(m.opts.PluginName)
 	} else {
@@ -329,6 +369,9 @@ func (m *Manager) settlePod(logger klog.Logger, ref PodRef) (retry bool, err err
 	logger.V(2).Info("Settled waiting candidate", "nonce", r.Nonce, "verdict", d.Verdict, "reason", d.Reason)
 	return false, nil
 }
+
+// shareSweep is how often shares past their deadline are let go.
+const shareSweep = time.Second
 
 func refOf(pod *v1.Pod) PodRef {
 	return PodRef{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}

@@ -31,6 +31,11 @@ type Reservation struct {
 	// BoundReported is set when the binding itself carried the Bound state,
 	// so PostBind has nothing left to write.
 	BoundReported bool
+	// ShareExpired is set when its gang's share was let go before it was
+	// allowed (see share).
+	ShareExpired bool
+	// share is the gang share it holds its node with, nil for none.
+	share *share
 }
 
 // TopologyOf returns a node's values of the topology keys, from its
@@ -76,6 +81,9 @@ const (
 	// UnreservedCycleFailed: it ended before Permit waited (a later plugin
 	// of the scheduling cycle failed).
 	UnreservedCycleFailed = "cycle-failed"
+	// UnreservedShareExpired: its gang's share was let go as one, not
+	// allowed in time (see share).
+	UnreservedShareExpired = "share-expired"
 )
 
 // UnreserveKind classifies why a reservation ended without binding: the
@@ -84,6 +92,8 @@ const (
 // in the scheduling cycle if Permit never waited.
 func UnreserveKind(r Reservation, timeout time.Duration, now time.Time) string {
 	switch {
+	case r.ShareExpired:
+		return UnreservedShareExpired
 	case r.Reason != "":
 		return UnreservedRejected
 	case !r.WaitingSince.IsZero() && now.Sub(r.WaitingSince) >= timeout:
@@ -99,7 +109,10 @@ func UnreserveKind(r Reservation, timeout time.Duration, now time.Time) string {
 // (see UnreserveKind).
 func UnreserveReason(r Reservation, timeout time.Duration, now time.Time) string {
 	switch UnreserveKind(r, timeout, now) {
-	case UnreservedRejected:
+	case UnreservedRejected, UnreservedShareExpired:
+		if r.Reason == "" {
+			return "its gang's share was let go before it was allowed"
+		}
 		return r.Reason
 	case UnreservedPermitTimeout:
 		return fmt.Sprintf("permit timed out after %s without an allowance from the source", timeout)
