@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -81,6 +82,9 @@ type gangRound struct {
 	// (its turn may change, its wait is due to be reported, the object
 	// that sizes it may have appeared); 0: only on a change.
 	again time.Duration
+	// unlock releases the gang's lock (gangGate) before the round's
+	// others; nil when not taken.
+	unlock func()
 }
 
 // gangOf reads the pod's gang into r.gang at the start of its round: nil
@@ -216,7 +220,8 @@ func (r *round) shaper() candidate.Shaper {
 
 // gangFanOut narrows the targets the member's candidates go to now to its
 // gang's choice: under oneCluster every chosen target (each is to hold the
-// whole gang), under anyClusters the member's own draw among them. The
+// whole gang), under anyClusters the member's own draw among them, as any
+// pod's (candidate.ToFanOut). The
 // others are left out, and their candidates denied (gangDenies).
 func (c *Controller) gangFanOut(r *round, views []candidate.View) []candidate.View {
 	// In the targets' order, as any pod's: the gang's verdict breaks ties
@@ -228,7 +233,8 @@ func (c *Controller) gangFanOut(r *round, views []candidate.View) []candidate.Vi
 		}
 	}
 	if r.gang.spec.Mode == gang.AnyClusters {
-		return candidate.Eligible(chosen, string(r.pod.UID), c.MaxCandidates)
+		// As any pod's: one candidate where a miss is unlikely.
+		return candidate.ToFanOut(chosen, string(r.pod.UID), c.MaxCandidates, false)
 	}
 	return chosen
 }
@@ -246,7 +252,8 @@ func (c *Controller) gangGate(ctx context.Context, r *round) *GangGate {
 		return &GangGate{Why: g.why}
 	}
 	spec, pod := g.spec, r.pod
-	r.hold(c.locks.lock("gang:" + spec.Key(pod.Namespace)))
+	g.unlock = sync.OnceFunc(c.locks.lock("gang:" + spec.Key(pod.Namespace)))
+	r.hold(g.unlock)
 	// Listed once the gang's other rounds are done, each read as the
 	// cache holds it then (electionOf).
 	g.members = c.gangMembers(pod, spec)

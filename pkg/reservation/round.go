@@ -141,11 +141,11 @@ func (c *Controller) fanOut(ctx context.Context, r *round) error {
 		eligible = candidate.Pick(r.pl.selected, c.gangFanOut(r, views))
 	} else {
 		eligible = candidate.Pick(r.pl.selected, candidate.ToFanOut(views, string(pod.UID), c.MaxCandidates, r.election.Elected()))
-		if len(eligible) == 1 && prospects != nil && !r.election.Elected() {
-			// Nothing else wakes a pod whose lone candidate's target
-			// never answers.
-			r.lone = candidate.OverdueAfterFor(prospects(eligible[0]).Answer)
-		}
+	}
+	if len(eligible) == 1 && prospects != nil && !r.election.Elected() {
+		// Nothing else wakes a pod whose lone candidate's target never
+		// answers.
+		r.lone = candidate.OverdueAfterFor(prospects(eligible[0]).Answer)
 	}
 	r.placements = candidate.FanOut(ctx, pod, c.SourceCluster, eligible, prep, r.shaper())
 	c.reportFanOut(pod, r.placements, &r.pl)
@@ -295,6 +295,22 @@ func (c *Controller) apply(ctx context.Context, r *round, d Decision) (reconcile
 	for _, v := range d.Violations {
 		log.Error(errors.New("candidate bound without election"), "Protocol violation", "target", v, "election", election.Encode())
 		c.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, "ProtocolViolation", "Elect", "Target %s bound a candidate it was not allowed to bind; it will be deleted", v)
+	}
+	switch {
+	case d.Elect == nil:
+		// No election to write that another round must see first: the
+		// allowance goes out without the locks (a gang's members are
+		// allowed side by side, not one after another).
+		r.unlock()
+		r.unlock = func() {}
+	case d.Allow == nil && r.gang != nil && r.gang.unlock != nil:
+		// A member's election that allows nothing is written without
+		// its gang's lock: the gang's members are elected side by side.
+		// No allowance counts it before it is written (electionOf reads
+		// only the elections written), so the gang stays all or
+		// nothing; the member whose round finds the gang's elections
+		// written allows it.
+		r.gang.unlock()
 	}
 	err := applyElection(ctx, c, pod, d, func() {
 		r.unlock()

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -103,7 +104,7 @@ func mainGangs(cfg config, sizes []int, keep bool) error {
 			return err
 		}
 	}
-	release, _, err := sourceAgentRelease(cfg)
+	release, pprofAddr, err := sourceAgentRelease(cfg)
 	if err != nil {
 		return err
 	}
@@ -122,9 +123,22 @@ func mainGangs(cfg config, sizes []int, keep bool) error {
 		}
 		report.Baseline = append(report.Baseline, b)
 		fmt.Fprintf(os.Stderr, "bench: %d gangs of %d, Flotilla over %d targets\n", cfg.GangCount, size, cfg.Targets)
+		profiled := make(chan error, 1)
+		if cfg.Profile {
+			// The source agent's CPU over the run's first -profile-seconds.
+			path := filepath.Join(cfg.Out, fmt.Sprintf("gangs-k%d-g%d-size%d-agent-cpu.pprof", cfg.Targets, cfg.GangCount, size))
+			go func() {
+				profiled <- saveProfile(ctx, pprofAddr, fmt.Sprintf("profile?seconds=%d", cfg.ProfileSeconds), path)
+			}()
+		} else {
+			profiled <- nil
+		}
 		f, err := gangRun(ctx, cfg, src, targets, size, true)
 		if err != nil {
 			return fmt.Errorf("Flotilla, gangs of %d: %w", size, err)
+		}
+		if err := <-profiled; err != nil {
+			return err
 		}
 		report.Flotilla = append(report.Flotilla, f)
 	}
@@ -145,6 +159,37 @@ func mainGangs(cfg config, sizes []int, keep bool) error {
 	return nil
 }
 
+// gangPhases renders, for each phase (a time per member), the median over
+// the gangs of its last member's time from the gang's first creation.
+func gangPhases(created map[string]time.Time, phases map[string]map[string]time.Time) string {
+	gangOf := func(name string) string { return name[:strings.LastIndex(name, "-")] }
+	first := map[string]time.Time{}
+	for name, t := range created {
+		if f, ok := first[gangOf(name)]; !ok || t.Before(f) {
+			first[gangOf(name)] = t
+		}
+	}
+	var out []string
+	for _, phase := range []string{"created", "elected", "bound", "running"} {
+		last := map[string]time.Time{}
+		for name, t := range phases[phase] {
+			if t.After(last[gangOf(name)]) {
+				last[gangOf(name)] = t
+			}
+		}
+		var ms []float64
+		for g, t := range last {
+			ms = append(ms, float64(t.Sub(first[g]).Milliseconds()))
+		}
+		if len(ms) == 0 {
+			continue
+		}
+		sort.Float64s(ms)
+		out = append(out, fmt.Sprintf("%s %.0f ms", phase, ms[len(ms)/2]))
+	}
+	return strings.Join(out, ", ")
+}
+
 // gangRun creates cfg.GangCount gangs of size members in home at once and
 // times each from its first member's creation to its last member Running;
 // then deletes them and waits until they, and their candidates in
@@ -156,17 +201,27 @@ func gangRun(ctx context.Context, cfg config, home *sandbox.Cluster, targets []*
 	// server ends a watch, which a saturated one does.
 	var mu sync.Mutex
 	created, running := map[string]time.Time{}, map[string]time.Time{}
+	// When each member was first seen elected (Flotilla) and bound: the
+	// phases of a gang's start (gangPhases).
+	elected, bound := map[string]time.Time{}, map[string]time.Time{}
 	factory := informers.NewSharedInformerFactoryWithOptions(home.Client(), 0, informers.WithNamespace(namespace))
 	see := func(obj any) {
 		p, ok := obj.(*corev1.Pod)
-		if !ok || !strings.HasPrefix(p.Name, prefix) || p.Status.Phase != corev1.PodRunning {
+		if !ok || !strings.HasPrefix(p.Name, prefix) {
 			return
 		}
+		now := time.Now()
 		mu.Lock()
-		if _, seen := running[p.Name]; !seen {
-			running[p.Name] = time.Now()
+		defer mu.Unlock()
+		stamp := func(m map[string]time.Time, cond bool) {
+			if _, seen := m[p.Name]; cond && !seen {
+				m[p.Name] = now
+			}
 		}
-		mu.Unlock()
+		e, _ := protocol.ParseElection(p.Annotations[protocol.ElectionAnnotation])
+		stamp(elected, e.Elected())
+		stamp(bound, p.Spec.NodeName != "")
+		stamp(running, p.Status.Phase == corev1.PodRunning)
 	}
 	if _, err := factory.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: see, UpdateFunc: func(_, o any) { see(o) }}); err != nil {
 		return nil, err
@@ -250,6 +305,7 @@ func gangRun(ctx context.Context, cfg config, home *sandbox.Cluster, targets []*
 	}
 
 	mu.Lock()
+	fmt.Fprintf(os.Stderr, "bench: phases, p50 over the gangs of the last member's, from the gang's first creation: %s\n", gangPhases(created, map[string]map[string]time.Time{"created": created, "elected": elected, "bound": bound, "running": running}))
 	r := &GangRun{Size: size, GangCount: cfg.GangCount}
 	first, last := map[string]time.Time{}, map[string]time.Time{}
 	whole := map[string]int{}
