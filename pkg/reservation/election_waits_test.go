@@ -313,15 +313,15 @@ func TestGangAllowsWithTheLastElection(t *testing.T) {
 }
 
 // TestGangWaitReportedAfterAWhile: a member waiting for its gang says so
-// in its PodScheduled condition only once it has waited gangReportAfter
-// (5 s) from its creation, and looks again by then.
+// in its PodScheduled condition only once its gang has had no new member
+// for gangReportAfter (5 s), and looks again by then.
 func TestGangWaitReportedAfterAWhile(t *testing.T) {
 	h := newHarness(t, twoTargets())
 	clock := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	h.c.Clock = clock
 	pod := h.newSourcePod("a", func(p *corev1.Pod) {
 		p.Labels[protocol.PodGroupLabel] = "pair"
-		p.Annotations[protocol.GangMinMemberAnnotation] = "2"
+		p.Annotations[protocol.GangMinMemberAnnotation] = "3"
 		p.CreationTimestamp = metav1.NewTime(clock.Now())
 	})
 	h.reconcile(pod)
@@ -341,9 +341,25 @@ func TestGangWaitReportedAfterAWhile(t *testing.T) {
 	if res.RequeueAfter <= 0 || res.RequeueAfter > 5*time.Second {
 		t.Errorf("looks again after %v, want within 5 s", res.RequeueAfter)
 	}
-	clock.Step(6 * time.Second)
+	// A gang still being made says nothing: a member made 4 s later
+	// postpones the report to 5 s after it.
+	clock.Step(4 * time.Second)
+	h.newSourcePod("b", func(p *corev1.Pod) {
+		p.Labels[protocol.PodGroupLabel] = "pair"
+		p.Annotations[protocol.GangMinMemberAnnotation] = "3"
+		p.CreationTimestamp = metav1.NewTime(clock.Now())
+	})
+	clock.Step(2 * time.Second)
+	res = h.reconcile(pod)
+	if waiting() {
+		t.Fatal("a member reported waiting 2 s after its gang's newest member was made")
+	}
+	if res.RequeueAfter <= 0 || res.RequeueAfter > 3*time.Second {
+		t.Errorf("looks again after %v, want within 3 s", res.RequeueAfter)
+	}
+	clock.Step(4 * time.Second)
 	h.reconcile(pod)
 	if !waiting() {
-		t.Error("a member that waited 6 s for its gang does not say so")
+		t.Error("a member whose gang had no new member for 6 s does not say it waits")
 	}
 }

@@ -492,19 +492,27 @@ func (c *Controller) wakeGang(r *round, d Decision) {
 	c.lookAgain(pods)
 }
 
-// gangReportAfter is how long after its creation a member may wait for
-// its gang unreported: gangs that find room complete within a few seconds,
-// and a status write and an Event for each of their members would cost
-// the source's API server more than they tell.
+// gangReportAfter is how long after its gang's newest member's creation a
+// member may wait for its gang unreported: gangs that find room complete
+// within a few seconds of their last member, and a status write and an
+// Event for each of their members would cost the source's API server more
+// than they tell (a gang of 64 made by a busy API server takes longer
+// than that to make).
 const gangReportAfter = 5 * time.Second
 
 // reportGang says why a member waits for its gang, once per message, once
-// it has waited gangReportAfter.
+// its gang has had no new member for gangReportAfter.
 func (c *Controller) reportGang(ctx context.Context, r *round) {
 	if r.gang == nil || r.gang.verdict.Complete || r.election.Elected() {
 		return
 	}
-	if left := gangReportAfter - c.now().Sub(r.pod.CreationTimestamp.Time); left > 0 {
+	newest := r.pod.CreationTimestamp.Time
+	for _, m := range r.gang.members {
+		if m.CreationTimestamp.After(newest) {
+			newest = m.CreationTimestamp.Time
+		}
+	}
+	if left := gangReportAfter - c.now().Sub(newest); left > 0 {
 		r.gang.again = soonest(r.gang.again, left)
 		return
 	}
