@@ -38,6 +38,13 @@ const ReasonWaitingForGang = "WaitingForGang"
 // agent's cache when they woke it.
 const gangRecheck = time.Second
 
+// gangElectedRecheck is how soon an elected member looks at its gang again
+// while the gang's elections are being written (its election was written
+// beside other members', or the gang holds every place it needs): the
+// members' rounds may each have missed the elections still being written,
+// and no round would allow the gang for gangRecheck.
+const gangElectedRecheck = 100 * time.Millisecond
+
 // Gangs wait their turn (gang.Queue): the first stands first until
 // gangHeadFor has passed without it holding more places than before (twice
 // the targets' default Permit timeout, so that its members' reservations

@@ -48,8 +48,15 @@ type round struct {
 	// gang is set for a member of a gang.
 	gang *gangRound
 	// gangWaits: the pod stands elected and its gang does not let it bind
-	// yet: it looks again soon (gangRecheck).
+	// yet: it looks again soon (gangRecheck), sooner (gangElectedRecheck)
+	// when its election was written beside others (gangElectedAside) or
+	// its gang holds every place it needs (its elections are being
+	// written).
 	gangWaits bool
+	// gangElectedAside: its election was written without its gang's
+	// lock, so a round that counted the gang's elections may have missed
+	// it, and it may be the last the gang needed.
+	gangElectedAside bool
 	// lone is when to look again at a pod whose candidate waits alone for
 	// its target's answer (candidate.ToFanOut): once overdue, a second
 	// joins it. Zero: it does not.
@@ -309,8 +316,10 @@ func (c *Controller) apply(ctx context.Context, r *round, d Decision) (reconcile
 		// No allowance counts it before it is written (electionOf reads
 		// only the elections written), so the gang stays all or
 		// nothing; the member whose round finds the gang's elections
-		// written allows it.
+		// written allows it: this one looks again at once
+		// (gangElectedRecheck), in case it was the last.
 		r.gang.unlock()
+		r.gangElectedAside = true
 	}
 	err := applyElection(ctx, c, pod, d, func() {
 		r.unlock()
@@ -410,6 +419,11 @@ func (r *round) after(wake time.Duration) reconcile.Result {
 	}
 	if r.gangWaits {
 		wake = soonest(wake, gangRecheck)
+		if r.gangElectedAside || (r.gang != nil && r.gang.verdict.Complete) {
+			// Its gang's elections are being written: the round
+			// that finds them all written allows it.
+			wake = soonest(wake, gangElectedRecheck)
+		}
 	}
 	if r.gang != nil && r.gang.again > 0 {
 		wake = soonest(wake, r.gang.again)
