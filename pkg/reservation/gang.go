@@ -285,8 +285,53 @@ func (c *Controller) gangGate(ctx context.Context, r *round) *GangGate {
 		// its own is written before its allowance.
 		gate.Allow = gate.Target != "" && allowsOnceElected(spec, members, self.Name, gate.Target)
 	}
+	if gate.Allow && !c.sameAgain(r, members) {
+		// The caches moved while the gang was counted: what it counted
+		// may never have held at one moment. Counted again soon.
+		gate.Allow = false
+	}
 	c.takeTurn(r, members, gate)
 	return gate
+}
+
+// sameAgain reads the gang's members again (the round's pod's candidates,
+// then the others) and reports whether each reads as it did when counted
+// (members, sorted by name). The members are read one after another from
+// caches that change meanwhile, so a count may add a reservation already
+// let go to one made since on the same node; read twice with no change,
+// every member held what it was counted with at the moment the second
+// reading began, so the gang's places held all at once.
+func (c *Controller) sameAgain(r *round, members []gang.Member) bool {
+	for _, o := range r.observed {
+		if !o.Exists {
+			continue
+		}
+		t, ok := c.Targets.Get(o.Target)
+		if !ok {
+			return false
+		}
+		cand, ok := t.Candidate(t.NamespaceFor(r.pod.Namespace), candidate.CandidateNameOf(r.pod, c.SourceCluster, t.Name))
+		if !ok || types.UID(cand.Labels[protocol.SourceUIDLabel]) != r.pod.UID {
+			return false
+		}
+		now := observe(candidate.Placement{Target: t, Candidate: cand})
+		if now.State.Phase != o.State.Phase || now.State.Nonce != o.State.Nonce {
+			return false
+		}
+	}
+	for _, m := range r.gang.members {
+		again := r.gang.chosen(c.observeMember(m, r.targets))
+		i := slices.IndexFunc(members, func(x gang.Member) bool { return x.Name == again.Name })
+		if i < 0 || !sameMember(members[i], again) {
+			return false
+		}
+	}
+	return true
+}
+
+// sameMember reports whether two readings of a member agree.
+func sameMember(a, b gang.Member) bool {
+	return a.Name == b.Name && a.Placed == b.Placed && a.Bound == b.Bound && a.Elected == b.Elected && slices.Equal(a.Reserved, b.Reserved)
 }
 
 // chosen is m with the reservations its gang's choice leaves out dropped:

@@ -142,6 +142,16 @@ func cachedCopy(pods corelisters.PodLister, namespace, name string, uid types.UI
 // and it never writes two states of one pod at once or out of order: the
 // queue hands a pod to one worker at a time, and that worker always writes
 // the newest state it holds.
+//
+// Across pods, a Reserved state is written only once every Unreserved state
+// set before it has landed (or was dropped), for up to reportOrderWait: a
+// node let go by one candidate and reserved by another is then never seen
+// by a source's watch (which delivers a namespace's pods in the order they
+// were written) as held by both. A source that counts reservations (a
+// gang's places) would otherwise count the node twice: a gang's share
+// let go at once, and the room it held reserved at once by another
+// share's members, showed a source eight reservations in a target that
+// held four, and half a gang bound.
 type StateWriter struct {
 	patcher StatePatcher
 	queue   workqueue.TypedRateLimitingInterface[types.UID]
@@ -155,7 +165,17 @@ type desiredState struct {
 	pod     PodRef
 	state   protocol.State
 	version uint64
+	// since is when it was set.
+	since time.Time
 }
+
+// reportOrderWait bounds how long a Reserved state waits for the
+// Unreserved states set before it: a write that keeps failing must not
+// hold every other report back.
+const reportOrderWait = 5 * time.Second
+
+// reportOrderRecheck is how soon a Reserved state held back looks again.
+const reportOrderRecheck = 10 * time.Millisecond
 
 // NewStateWriter returns a writer over patcher. A nil rateLimiter means
 // exponential per-pod backoff from 50ms to 30s.
@@ -174,9 +194,20 @@ func NewStateWriter(name string, patcher StatePatcher, rateLimiter workqueue.Typ
 func (w *StateWriter) Set(pod PodRef, state protocol.State) {
 	w.mu.Lock()
 	w.version++
-	w.pending[pod.UID] = desiredState{pod: pod, state: state, version: w.version}
+	w.pending[pod.UID] = desiredState{pod: pod, state: state, version: w.version, since: time.Now()}
 	w.mu.Unlock()
 	w.queue.Add(pod.UID)
+}
+
+// unreservedBefore reports whether an Unreserved state set before version
+// is still to be written. Called with w.mu held.
+func (w *StateWriter) unreservedBefore(version uint64) bool {
+	for _, d := range w.pending {
+		if d.version < version && d.state.Phase == protocol.PhaseUnreserved {
+			return true
+		}
+	}
+	return false
 }
 
 // Pending counts the pods whose latest state is not written yet.
@@ -207,9 +238,14 @@ func (w *StateWriter) processNext(ctx context.Context) bool {
 
 	w.mu.Lock()
 	want, ok := w.pending[uid]
+	held := ok && want.state.Phase == protocol.PhaseReserved && time.Since(want.since) < reportOrderWait && w.unreservedBefore(want.version)
 	w.mu.Unlock()
 	if !ok {
 		w.queue.Forget(uid)
+		return true
+	}
+	if held {
+		w.queue.AddAfter(uid, reportOrderRecheck)
 		return true
 	}
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -210,5 +211,57 @@ func TestStateWriterStopsWithContext(t *testing.T) {
 	case <-done:
 	case <-time.After(10 * time.Second):
 		t.Fatal("writer did not stop when its context ended")
+	}
+}
+
+// TestStateWriterReportsAFreedNodeBeforeItsNextReservation: a Reserved
+// state set after another candidate's Unreserved is written only once that
+// Unreserved has landed, so no watch of the namespace sees the node held
+// by both (a gang's source would count it twice); a Reserved set before
+// it, or with no Unreserved pending, is not held back.
+func TestStateWriterReportsAFreedNodeBeforeItsNextReservation(t *testing.T) {
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var order []string
+	p := newRecordingPatcher(func(pod PodRef, state protocol.State, _ int) error {
+		if pod.Name == "freed" {
+			<-release
+		}
+		mu.Lock()
+		order = append(order, pod.Name+" "+string(state.Phase))
+		mu.Unlock()
+		return nil
+	})
+	w := NewStateWriter("test", p, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go w.Run(ctx, 4)
+
+	w.Set(PodRef{Namespace: "ns", Name: "early", UID: "early"}, reserved1)
+	waitUntil(t, func() bool { return len(p.written("early")) == 1 })
+	w.Set(PodRef{Namespace: "ns", Name: "freed", UID: "freed"}, unreserved1)
+	waitUntil(t, func() bool { return len(p.written("freed")) == 1 }) // in flight, held
+	w.Set(PodRef{Namespace: "ns", Name: "next", UID: "next"}, reserved2)
+	time.Sleep(100 * time.Millisecond) // ten rechecks: it must still wait
+	if got := p.written("next"); len(got) != 0 {
+		t.Fatalf("a Reserved state was written while an Unreserved set before it was not: %v", got)
+	}
+	close(release)
+	waitUntil(t, func() bool { return len(p.written("next")) == 1 })
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"early Reserved", "freed Unreserved", "next Reserved"}; !slices.Equal(order, want) {
+		t.Errorf("written in the order %v, want %v", order, want)
+	}
+}
+
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 5s")
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
