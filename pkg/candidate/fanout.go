@@ -137,3 +137,14 @@ func errNotSynced(t *target.Target) error {
 	}
 	return errors.New("target not synced yet")
 }
+
+// Of is the candidate of source in t, as t's cache holds it: false when t
+// holds none, or holds a candidate of that name for another pod (an
+// earlier pod of the same name).
+func Of(t *target.Target, source *corev1.Pod, sourceCluster string) (*corev1.Pod, bool) {
+	cand, ok := t.Candidate(t.NamespaceFor(source.Namespace), CandidateNameOf(source, sourceCluster, t.Name))
+	if !ok || types.UID(cand.Labels[protocol.SourceUIDLabel]) != source.UID {
+		return nil, false
+	}
+	return cand, true
+}

@@ -114,8 +114,8 @@ func ElectionsProvider(reader client.Reader, targets *target.Set, sourceCluster 
 			if !ok {
 				return nil
 			}
-			cand, ok := t.Candidate(t.NamespaceFor(pod.Namespace), candidate.CandidateNameOf(pod, sourceCluster, t.Name))
-			if !ok || types.UID(cand.Labels[protocol.SourceUIDLabel]) != pod.UID {
+			cand, ok := candidate.Of(t, pod, sourceCluster)
+			if !ok {
 				return nil
 			}
 			return cand

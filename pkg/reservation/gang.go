@@ -310,8 +310,8 @@ func (c *Controller) sameAgain(r *round, members []gang.Member) bool {
 		if !ok {
 			return false
 		}
-		cand, ok := t.Candidate(t.NamespaceFor(r.pod.Namespace), candidate.CandidateNameOf(r.pod, c.SourceCluster, t.Name))
-		if !ok || types.UID(cand.Labels[protocol.SourceUIDLabel]) != r.pod.UID {
+		cand, ok := candidate.Of(t, r.pod, c.SourceCluster)
+		if !ok {
 			return false
 		}
 		now := observe(candidate.Placement{Target: t, Candidate: cand})
@@ -516,9 +516,8 @@ func (c *Controller) observeMember(pod *corev1.Pod, targets []*target.Target) ga
 	}
 	observed := make([]Observed, 0, len(targets))
 	for _, t := range targets {
-		name := candidate.CandidateNameOf(pod, c.SourceCluster, t.Name)
-		cand, ok := t.Candidate(t.NamespaceFor(pod.Namespace), name)
-		if !ok || types.UID(cand.Labels[protocol.SourceUIDLabel]) != pod.UID {
+		cand, ok := candidate.Of(t, pod, c.SourceCluster)
+		if !ok {
 			continue
 		}
 		observed = append(observed, observe(candidate.Placement{Target: t, Candidate: cand}))

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 	resourcehelper "k8s.io/component-helpers/resource"
 
 	"github.com/flotilla-dev/flotilla/pkg/candidate"
@@ -92,8 +91,8 @@ func (c *Controller) leftOut(pod *corev1.Pod, invited, eligible []*target.Target
 		if in[t.Name] {
 			continue
 		}
-		cand, ok := t.Candidate(t.NamespaceFor(pod.Namespace), candidate.CandidateNameOf(pod, c.SourceCluster, t.Name))
-		if !ok || types.UID(cand.Labels[protocol.SourceUIDLabel]) != pod.UID {
+		cand, ok := candidate.Of(t, pod, c.SourceCluster)
+		if !ok {
 			continue
 		}
 		out = append(out, candidate.Placement{Target: t, Candidate: cand})
@@ -525,8 +524,8 @@ func (c *Controller) domainOf(p *plan, t *target.Target, source *corev1.Pod, key
 	if len(domains) == 1 {
 		return domains[0], true
 	}
-	cand, ok := t.Candidate(t.NamespaceFor(source.Namespace), candidate.CandidateNameOf(source, c.SourceCluster, t.Name))
-	if !ok || types.UID(cand.Labels[protocol.SourceUIDLabel]) != source.UID {
+	cand, ok := candidate.Of(t, source, c.SourceCluster)
+	if !ok {
 		return nil, false
 	}
 	pinned := candidate.PinnedDomain(cand)

@@ -209,13 +209,7 @@ func (m *Manager) Permit(ctx context.Context, pod *v1.Pod) Decision {
 // reservation of pod, and how long the reservation held its node.
 func (m *Manager) Unreserve(ctx context.Context, pod *v1.Pod, node string) (kind string, held time.Duration) {
 	now := m.opts.Now()
-	m.mu.Lock()
-	r, ok := m.reserved[pod.UID]
-	delete(m.reserved, pod.UID)
-	if ok {
-		m.leaveShare(pod.UID, r, false, now)
-	}
-	m.mu.Unlock()
+	r, ok := m.forget(pod.UID, now)
 	if !ok {
 		return "", 0
 	}
@@ -255,13 +249,7 @@ func (m *Manager) BoundReported(pod *v1.Pod) {
 // Bound forgets the reservation and reports the candidate as Bound, unless
 // its binding already did (see BindingAnnotations): then it writes nothing.
 func (m *Manager) Bound(ctx context.Context, pod *v1.Pod, node string) {
-	m.mu.Lock()
-	r, ok := m.reserved[pod.UID]
-	delete(m.reserved, pod.UID)
-	if ok {
-		m.leaveShare(pod.UID, r, false, m.opts.Now())
-	}
-	m.mu.Unlock()
+	r, ok := m.forget(pod.UID, m.opts.Now())
 	var nonce string
 	var topology map[string]string
 	if ok {
@@ -368,6 +356,18 @@ func (m *Manager) settlePod(logger klog.Logger, ref PodRef) (retry bool, err err
 	}
 	logger.V(2).Info("Settled waiting candidate", "nonce", r.Nonce, "verdict", d.Verdict, "reason", d.Reason)
 	return false, nil
+}
+
+// forget drops pod uid's reservation, and its place in its share.
+func (m *Manager) forget(uid types.UID, now time.Time) (*Reservation, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r, ok := m.reserved[uid]
+	if ok {
+		delete(m.reserved, uid)
+		m.leaveShare(uid, r, false, now)
+	}
+	return r, ok
 }
 
 // shareSweep is how often shares past their deadline are let go.
