@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
 
 	"github.com/flotilla-dev/flotilla/api/v1alpha1"
 	"github.com/flotilla-dev/flotilla/pkg/kubeconfig"
@@ -106,4 +107,48 @@ var shortestToken = int64(v1alpha1.MinTokenLifetime.Seconds())
 // context's user token replaced.
 func withToken(secret *corev1.Secret, key, token string) ([]byte, error) {
 	return kubeconfig.WithToken(secret.Data[key], token)
+}
+
+// renew renews the token of the kubeconfig once the share TokenRenewAfter
+// of its lifetime has passed, stores it back in the Secret and hands it to
+// the running client. A token that is not a ServiceAccount's is left alone.
+func (c *Controller) renew(ctx context.Context, v view, t *Target) {
+	if v.secretObj == nil || t.Token() == "" {
+		return
+	}
+	claims, err := parseToken(t.Token())
+	if err != nil {
+		return
+	}
+	if _, _, ok := claims.serviceAccount(); !ok || claims.Expiry == 0 {
+		return
+	}
+	exp := metav1.NewTime(time.Unix(claims.Expiry, 0))
+	v.status.TokenExpirationTime = &exp
+	if !renewDue(claims, time.Now(), c.TokenRenewAfter) {
+		return
+	}
+	token, expires, err := t.renewToken(ctx, claims)
+	if err == nil {
+		var data []byte
+		if v.tokenOnly {
+			data = []byte(token)
+		} else {
+			data, err = withToken(v.secretObj, v.secretKey, token)
+		}
+		if err == nil {
+			secret := v.secretObj.DeepCopy()
+			secret.Data[v.secretKey] = data
+			err = c.Client.Update(ctx, secret)
+		}
+	}
+	if err != nil {
+		setCondition(v, v1alpha1.TargetCredentialsValid, metav1.ConditionFalse, v1alpha1.ReasonTokenRenewalFailed,
+			fmt.Sprintf("Renewing the token that expires at %s: %v", exp.UTC().Format(time.RFC3339), err))
+		return
+	}
+	t.SetToken(token)
+	exp = metav1.NewTime(expires)
+	v.status.TokenExpirationTime = &exp
+	klog.FromContext(ctx).V(2).Info("Renewed the target's token", "target", t.Name, "expires", expires)
 }

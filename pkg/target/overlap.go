@@ -5,6 +5,10 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/flotilla-dev/flotilla/api/v1alpha1"
 )
 
 // Reach is where a target sends pods, as overlap detection compares it.
@@ -148,4 +152,20 @@ func (t *Target) Cluster() string {
 		return ""
 	}
 	return reachOf(t).Cluster
+}
+
+// reportOverlaps sets the Overlapping condition of a running target from
+// the targets running beside it. A target that starts or goes is seen by
+// the others at their next resync.
+func (c *Controller) reportOverlaps(v view, t *Target) {
+	me := reachOf(t)
+	var others []Reach
+	for _, o := range c.Targets.All() {
+		others = append(others, reachOf(o))
+	}
+	if overlaps := Overlaps(me, others); len(overlaps) > 0 {
+		setCondition(v, v1alpha1.TargetOverlapping, metav1.ConditionTrue, v1alpha1.ReasonSameClusterAndNamespace, OverlapMessage(me, overlaps))
+		return
+	}
+	setCondition(v, v1alpha1.TargetOverlapping, metav1.ConditionFalse, v1alpha1.ReasonNoOverlap, "No other target of this cluster sends pods of a namespace to the same cluster and namespace")
 }

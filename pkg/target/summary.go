@@ -2,9 +2,11 @@ package target
 
 import (
 	"context"
+	"fmt"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -99,4 +101,36 @@ func NodeLabels(s *v1alpha1.ClusterSummaryStatus) map[string]string {
 func (t *Target) KeepSourceLabels() bool {
 	s := t.Summary()
 	return !t.Self && s != nil && s.KeepSourceLabels
+}
+
+// SummaryKey of a kubeconfig Secret names the ClusterSummary of the
+// source's invitation in the target, which lists the invited namespaces.
+const SummaryKey = "summary"
+
+// readSummary reads the invitation's ClusterSummary from the target and
+// watches the namespaces it names. A failed read is reported as the
+// target's health; an empty Health means it went well.
+func (c *Controller) readSummary(ctx context.Context, v view, t *Target) Health {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	sum := &v1alpha1.ClusterSummary{}
+	if err := t.cr.Get(ctx, client.ObjectKey{Name: t.SummaryName()}, sum); err != nil {
+		h := classify(err)
+		if apierrors.IsNotFound(err) {
+			h.Reason = v1alpha1.ReasonForbidden
+			h.Message = fmt.Sprintf("The target publishes no ClusterSummary %s for this source (invitation deleted?)", t.SummaryName())
+		}
+		return h
+	}
+	if err := summary.Validate(&sum.Status); err != nil {
+		return Health{Reachable: true, Authorized: true, Reason: v1alpha1.ReasonSummaryInvalid,
+			Message: fmt.Sprintf("The target's ClusterSummary %s is not believable: %v", t.SummaryName(), err)}
+	}
+	t.SetNamespaces(sum.Status.Namespaces)
+	v.status.Namespaces = sum.Status.Namespaces
+	if len(sum.Status.Namespaces) == 0 {
+		return Health{Reachable: true, Authorized: true, Reason: v1alpha1.ReasonForbidden,
+			Message: "The target's invitation covers no namespace yet"}
+	}
+	return Health{}
 }
