@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -311,5 +312,6 @@ func setupInvitations(mgr manager.Manager, cfg *rest.Config, kube kubernetes.Int
 		Summaries:      summaries,
 		Recorder:       mgr.GetEventRecorder("flotilla-agent"),
 		NoScheduler:    !*c.SchedulerEnabled,
+		Clock:          clock.RealClock{},
 	}).SetupWithManager(mgr)
 }

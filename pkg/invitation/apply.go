@@ -38,7 +38,7 @@ func (c *Controller) apply(ctx context.Context, inv Invitation, namespaces []str
 	if created.IsZero() {
 		return policySettle, nil
 	}
-	if age := time.Since(created.Time); age < policySettle {
+	if age := c.now().Sub(created.Time); age < policySettle {
 		return policySettle - max(age, 0), nil
 	}
 	objs := []client.Object{inv.ClusterRole(), inv.ClusterRoleBinding()}

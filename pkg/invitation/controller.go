@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -65,6 +66,10 @@ type Controller struct {
 	// NoScheduler: this cluster's release runs no Flotilla scheduler, so an
 	// invitation is granted but reported not Ready (SchedulerDisabled).
 	NoScheduler bool
+	// Clock tells the time of what the controller waits for (a new
+	// admission policy to settle, the kubeconfig's token to be half spent);
+	// nil is the real one.
+	Clock clock.PassiveClock
 
 	// audiences are this API server's default token audiences, once
 	// learnt (see apiAudiences).
@@ -74,6 +79,14 @@ type Controller struct {
 	// streams keeps each invitation's streams Roles (streams.go); nil
 	// outside the manager (RevokeAll).
 	streams *streamGrants
+}
+
+// now is the controller's clock's time.
+func (c *Controller) now() time.Time {
+	if c.Clock == nil {
+		return time.Now()
+	}
+	return c.Clock.Now()
 }
 
 // SetupWithManager registers the controllers of both kinds; a namespace
@@ -99,25 +112,32 @@ func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	if err := ctrl.NewControllerManagedBy(mgr).Named("clustersource").For(&v1alpha1.ClusterSource{}).
 		Watches(&corev1.Namespace{}, allClusterSources).
-		Complete(reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-			obj := &v1alpha1.ClusterSource{}
-			return c.reconcile(ctx, req, obj, func(ctx context.Context) (Invitation, *v1alpha1.SourceStatus, error) {
-				inv := Invitation{Kind: "ClusterSource", Name: obj.Name, Spec: obj.Spec.SourceCommon, AgentNamespace: c.AgentNamespace}
-				ns, err := c.namespacesOf(ctx, obj)
-				inv.Namespaces = ns
-				return inv, &obj.Status, err
-			})
-		})); err != nil {
+		Complete(reconcile.Func(c.reconcileClusterSource)); err != nil {
 		return err
 	}
 	return ctrl.NewControllerManagedBy(mgr).Named("source").For(&v1alpha1.Source{}).
-		Complete(reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-			obj := &v1alpha1.Source{}
-			return c.reconcile(ctx, req, obj, func(context.Context) (Invitation, *v1alpha1.SourceStatus, error) {
-				return Invitation{Kind: "Source", Namespace: obj.Namespace, Name: obj.Name, Spec: obj.Spec.SourceCommon,
-					Namespaces: []string{obj.Namespace}, AgentNamespace: c.AgentNamespace}, &obj.Status, nil
-			})
-		}))
+		Complete(reconcile.Func(c.reconcileSource))
+}
+
+// reconcileClusterSource applies a ClusterSource to the namespaces it
+// covers.
+func (c *Controller) reconcileClusterSource(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	obj := &v1alpha1.ClusterSource{}
+	return c.reconcile(ctx, req, obj, func(ctx context.Context) (Invitation, *v1alpha1.SourceStatus, error) {
+		inv := Invitation{Kind: "ClusterSource", Name: obj.Name, Spec: obj.Spec.SourceCommon, AgentNamespace: c.AgentNamespace}
+		ns, err := c.namespacesOf(ctx, obj)
+		inv.Namespaces = ns
+		return inv, &obj.Status, err
+	})
+}
+
+// reconcileSource applies a Source to its own namespace.
+func (c *Controller) reconcileSource(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	obj := &v1alpha1.Source{}
+	return c.reconcile(ctx, req, obj, func(context.Context) (Invitation, *v1alpha1.SourceStatus, error) {
+		return Invitation{Kind: "Source", Namespace: obj.Namespace, Name: obj.Name, Spec: obj.Spec.SourceCommon,
+			Namespaces: []string{obj.Namespace}, AgentNamespace: c.AgentNamespace}, &obj.Status, nil
+	})
 }
 
 func (c *Controller) reconcile(ctx context.Context, req reconcile.Request, obj client.Object,
