@@ -198,6 +198,7 @@ func setupPlacement(mgr manager.Manager, cfg *rest.Config, kube kubernetes.Inter
 		TenantPodCIDRs:  tenantNets,
 		KubeletAddress:  kubeletAddress,
 		KubeletPort:     *kl.Port,
+		Clock:           clock.RealClock{},
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the targets controller: %w", err)
 	}

@@ -17,6 +17,7 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -102,6 +103,17 @@ type Controller struct {
 	// spec.podCIDRs must lie; none: a namespaced Target may name none, so
 	// its pods never show a pod IP here.
 	TenantPodCIDRs []netip.Prefix
+	// Clock tells the time of what the controller waits for (a silent
+	// target's NotReadyAfter, a target held back by lost delegates, a
+	// token's renewal, a failed virtual node's restart); nil is the real
+	// one.
+	Clock clock.Clock
+
+	// dial connects to a target; nil is New. Tests dial fake clientsets.
+	dial func(Config) (*Target, error)
+	// runVNode runs a virtual node until its context ends; nil is
+	// vnode.Run. Tests run none.
+	runVNode func(context.Context, vnode.Config) error
 
 	mu      sync.Mutex
 	running map[string]*running
@@ -109,8 +121,30 @@ type Controller struct {
 	started chan struct{}
 }
 
+// clock is Clock, or the real one when none is set.
+func (c *Controller) clock() clock.Clock {
+	if c.Clock == nil {
+		return clock.RealClock{}
+	}
+	return c.Clock
+}
+
 // SetupWithManager registers the controllers of both kinds.
 func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
+	c.defaults()
+	if err := mgr.Add(c); err != nil {
+		return err
+	}
+	if err := ctrl.NewControllerManagedBy(mgr).Named("clustertarget").For(&v1alpha1.ClusterTarget{}).
+		Complete(reconcile.Func(c.reconcileClusterTarget)); err != nil {
+		return err
+	}
+	return ctrl.NewControllerManagedBy(mgr).Named("target").For(&v1alpha1.Target{}).
+		Complete(reconcile.Func(c.reconcileTarget))
+}
+
+// defaults readies the controller and fills in what is not set.
+func (c *Controller) defaults() {
 	c.running = map[string]*running{}
 	c.started = make(chan struct{})
 	if c.ResyncPeriod <= 0 {
@@ -122,21 +156,18 @@ func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 	if c.TokenRenewAfter <= 0 || c.TokenRenewAfter >= 1 {
 		c.TokenRenewAfter = 0.5
 	}
-	if err := mgr.Add(c); err != nil {
-		return err
-	}
-	if err := ctrl.NewControllerManagedBy(mgr).Named("clustertarget").For(&v1alpha1.ClusterTarget{}).
-		Complete(reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-			obj := &v1alpha1.ClusterTarget{}
-			return c.reconcileObject(ctx, req, obj, func() view { return c.clusterTargetView(obj) })
-		})); err != nil {
-		return err
-	}
-	return ctrl.NewControllerManagedBy(mgr).Named("target").For(&v1alpha1.Target{}).
-		Complete(reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-			obj := &v1alpha1.Target{}
-			return c.reconcileObject(ctx, req, obj, func() view { return targetView(obj) })
-		}))
+}
+
+// reconcileClusterTarget runs, drains or stops a ClusterTarget.
+func (c *Controller) reconcileClusterTarget(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	obj := &v1alpha1.ClusterTarget{}
+	return c.reconcileObject(ctx, req, obj, func() view { return c.clusterTargetView(obj) })
+}
+
+// reconcileTarget runs, drains or stops a Target.
+func (c *Controller) reconcileTarget(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	obj := &v1alpha1.Target{}
+	return c.reconcileObject(ctx, req, obj, func() view { return targetView(obj) })
 }
 
 // Start keeps the context the targets run in: the leader's. When it ends,
@@ -282,14 +313,15 @@ func (c *Controller) connect(ctx context.Context, v view) (reconcile.Result, err
 		h.Reason, h.Message = v1alpha1.ReasonSchedulerDisabled,
 			"This cluster's Flotilla release runs no scheduler (scheduler.enabled=false): candidates sent to it would stay Pending; enable it, or remove this self target"
 	}
-	if why := r.t.HeldBack(time.Now()); why != "" && h.Reachable && h.Authorized && h.Reason == v1alpha1.ReasonConnected {
+	now := c.clock().Now()
+	if why := r.t.HeldBack(now); why != "" && h.Reachable && h.Authorized && h.Reason == v1alpha1.ReasonConnected {
 		// Its virtual node stays Ready: the pods that run there are not
 		// touched; only new ones are not sent.
 		h.Reason, h.Message = v1alpha1.ReasonDelegatesLost, why
 	}
 	h.apply(v, r.t.HasSynced())
-	r.t.setHealth(h, time.Now())
-	r.observeHealth(h, time.Now(), c.NotReadyAfter)
+	r.t.setHealth(h, now)
+	r.observeHealth(h, now, c.NotReadyAfter)
 	resync := c.ResyncPeriod
 	if !meta.IsStatusConditionTrue(v.status.Conditions, v1alpha1.TargetReady) {
 		resync = notReadyResync

@@ -125,7 +125,7 @@ func (c *Controller) renew(ctx context.Context, v view, t *Target) {
 	}
 	exp := metav1.NewTime(time.Unix(claims.Expiry, 0))
 	v.status.TokenExpirationTime = &exp
-	if !renewDue(claims, time.Now(), c.TokenRenewAfter) {
+	if !renewDue(claims, c.clock().Now(), c.TokenRenewAfter) {
 		return
 	}
 	token, expires, err := t.renewToken(ctx, claims)

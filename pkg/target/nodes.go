@@ -139,7 +139,7 @@ func (r *running) startRetiring(c *Controller, node string, mirrorOnly bool) {
 	cfg.Accept = func(pod *corev1.Pod) bool { return runsOn(pod, name, "", node) }
 	go func() {
 		defer close(ret.done)
-		runNode(ctx, cfg)
+		c.runNode(ctx, cfg)
 	}()
 	r.mu.Lock()
 	r.retiring = ret
@@ -160,10 +160,14 @@ func (r *running) stopRetiring() {
 
 // runNode runs a virtual node until ctx ends, starting it again with
 // backoff when it fails.
-func runNode(ctx context.Context, cfg vnode.Config) {
+func (c *Controller) runNode(ctx context.Context, cfg vnode.Config) {
+	run := c.runVNode
+	if run == nil {
+		run = vnode.Run
+	}
 	backoff := time.Second
 	for {
-		err := vnode.Run(ctx, cfg)
+		err := run(ctx, cfg)
 		if ctx.Err() != nil {
 			return
 		}
@@ -171,7 +175,7 @@ func runNode(ctx context.Context, cfg vnode.Config) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(backoff):
+		case <-c.clock().After(backoff):
 		}
 		backoff = min(2*backoff, time.Minute)
 	}

@@ -72,7 +72,7 @@ func (c *Controller) get(name string) *running {
 // handlers), its informer starts, and its virtual node runs until stopped.
 func (c *Controller) start(t *Target, hash, place string) *running {
 	ctx, cancel := context.WithCancel(c.base)
-	r := &running{t: t, hash: hash, place: place, ctx: ctx, cancel: cancel, done: make(chan struct{}), status: vnode.NewStatus(), answered: time.Now()}
+	r := &running{t: t, hash: hash, place: place, ctx: ctx, cancel: cancel, done: make(chan struct{}), status: vnode.NewStatus(), answered: c.clock().Now()}
 	c.mu.Lock()
 	c.running[t.Name] = r
 	c.mu.Unlock()
@@ -89,7 +89,7 @@ func (c *Controller) start(t *Target, hash, place string) *running {
 			})
 		})
 	}
-	wg.Go(func() { runNode(ctx, c.nodeConfig(t, r.status)) })
+	wg.Go(func() { c.runNode(ctx, c.nodeConfig(t, r.status)) })
 	go func() {
 		defer close(r.done)
 		wg.Wait()
@@ -145,7 +145,11 @@ func (r *running) stop() {
 // newTarget prepares the target v describes, connected with cfg.
 func (c *Controller) newTarget(v view, cfg *rest.Config) (*Target, error) {
 	podCIDRs, _ := vnode.ParsePodCIDRs(v.podCIDRs) // refusedSpec checked them
-	return New(Config{
+	dial := c.dial
+	if dial == nil {
+		dial = New
+	}
+	return dial(Config{
 		Name: v.name, Namespace: v.namespace, Self: v.self, Labels: v.labels,
 		NamespaceMapping: v.mapping, PodCIDRs: podCIDRs, REST: cfg, SourceCluster: c.SourceCluster,
 		SummaryName: v.summary,
