@@ -108,22 +108,20 @@ func (h *invitationHarness) issueToken(action k8stesting.Action) (bool, runtime.
 	return true, tr, nil
 }
 
-func (h *invitationHarness) reconcileSource(namespace, name string) reconcile.Result {
+// reconcile runs one reconcile of an invitation: h.c.reconcileSource or
+// h.c.reconcileClusterSource.
+func (h *invitationHarness) reconcile(of reconcile.Func, key client.ObjectKey) reconcile.Result {
 	h.t.Helper()
-	res, err := h.c.reconcileSource(h.ctx, reconcile.Request{NamespacedName: client.ObjectKey{Namespace: namespace, Name: name}})
+	res, err := of(h.ctx, reconcile.Request{NamespacedName: key})
 	if err != nil {
-		h.t.Fatalf("reconciling Source %s/%s: %v", namespace, name, err)
+		h.t.Fatalf("reconciling invitation %s: %v", key, err)
 	}
 	return res
 }
 
-func (h *invitationHarness) reconcileClusterSource(name string) reconcile.Result {
+func (h *invitationHarness) reconcileSource(namespace, name string) reconcile.Result {
 	h.t.Helper()
-	res, err := h.c.reconcileClusterSource(h.ctx, reconcile.Request{NamespacedName: client.ObjectKey{Name: name}})
-	if err != nil {
-		h.t.Fatalf("reconciling ClusterSource %s: %v", name, err)
-	}
-	return res
+	return h.reconcile(h.c.reconcileSource, client.ObjectKey{Namespace: namespace, Name: name})
 }
 
 // exists reports whether the object obj names exists.
@@ -368,9 +366,9 @@ func TestInvitationReportsWhatItCannotGrant(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newInvitationHarness(t, namespace("shop"), tc.source)
 			h.c.NoScheduler = tc.noScheduler
-			h.reconcileClusterSource("east")
+			h.reconcile(h.c.reconcileClusterSource, client.ObjectKey{Name: "east"})
 			h.clock.Step(policySettle)
-			h.reconcileClusterSource("east")
+			h.reconcile(h.c.reconcileClusterSource, client.ObjectKey{Name: "east"})
 
 			got := &v1alpha1.ClusterSource{}
 			if err := h.client.Get(h.ctx, client.ObjectKey{Name: "east"}, got); err != nil {
