@@ -424,13 +424,14 @@ func targetConnection(ctx context.Context, c *clients, t targetInfo) (*rest.Conf
 
 // readSummaries reads, in every target at once, the ClusterSummary it
 // publishes for this cluster, which the agent filters the targets by
-// before any plan. A self target publishes none. A summary that cannot be
-// read is told in the target's answer, and the target is judged as one
-// that publishes none.
+// before any plan. A self target publishes none, and a target that did
+// not answer (answers[i], Unreachable) is not asked again. A target whose
+// summary is not read is judged as one that publishes none; when the read
+// failed, its answer says so.
 func readSummaries(ctx context.Context, c *clients, targets []targetInfo, answers []Answer) {
 	var wg sync.WaitGroup
 	for i := range targets {
-		if targets[i].self {
+		if targets[i].self || answers[i].Answer == AnswerUnreachable {
 			continue
 		}
 		wg.Go(func() {
@@ -438,7 +439,7 @@ func readSummaries(ctx context.Context, c *clients, targets []targetInfo, answer
 			defer cancel()
 			s, err := readSummary(ctx, c, targets[i])
 			targets[i].summary = s
-			if err != nil && answers[i].Answer != AnswerUnreachable {
+			if err != nil {
 				note := fmt.Sprintf("its ClusterSummary could not be read (%v): explain judges the target as one that publishes none", err)
 				if answers[i].Reason != "" {
 					note = answers[i].Reason + "; " + note

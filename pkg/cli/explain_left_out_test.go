@@ -3,6 +3,9 @@ package cli
 import (
 	"bytes"
 	"encoding/json"
+	"encoding/pem"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubefake "k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
 
@@ -203,5 +208,78 @@ func TestExplainSaysWhichTargetsCannotRunThePod(t *testing.T) {
 	}
 	if got := leaveOut(&pod, views, answers); len(got) != 0 {
 		t.Errorf("left out %v: a target not invited to namespace shop was weighed", got)
+	}
+}
+
+// TestExplainReadsTheTargetsSummary: explain reads the ClusterSummary a
+// target publishes for this cluster, named in the target's kubeconfig
+// Secret, with that kubeconfig, as the agent does: a target whose nodes
+// are all on-demand is left out for a pod the split sent to spot.
+func TestExplainReadsTheTargetsSummary(t *testing.T) {
+	summary := v1alpha1.ClusterSummary{
+		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "ClusterSummary"},
+		ObjectMeta: metav1.ObjectMeta{Name: "for-src"},
+		Status: v1alpha1.ClusterSummaryStatus{Topology: []v1alpha1.TopologySummary{{
+			Key: protocol.DefaultCapacityNodeLabel, Values: []v1alpha1.TopologyValue{{Value: protocol.CapacityOnDemand, Nodes: 3}},
+		}}},
+	}
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch r.URL.Path {
+		case "/apis/multicluster.flotilla.dev/v1alpha1/clustersummaries/for-src":
+			_ = json.NewEncoder(w).Encode(summary)
+		case "/api/v1/namespaces/shop/pods":
+			_ = json.NewEncoder(w).Encode(corev1.PodList{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "PodList"}})
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["away"] = &clientcmdapi.Cluster{Server: srv.URL, CertificateAuthorityData: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})}
+	kc.AuthInfos["src"] = &clientcmdapi.AuthInfo{Token: "token"}
+	kc.Contexts["away"] = &clientcmdapi.Context{Cluster: "away", AuthInfo: "src"}
+	kc.CurrentContext = "away"
+	kubeconfigData, err := clientcmd.Write(*kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: DefaultAgentNamespace, Name: "away"},
+		Data:       map[string][]byte{"kubeconfig": kubeconfigData, protocol.InvitationSummaryKey: []byte("for-src")},
+	}
+	away := &v1alpha1.ClusterTarget{
+		ObjectMeta: metav1.ObjectMeta{Name: "away"},
+		Spec:       v1alpha1.ClusterTargetSpec{KubeconfigSecretRef: &v1alpha1.SecretKeyRef{LocalSecretKeyRef: v1alpha1.LocalSecretKeyRef{Name: "away"}}},
+		Status: v1alpha1.TargetStatus{Conditions: []metav1.Condition{{Type: v1alpha1.TargetReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonConnected}}},
+	}
+
+	saved, err := json.Marshal(corev1.PodSpec{Affinity: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+		NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{
+			{Key: protocol.DefaultCapacityNodeLabel, Operator: corev1.NodeSelectorOpIn, Values: []string{protocol.CapacitySpot}},
+		}}},
+	}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	source := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web-new", UID: "uid-new", Annotations: map[string]string{protocol.SourceSpecAnnotation: string(saved)}},
+		Spec:       corev1.PodSpec{SchedulerName: protocol.SourceSchedulerName},
+	}
+	c := &clients{
+		where: "test", namespace: "shop",
+		kube: kubefake.NewClientset(source, secret),
+		cr:   crfake.NewClientBuilder().WithScheme(scheme).WithObjects(away).WithStatusSubresource(away).Build(),
+	}
+	e, err := explain(t.Context(), c, &explainOptions{agentNamespace: DefaultAgentNamespace}, source.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(e.Targets) != 1 {
+		t.Fatalf("answers %+v, want one", e.Targets)
+	}
+	a := e.Targets[0]
+	if want := "no node with " + protocol.DefaultCapacityNodeLabel + " in [spot] (its nodes have on-demand)"; a.LeftOut != want {
+		t.Errorf("away left out %q (answer %s: %s), want %q", a.LeftOut, a.Answer, a.Reason, want)
 	}
 }
