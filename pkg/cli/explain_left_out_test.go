@@ -251,7 +251,7 @@ func TestExplainReadsTheTargetsSummary(t *testing.T) {
 	away := &v1alpha1.ClusterTarget{
 		ObjectMeta: metav1.ObjectMeta{Name: "away"},
 		Spec:       v1alpha1.ClusterTargetSpec{KubeconfigSecretRef: &v1alpha1.SecretKeyRef{LocalSecretKeyRef: v1alpha1.LocalSecretKeyRef{Name: "away"}}},
-		Status: v1alpha1.TargetStatus{Conditions: []metav1.Condition{{Type: v1alpha1.TargetReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonConnected}}},
+		Status:     v1alpha1.TargetStatus{Conditions: []metav1.Condition{{Type: v1alpha1.TargetReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonConnected}}},
 	}
 
 	saved, err := json.Marshal(corev1.PodSpec{Affinity: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
