@@ -18,9 +18,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -113,6 +115,12 @@ type Answer struct {
 	// Bonus is what the policy adds to the target's reservation score in
 	// the election: the spread score times its weight, plus preferences.
 	Bonus *int64 `json:"bonus,omitempty"`
+	// LeftOut says why the agent sends the pod no candidate there now,
+	// before any policy (placementpolicy.Prefilter): the target is held
+	// back, or its summary says none of its nodes can run the pod (its
+	// required node affinity, or its requests while another target may
+	// have room); "" when it does not.
+	LeftOut string `json:"leftOut,omitempty"`
 }
 
 // EventSummary is one Event of the pod.
@@ -143,12 +151,17 @@ pod answered: its candidate there Reserved (node, score), Bound (node),
 Unschedulable (the target scheduler's message, e.g. "Insufficient cpu"),
 Unreserved (why the reservation ended), Waiting (not scheduled yet), no
 candidate (and why: the target does not invite the pod's namespace, is not
-Ready, or the pod runs elsewhere), or Unreachable (the error). Then the pod's
-latest Events.
+Ready, or the pod runs elsewhere), or Unreachable (the error); and, for a
+target the agent sends no new candidate whatever the policy, why: it is
+held back (its pods' delegates kept vanishing there), or its
+ClusterSummary says none of its nodes can run the pod (its required node
+affinity; its requests, while another target may have room). Then the
+pod's latest Events.
 
-Each target is asked with the kubeconfig Secret its Target or ClusterTarget
-names (the agent's own credentials), so you need to be allowed to read those
-Secrets. Candidates are found by the source pod's UID; with --cluster-name
+Each target is asked, for the candidate and for the ClusterSummary it
+publishes for this cluster, with the kubeconfig Secret its Target or
+ClusterTarget names (the agent's own credentials), so you need to be allowed
+to read those Secrets. Candidates are found by the source pod's UID; with --cluster-name
 (the source agent's clusterName) they are read by their deterministic name
 instead.`,
 		Example: `  kubectl flotilla explain web-0 -n shop
@@ -190,6 +203,20 @@ type targetInfo struct {
 	deleting    bool
 	// labels are the target's own (spec.labels).
 	labels map[string]string
+	// summary is the ClusterSummary the target publishes for this
+	// cluster (readSummaries); nil when it publishes none, or it was not
+	// read.
+	summary *v1alpha1.ClusterSummaryStatus
+	// heldBack says why the agent holds the target back, as its Ready
+	// condition says (reason DelegatesLost); "" when it does not.
+	heldBack string
+}
+
+// invites reports whether the agent plans the pod's placement among the
+// target's: it is not being deleted, and its invitation covers the pod's
+// namespace.
+func (t targetInfo) invites(pod *corev1.Pod) bool {
+	return !t.deleting && (len(t.namespaces) == 0 || slices.Contains(t.namespaces, t.namespaceFor(pod.Namespace)))
 }
 
 func (t targetInfo) namespaceFor(ns string) string {
@@ -237,6 +264,7 @@ func explain(ctx context.Context, c *clients, o *explainOptions, name string) (*
 			}
 		}
 		e.Targets = askTargets(ctx, c, o.clusterName, pod, el, targets)
+		readSummaries(ctx, c, targets, e.Targets)
 		e.Gang = c.explainGang(ctx, o.clusterName, pod, targets)
 	}
 	c.explainPlacement(ctx, e, pod, targets)
@@ -294,6 +322,9 @@ func targetsOf(ctx context.Context, c *clients, agentNamespace, namespace string
 
 func (t *targetInfo) fillStatus(s v1alpha1.TargetStatus, namespace, name string) {
 	t.ready = meta.FindStatusCondition(s.Conditions, v1alpha1.TargetReady)
+	if t.ready != nil && t.ready.Status != metav1.ConditionTrue && t.ready.Reason == v1alpha1.ReasonDelegatesLost {
+		t.heldBack = orDefault(t.ready.Message, "the delegates of this cluster's pods vanished in the target again and again")
+	}
 	t.namespaces = s.Namespaces
 	t.virtualNode = s.VirtualNode
 	if t.virtualNode == "" {
@@ -353,15 +384,26 @@ func findCandidate(ctx context.Context, c *clients, clusterName string, pod *cor
 // targetClient connects to a target as the source's agent does: with the
 // kubeconfig of the Secret its Target or ClusterTarget names.
 func targetClient(ctx context.Context, c *clients, t targetInfo) (kubernetes.Interface, error) {
+	cfg, _, err := targetConnection(ctx, c, t)
+	if err != nil {
+		return nil, err
+	}
+	return kubernetes.NewForConfig(cfg)
+}
+
+// targetConnection reads the kubeconfig Secret a target names: the
+// connection to the target, and the name of the ClusterSummary it
+// publishes for this cluster ("" when the Secret names none).
+func targetConnection(ctx context.Context, c *clients, t targetInfo) (*rest.Config, string, error) {
 	if t.secret.Name == "" {
-		return nil, fmt.Errorf("target %s names no kubeconfig Secret", t.name)
+		return nil, "", fmt.Errorf("target %s names no kubeconfig Secret", t.name)
 	}
 	secret, err := c.kube.CoreV1().Secrets(t.secret.Namespace).Get(ctx, t.secret.Name, metav1.GetOptions{})
 	if err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, fmt.Errorf("its kubeconfig Secret %s does not exist (for a ClusterTarget without a namespace in its reference, pass the agent's --agent-namespace)", t.secret)
+			return nil, "", fmt.Errorf("its kubeconfig Secret %s does not exist (for a ClusterTarget without a namespace in its reference, pass the agent's --agent-namespace)", t.secret)
 		}
-		return nil, fmt.Errorf("reading its kubeconfig Secret %s: %w", t.secret, err)
+		return nil, "", fmt.Errorf("reading its kubeconfig Secret %s: %w", t.secret, err)
 	}
 	key := t.secretKey
 	if key == "" {
@@ -369,15 +411,65 @@ func targetClient(ctx context.Context, c *clients, t targetInfo) (kubernetes.Int
 	}
 	data, ok := secret.Data[key]
 	if !ok {
-		return nil, fmt.Errorf("its kubeconfig Secret %s has no key %q", t.secret, key)
+		return nil, "", fmt.Errorf("its kubeconfig Secret %s has no key %q", t.secret, key)
 	}
 	cfg, err := kubeconfig.RESTConfig(data)
 	if err != nil {
-		return nil, fmt.Errorf("Secret %s: %w", t.secret, err)
+		return nil, "", fmt.Errorf("Secret %s: %w", t.secret, err)
 	}
 	cfg.UserAgent = "kubectl-flotilla"
 	cfg.Timeout = targetTimeout
-	return kubernetes.NewForConfig(cfg)
+	return cfg, string(secret.Data[protocol.InvitationSummaryKey]), nil
+}
+
+// readSummaries reads, in every target at once, the ClusterSummary it
+// publishes for this cluster, which the agent filters the targets by
+// before any plan. A self target publishes none, and a target that did
+// not answer (answers[i], Unreachable) is not asked again. A target whose
+// summary is not read is judged as one that publishes none; when the read
+// failed, its answer says so.
+func readSummaries(ctx context.Context, c *clients, targets []targetInfo, answers []Answer) {
+	var wg sync.WaitGroup
+	for i := range targets {
+		if targets[i].self || answers[i].Answer == AnswerUnreachable {
+			continue
+		}
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(ctx, targetTimeout)
+			defer cancel()
+			s, err := readSummary(ctx, c, targets[i])
+			targets[i].summary = s
+			if err != nil {
+				note := fmt.Sprintf("its ClusterSummary could not be read (%v): explain judges the target as one that publishes none", err)
+				if answers[i].Reason != "" {
+					note = answers[i].Reason + "; " + note
+				}
+				answers[i].Reason = note
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// readSummary reads the ClusterSummary a target publishes for this
+// cluster; nil when its Secret names none.
+func readSummary(ctx context.Context, c *clients, t targetInfo) (*v1alpha1.ClusterSummaryStatus, error) {
+	cfg, name, err := targetConnection(ctx, c, t)
+	if err != nil || name == "" {
+		return nil, err
+	}
+	cfg.GroupVersion = &v1alpha1.GroupVersion
+	cfg.APIPath = "/apis"
+	cfg.NegotiatedSerializer = serializer.NewCodecFactory(scheme).WithoutConversion()
+	rc, err := rest.RESTClientFor(cfg)
+	if err != nil {
+		return nil, err
+	}
+	sum := &v1alpha1.ClusterSummary{}
+	if err := rc.Get().Resource("clustersummaries").Name(name).Do(ctx).Into(sum); err != nil {
+		return nil, fmt.Errorf("reading ClusterSummary %s: %w", name, err)
+	}
+	return &sum.Status, nil
 }
 
 // answerFor is a target's answer: its candidate's state, or why there is

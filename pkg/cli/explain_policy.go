@@ -17,7 +17,6 @@ import (
 	"github.com/flotilla-dev/flotilla/pkg/placement"
 	"github.com/flotilla-dev/flotilla/pkg/placementpolicy"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
-	"github.com/flotilla-dev/flotilla/pkg/workload"
 )
 
 // PolicyExplanation is what the PlacementPolicy that governs a pod makes
@@ -58,13 +57,36 @@ type policyView struct {
 	labels map[string]string
 }
 
+// cluster is the target as placement sees it (placementpolicy.ClusterOf).
+func (v policyView) cluster() placement.Cluster {
+	return placementpolicy.ClusterOf(v.target.name, v.labels, v.target.summary)
+}
+
 // explainPlacement reads the PlacementPolicies of the pod's namespace and
-// fills e.Capacity and, for a source pod, e.Policy and the answers' policy
-// columns. What it cannot read is told in e.Policy.Problem: the rest of
-// the explanation stands without it.
+// fills e.Capacity and, for a source pod, the targets the agent leaves
+// out before any policy (each answer's LeftOut), e.Policy and the
+// answers' policy columns. What it cannot read is told in
+// e.Policy.Problem: the rest of the explanation stands without it.
 func (c *clients) explainPlacement(ctx context.Context, e *Explanation, pod *corev1.Pod, targets []targetInfo) {
 	keys := []string{protocol.DefaultCapacityNodeLabel}
 	defer func() { e.Capacity = capacityPlace(pod, keys...) }()
+	var views []policyView
+	var leftOut map[string]string
+	if e.SourcePod {
+		views = make([]policyView, 0, len(targets))
+		for _, t := range targets {
+			v := policyView{target: t, labels: map[string]string{}}
+			// The virtual node carries what placement sees: the target's
+			// labels and those common to all its nodes.
+			if n, err := c.kube.CoreV1().Nodes().Get(ctx, t.virtualNode, metav1.GetOptions{}); err == nil {
+				maps.Copy(v.labels, n.Labels)
+			}
+			maps.Copy(v.labels, t.labels)
+			views = append(views, v)
+		}
+		// With or without a policy.
+		leftOut = leaveOut(pod, views, e.Targets)
+	}
 	list := &v1alpha1.PlacementPolicyList{}
 	if err := c.cr.List(ctx, list, client.InNamespace(pod.Namespace)); err != nil {
 		if e.SourcePod {
@@ -79,57 +101,74 @@ func (c *clients) explainPlacement(ctx context.Context, e *Explanation, pod *cor
 	if !e.SourcePod {
 		return
 	}
-	views := make([]policyView, 0, len(targets))
-	for _, t := range targets {
-		v := policyView{target: t, labels: map[string]string{}}
-		// The virtual node carries what placement sees: the target's
-		// labels and those common to all its nodes.
-		if n, err := c.kube.CoreV1().Nodes().Get(ctx, t.virtualNode, metav1.GetOptions{}); err == nil {
-			maps.Copy(v.labels, n.Labels)
-		}
-		maps.Copy(v.labels, t.labels)
-		views = append(views, v)
-	}
 	var siblings []corev1.Pod
 	if res.Policy != nil && len(res.Policy.Spec.SpreadConstraints) > 0 {
-		pods, err := c.kube.CoreV1().Pods(pod.Namespace).List(ctx, metav1.ListOptions{LabelSelector: protocol.ElectLabel + "=true"})
+		// Every source pod: which of them count is placementpolicy.Counts'
+		// to say (a pod's opt-in label may be gone since its admission).
+		pods, err := c.kube.CoreV1().Pods(pod.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "spec.schedulerName=" + protocol.SourceSchedulerName})
 		if err != nil {
 			e.Policy = &PolicyExplanation{Name: res.Policy.Name, Problem: fmt.Sprintf("cannot list the pods of namespace %s to count the workload's: %v", pod.Namespace, err)}
 			return
 		}
 		siblings = pods.Items
 	}
-	e.Policy = explainPolicy(pod, res, views, siblings, e.Targets)
+	e.Policy = explainPolicy(pod, res, views, leftOut, siblings, e.Targets)
+}
+
+// leaveOut is the agent's filter before any plan (placementpolicy.Prefilter)
+// over the targets it plans the pod's placement among (targetInfo.invites):
+// it tells each answer why the agent leaves its target out, if it does,
+// and returns those reasons by target.
+func leaveOut(pod *corev1.Pod, views []policyView, answers []Answer) map[string]string {
+	standing := make([]placementpolicy.Standing, 0, len(views))
+	for _, v := range views {
+		if v.target.invites(pod) {
+			standing = append(standing, placementpolicy.Standing{Cluster: v.cluster(), HeldBack: v.target.heldBack})
+		}
+	}
+	leftOut := placementpolicy.Prefilter(standing, placementpolicy.NeedsOf(pod))
+	for i := range answers {
+		answers[i].LeftOut = leftOut[answers[i].Target]
+	}
+	return leftOut
 }
 
 // PolicyTarget is a target as the policy explanation sees it: its name (as
-// elections name it), its virtual node, and the labels placement sees (the
-// virtual node's, the target's own over them).
+// elections name it), its virtual node, the labels placement sees (the
+// virtual node's, the target's own over them), the Target's own labels,
+// the ClusterSummary it publishes for this cluster (nil when none), and
+// why the agent holds it back ("" when it does not).
 type PolicyTarget struct {
 	Name        string
 	VirtualNode string
 	Labels      map[string]string
+	Own         map[string]string
+	Summary     *v1alpha1.ClusterSummaryStatus
+	HeldBack    string
 }
 
-// ExplainPolicy is the policy part of `kubectl flotilla explain` from
+// ExplainPolicy is the placement part of `kubectl flotilla explain` from
 // plain values: the PlacementPolicies of the pod's namespace, its targets,
 // the pods of its namespace (its siblings among them) and each target's
-// answer. It fills each answer's Policy, Domain and Bonus as the agent's
-// plan (pkg/placementpolicy) makes them, and returns what the policy is;
-// nil when no policy is meant for the pod.
+// answer. It fills each answer's LeftOut as the agent's filter before any
+// plan makes it, and its Policy, Domain and Bonus as the agent's plan
+// (pkg/placementpolicy) makes them, and returns what the policy is; nil
+// when no policy is meant for the pod.
 func ExplainPolicy(pod *corev1.Pod, policies []v1alpha1.PlacementPolicy, targets []PolicyTarget, pods []corev1.Pod, answers []Answer) *PolicyExplanation {
 	views := make([]policyView, len(targets))
 	for i, t := range targets {
-		views[i] = policyView{target: targetInfo{name: t.Name, virtualNode: t.VirtualNode}, labels: t.Labels}
+		views[i] = policyView{target: targetInfo{name: t.Name, virtualNode: t.VirtualNode, labels: t.Own, summary: t.Summary, heldBack: t.HeldBack}, labels: t.Labels}
 	}
-	return explainPolicy(pod, placementpolicy.Choose(pod, policies), views, pods, answers)
+	return explainPolicy(pod, placementpolicy.Choose(pod, policies), views, leaveOut(pod, views, answers), pods, answers)
 }
 
 // explainPolicy judges each target by the policy resolved for pod, as the
-// agent's fan-out does: selection and fallback groups, then the spread
-// against the siblings already placed. It fills each answer's Policy,
-// Domain and Bonus, and returns nil when no policy is meant for the pod.
-func explainPolicy(pod *corev1.Pod, res placementpolicy.Resolved, views []policyView, siblings []corev1.Pod, answers []Answer) *PolicyExplanation {
+// agent's fan-out does: of the targets it plans among that its filter
+// before the plan left in (leftOut are those it left out), selection and
+// fallback groups, then the spread against the siblings already placed.
+// It fills each answer's Policy, Domain and Bonus, and returns nil when no
+// policy is meant for the pod.
+func explainPolicy(pod *corev1.Pod, res placementpolicy.Resolved, views []policyView, leftOut map[string]string, siblings []corev1.Pod, answers []Answer) *PolicyExplanation {
 	if res.Policy == nil {
 		if res.Problem == "" {
 			return nil
@@ -148,38 +187,50 @@ func explainPolicy(pod *corev1.Pod, res placementpolicy.Resolved, views []policy
 	for i := range answers {
 		answerOf[answers[i].Target] = &answers[i]
 	}
+	needs := placementpolicy.NeedsOf(pod)
 	targets := make([]placementpolicy.Target, 0, len(views))
 	byName := make(map[string]placement.Cluster, len(views))
 	for _, v := range views {
-		cl := placement.Cluster{Name: v.target.name, Labels: v.labels}
-		a := answerOf[cl.Name]
-		// A later fallback group is used only once every target of the
-		// earlier ones answered that it cannot run the pod.
-		targets = append(targets, placementpolicy.Target{Cluster: cl, Failed: a != nil && a.Answer == AnswerUnschedulable})
+		cl := v.cluster()
 		byName[cl.Name] = cl
+		if _, out := leftOut[cl.Name]; out || !v.target.invites(pod) {
+			continue
+		}
+		a := answerOf[cl.Name]
+		// The spread counts the domains of the nodes the pod may use. A
+		// later fallback group is used only once every target of the
+		// earlier ones answered that it cannot run the pod.
+		targets = append(targets, placementpolicy.Target{Cluster: placement.ForPod(cl, needs.NodeSelector, needs.Required), Failed: a != nil && a.Answer == AnswerUnschedulable})
 	}
 	// The agent's own plan: the same selection, fallback and spread.
 	plan := placementpolicy.Select(compiled, targets)
+	for name, why := range leftOut {
+		plan.Excluded[name] = why
+	}
 	keys := compiled.Keys()
 	var placed []placement.Domain
 	if compiled.Spreads() {
+		places := make(map[string]placementpolicy.Place, len(views))
+		for _, v := range views {
+			places[v.target.name] = placementpolicy.PlaceOf(byName[v.target.name], v.target.labels, v.target.summary, keys)
+		}
 		// The elected target counts the pod where its reservation is: the
 		// domain its target reported, before the pin or the target's
 		// labels.
-		for name, a := range answerOf {
-			if !a.Elected {
-				continue
-			}
-			cl, ok := byName[name]
-			if !ok {
-				cl = placement.Cluster{Name: name}
-			}
-			if d, ok := electedDomain(pod, cl, keys); ok {
-				a.Domain = showDomain(d)
+		if reported := placementpolicy.ReportedDomain(pod.Annotations[protocol.ElectedDomainAnnotation]); reported != nil {
+			for name, a := range answerOf {
+				if !a.Elected {
+					continue
+				}
+				place, ok := places[name]
+				if !ok {
+					place = placementpolicy.PlaceOf(placement.Cluster{Name: name}, nil, nil, keys)
+				}
+				a.Domain = showDomain(place.NodeDomain(reported))
 			}
 		}
 		var unknown int
-		placed, unknown = siblingDomains(pod, siblings, views, byName, keys)
+		placed, unknown = placementpolicy.Tally(placedSiblings(pod, siblings, views), places)
 		pe.UnknownSiblings = unknown
 		if len(placed) > 0 {
 			pe.Siblings = map[string]int{}
@@ -224,75 +275,35 @@ func explainPolicy(pod *corev1.Pod, res placementpolicy.Resolved, views []policy
 	return pe
 }
 
-// siblingDomains are the domains of the pod's workload siblings that are
-// bound or elected: where its target reported the elected node to be, or
-// the target's only domain; and how many of those are in a target whose
-// domain the source cannot tell (a target spanning several that reported
-// no node).
-func siblingDomains(pod *corev1.Pod, siblings []corev1.Pod, views []policyView, clusters map[string]placement.Cluster, keys []string) ([]placement.Domain, int) {
-	key, ok := workload.Of(pod)
-	if !ok {
-		return nil, 0
-	}
+// placedSiblings are the pod's siblings a spread counts
+// (placementpolicy.Counts) that are bound or elected, each in its target:
+// the one its election names, bound or not (a node of the old namespaced
+// form could be two targets' names), else the one whose virtual node runs
+// it.
+func placedSiblings(pod *corev1.Pod, pods []corev1.Pod, views []policyView) []placementpolicy.Sibling {
 	byNode := make(map[string]string, len(views))
 	for _, v := range views {
 		byNode[v.target.virtualNode] = v.target.name
 	}
-	var out []placement.Domain
-	unknown := 0
-	for i := range siblings {
-		s := &siblings[i]
-		if s.UID == pod.UID || s.Spec.SchedulerName != protocol.SourceSchedulerName || s.DeletionTimestamp != nil ||
-			s.Status.Phase == corev1.PodSucceeded || s.Status.Phase == corev1.PodFailed {
+	var out []placementpolicy.Sibling
+	for i := range pods {
+		s := &pods[i]
+		if !placementpolicy.Counts(pod, s) {
 			continue
 		}
-		if k, ok := workload.Of(s); !ok || k != key {
-			continue
-		}
-		// The election names the target, bound or not: a node of the
-		// old namespaced form could be two targets' names.
 		name := byNode[s.Spec.NodeName]
 		if e, err := protocol.ParseElection(s.Annotations[protocol.ElectionAnnotation]); err == nil && e.Elected() {
 			name = e.Target
 		}
-		cl, ok := clusters[name]
-		if !ok {
+		if name == "" {
 			continue
 		}
-		if d, ok := electedDomain(s, cl, keys); ok {
-			out = append(out, d)
-			continue
-		}
-		domains := placement.Domains(cl, keys)
-		if len(domains) != 1 {
-			unknown++
-			continue
-		}
-		out = append(out, domains[0])
+		// The pin of its candidate is in the target, which explain does
+		// not read for the siblings: a sibling whose node was not
+		// reported, in a target spanning several domains, is told apart.
+		out = append(out, placementpolicy.Sibling{Target: name, Reported: placementpolicy.ReportedDomain(s.Annotations[protocol.ElectedDomainAnnotation])})
 	}
-	return out, unknown
-}
-
-// electedDomain is the domain of the node that holds or runs a source
-// pod's elected reservation in cl, at keys: the node's labels as its target
-// reported them at the election (the pod's elected-domain annotation), the
-// virtual node's labels (the Target's own, those common to its nodes)
-// standing for the keys it lacks. ok is false when the pod carries no
-// readable report.
-func electedDomain(pod *corev1.Pod, cl placement.Cluster, keys []string) (placement.Domain, bool) {
-	reported, err := protocol.ParseDomain(pod.Annotations[protocol.ElectedDomainAnnotation])
-	if err != nil || reported == nil {
-		return nil, false
-	}
-	d := make(placement.Domain, len(keys))
-	for i, k := range keys {
-		if v, ok := cl.Labels[k]; ok {
-			d[i] = v
-		} else {
-			d[i] = reported[k]
-		}
-	}
-	return d, true
+	return out
 }
 
 // showDomain writes a domain as its values joined by "/", "(none)" for a
@@ -349,7 +360,16 @@ func writeAnswers(w io.Writer, e *Explanation) {
 			score = fmt.Sprint(*a.Score)
 		}
 		if !underPolicy {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", name, a.Answer, orDash(a.Node), score, oneLine(a.Reason))
+			// Under a policy, its POLICY says it is excluded, and why.
+			detail := a.Reason
+			switch {
+			case a.LeftOut == "":
+			case a.Candidate == "":
+				detail = "no candidate: " + a.LeftOut
+			default:
+				detail += "; no new candidate: " + a.LeftOut
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", name, a.Answer, orDash(a.Node), score, oneLine(detail))
 			continue
 		}
 		verdict := orDash(a.Policy)

@@ -30,7 +30,8 @@ func replica(uid, node, elected string) corev1.Pod {
 			Namespace: "shop", Name: "web-" + uid, UID: types.UID(uid),
 			Labels:          map[string]string{"app": "web", "pod-template-hash": "5d8f", protocol.ElectLabel: "true"},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-5d8f", Controller: ptr.To(true)}},
-			Annotations:     map[string]string{},
+			// Admitted by the webhook: what its candidates run is saved.
+			Annotations: map[string]string{protocol.OriginalFieldsAnnotation: `{"schedulerName":"default-scheduler"}`},
 		},
 		Spec: corev1.PodSpec{SchedulerName: protocol.SourceSchedulerName, NodeName: node},
 	}
@@ -40,12 +41,14 @@ func replica(uid, node, elected string) corev1.Pod {
 	return p
 }
 
+// view is a target that publishes no summary, its labels its own (as its
+// virtual node's).
 func view(name, region, zone string, extra map[string]string) policyView {
 	labels := map[string]string{testRegion: region, testZone: zone}
 	for k, v := range extra {
 		labels[k] = v
 	}
-	return policyView{target: targetInfo{name: name, virtualNode: "flotilla-" + name}, labels: labels}
+	return policyView{target: targetInfo{name: name, virtualNode: "flotilla-" + name, labels: labels}, labels: labels}
 }
 
 // TestExplainPolicy judges the targets of a pending pod as the agent's
@@ -91,7 +94,7 @@ func TestExplainPolicy(t *testing.T) {
 		}(), // another workload
 	}
 	answers := []Answer{{Target: "c1"}, {Target: "c2"}, {Target: "c3"}, {Target: "c4"}, {Target: "c5"}}
-	pe := explainPolicy(&pod, placementpolicy.Resolved{Policy: &pol}, views, siblings, answers)
+	pe := explainPolicy(&pod, placementpolicy.Resolved{Policy: &pol}, views, nil, siblings, answers)
 
 	wantPolicy := &PolicyExplanation{
 		Name:     "web",
@@ -130,17 +133,17 @@ func TestExplainPolicy(t *testing.T) {
 
 	// The earlier group all unschedulable: the fallback group is used.
 	answers = []Answer{{Target: "c1", Answer: AnswerUnschedulable}, {Target: "c2", Answer: AnswerUnschedulable}, {Target: "c3", Answer: AnswerUnschedulable}, {Target: "c4"}, {Target: "c5"}}
-	explainPolicy(&pod, placementpolicy.Resolved{Policy: &pol}, views, siblings, answers)
+	explainPolicy(&pod, placementpolicy.Resolved{Policy: &pol}, views, nil, siblings, answers)
 	if answers[3].Policy != "selected" {
 		t.Errorf("c4 with the first group unschedulable: %q, want selected", answers[3].Policy)
 	}
 
 	// A problem: the pod is placed as if no policy applied.
-	pe = explainPolicy(&pod, placementpolicy.Resolved{Problem: "two policies"}, views, siblings, answers)
+	pe = explainPolicy(&pod, placementpolicy.Resolved{Problem: "two policies"}, views, nil, siblings, answers)
 	if pe == nil || pe.Problem != "two policies" {
 		t.Errorf("problem: %+v", pe)
 	}
-	if explainPolicy(&pod, placementpolicy.Resolved{}, views, siblings, answers) != nil {
+	if explainPolicy(&pod, placementpolicy.Resolved{}, views, nil, siblings, answers) != nil {
 		t.Error("no policy: want nil")
 	}
 }
@@ -220,7 +223,7 @@ func TestExplainCountsSiblingsWhereTheyRun(t *testing.T) {
 		in(replica("c", "flotilla-wide", ""), "eu-1b"),
 		replica("d", "flotilla-wide", ""), // no node reported: the target's labels only
 	}
-	pe := explainPolicy(&pod, placementpolicy.Resolved{Policy: &pol}, []policyView{wide}, siblings, []Answer{{Target: "wide"}})
+	pe := explainPolicy(&pod, placementpolicy.Resolved{Policy: &pol}, []policyView{wide}, nil, siblings, []Answer{{Target: "wide"}})
 	if want := map[string]int{"eu/eu-1a": 1, "eu/eu-1b": 2, "eu/(none)": 1}; !cmp.Equal(pe.Siblings, want) {
 		t.Errorf("siblings %v, want %v", pe.Siblings, want)
 	}
@@ -242,7 +245,7 @@ func TestExplainShowsWhereTheElectedPodRuns(t *testing.T) {
 		},
 	}
 	// wide spans two zones of eu; one is in us-east-1a only.
-	wide := policyView{target: targetInfo{name: "wide", virtualNode: "flotilla-wide"}, labels: map[string]string{testRegion: "eu"}}
+	wide := policyView{target: targetInfo{name: "wide", virtualNode: "flotilla-wide", labels: map[string]string{testRegion: "eu"}}, labels: map[string]string{testRegion: "eu"}}
 	one := view("one", "us-east", "us-east-1a", nil)
 	reportedIn := func(zone string) string {
 		return protocol.EncodeDomain(map[string]string{testRegion: "elsewhere", testZone: zone})
@@ -285,7 +288,7 @@ func TestExplainShowsWhereTheElectedPodRuns(t *testing.T) {
 			if tc.reported != "" {
 				pod.Annotations[protocol.ElectedDomainAnnotation] = tc.reported
 			}
-			explainPolicy(&pod, placementpolicy.Resolved{Policy: &pol}, []policyView{wide, one}, nil, tc.answers)
+			explainPolicy(&pod, placementpolicy.Resolved{Policy: &pol}, []policyView{wide, one}, nil, nil, tc.answers)
 			got := map[string]string{}
 			for _, a := range tc.answers {
 				got[a.Target] = a.Domain

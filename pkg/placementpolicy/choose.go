@@ -1,8 +1,10 @@
 // Package placementpolicy reads PlacementPolicies as plain values: which
 // policy governs a pod (Choose) and what a policy means to the pure
-// decisions of pkg/placement (Compile). It holds no client and runs no
-// controller, so that the agent and the kubectl plugin judge a pod by the
-// same code; pkg/policy reads the policies from the agent's cache and
+// decisions of pkg/placement (Compile); which targets get no candidate
+// before any policy (Prefilter); the plan (Select, then Spread); and where
+// a workload's siblings count (Counts, Tally). It holds no client and runs
+// no controller, so that the agent and the kubectl plugin judge a pod by
+// the same code; pkg/policy reads the policies from the agent's cache and
 // reports their status.
 package placementpolicy
 

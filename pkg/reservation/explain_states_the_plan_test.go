@@ -3,6 +3,7 @@ package reservation_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -34,6 +35,9 @@ func TestExplainStatesWhatTheAgentDid(t *testing.T) {
 		// excluded are the targets the policy keeps the pod from, with
 		// the beginning of the reason.
 		excluded map[string]string
+		// heldBack is a target the agent holds back (its delegates
+		// vanished there): left out before the policy.
+		heldBack string
 	}{
 		{name: "the spread keeps the pod out of a full zone", policy: zoneSpread(), siblings: []string{"ta"},
 			excluded: map[string]string{"ta": "excluded: spread: "}},
@@ -42,11 +46,18 @@ func TestExplainStatesWhatTheAgentDid(t *testing.T) {
 		{name: "the cluster selector, then the spread", policy: goldOnly, siblings: []string{"tb"},
 			excluded: map[string]string{"tc": "excluded: does not match clusterSelector", "tb": "excluded: spread: "}},
 		{name: "nothing placed yet", policy: zoneSpread()},
+		{name: "a target held back, then the spread", policy: zoneSpread(), siblings: []string{"tb"}, heldBack: "tc",
+			excluded: map[string]string{"tb": "excluded: spread: ", "tc": "excluded: 5 delegates"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, threeZones(), tc.policy)
 			for i, in := range tc.siblings {
 				h.placedSibling("web-placed-"+string(rune('a'+i)), in, strings.TrimPrefix(in, "t"), true)
+			}
+			if tc.heldBack != "" {
+				for range target.LostThreshold {
+					h.targets[tc.heldBack].LostDelegate(time.Now())
+				}
 			}
 			pod := h.newSourcePod("web-new", ofWorkload)
 			h.reconcile(pod)
@@ -55,7 +66,7 @@ func TestExplainStatesWhatTheAgentDid(t *testing.T) {
 			var answers []cli.Answer
 			for _, cfg := range threeZones() {
 				tg := h.targets[cfg.Name]
-				targets = append(targets, cli.PolicyTarget{Name: tg.Name, VirtualNode: tg.NodeName, Labels: tg.Labels})
+				targets = append(targets, cli.PolicyTarget{Name: tg.Name, VirtualNode: tg.NodeName, Labels: tg.Labels, Own: tg.Labels, HeldBack: tg.HeldBack(time.Now())})
 				answers = append(answers, cli.Answer{Target: tg.Name})
 			}
 			pods, err := h.source.CoreV1().Pods(pod.Namespace).List(h.ctx, metav1.ListOptions{LabelSelector: labels.Everything().String()})

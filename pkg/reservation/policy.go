@@ -3,6 +3,7 @@ package reservation
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -10,7 +11,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	resourcehelper "k8s.io/component-helpers/resource"
 
 	"github.com/flotilla-dev/flotilla/pkg/candidate"
 	"github.com/flotilla-dev/flotilla/pkg/gang"
@@ -18,7 +18,6 @@ import (
 	"github.com/flotilla-dev/flotilla/pkg/placementpolicy"
 	"github.com/flotilla-dev/flotilla/pkg/policy"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
-	"github.com/flotilla-dev/flotilla/pkg/sourcespec"
 	"github.com/flotilla-dev/flotilla/pkg/target"
 	"github.com/flotilla-dev/flotilla/pkg/workload"
 )
@@ -55,23 +54,20 @@ type plan struct {
 	// leftOut says, per target that holds a candidate the policy does not
 	// send there now, why it may not be elected.
 	leftOut map[string]string
-	// requests are what the pod asks of the node it runs on (its saved
-	// spec's).
-	requests corev1.ResourceList
-	// nodeSelector and required are the pod's node selector and required
-	// node affinity, from the spec its candidates run (dropUnfit reads
-	// them): the targets' domains a spread counts are those they may match.
-	nodeSelector map[string]string
-	required     *corev1.NodeSelector
+	// needs are what the pod asks of the node it runs on, from the spec
+	// its candidates run: its requests weigh a target's room, and the
+	// targets' domains a spread counts are those its node selector and
+	// required node affinity may match.
+	needs placementpolicy.Needs
 	// plan is the policy's pure plan (placementpolicy.Select, then
 	// Spread), which explain makes too.
 	plan placementpolicy.Plan
 	// full are, per target, the keys of the domains where the pod's
 	// candidate found no node lately (Controller.fullDomains).
 	full map[string]map[string]bool
-	// domains are the domains each target spans for the policy's keys,
-	// worked out once a plan (domainOf): a spread counts every sibling.
-	domains map[string][]placement.Domain
+	// places are the targets as the spread counts pods in them, worked
+	// out once a plan (placeOf): a spread counts every sibling.
+	places map[string]placementpolicy.Place
 }
 
 // leftOut returns the candidates of the pod in invited targets that did
@@ -142,8 +138,22 @@ func (p *plan) leaveOutForGang(placements []candidate.Placement, election protoc
 func (c *Controller) planFor(ctx context.Context, pod *corev1.Pod, invited []*target.Target) (p plan, problem string, err error) {
 	// Targets that cannot run the pod, or take no new pod now, are left
 	// out before any policy groups or counts them.
-	invited = p.dropHeldBack(invited, c.now())
-	invited = p.dropUnfit(pod, invited)
+	p.needs = placementpolicy.NeedsOf(pod)
+	clusters := make([]placement.Cluster, len(invited))
+	standing := make([]placementpolicy.Standing, len(invited))
+	now := c.now()
+	for i, t := range invited {
+		clusters[i] = ClusterOf(t)
+		standing[i] = placementpolicy.Standing{Cluster: clusters[i], HeldBack: t.HeldBack(now)}
+	}
+	p.excluded = placementpolicy.Prefilter(standing, p.needs)
+	kept, keptClusters := invited[:0:0], clusters[:0:0]
+	for i, t := range invited {
+		if _, out := p.excluded[t.Name]; !out {
+			kept, keptClusters = append(kept, t), append(keptClusters, clusters[i])
+		}
+	}
+	invited, clusters = kept, keptClusters
 	p.selected = invited
 	if c.Policies == nil {
 		return p, "", nil
@@ -164,7 +174,7 @@ func (c *Controller) planFor(ctx context.Context, pod *corev1.Pod, invited []*ta
 	views := candidate.ViewsOf(pod, c.SourceCluster, invited, nil)
 	targets := make([]placementpolicy.Target, len(invited))
 	for i, t := range invited {
-		cl := ClusterOf(t)
+		cl := clusters[i]
 		if t.Self && cl.Topology == nil && compiled.Spreads() && c.SelfTopology != nil {
 			// A self target publishes no summary: its nodes are this
 			// cluster's.
@@ -174,8 +184,8 @@ func (c *Controller) planFor(ctx context.Context, pod *corev1.Pod, invited []*ta
 		}
 		p.clusters[t.Name] = cl
 		// The spread counts the domains of the nodes the pod may use; a
-		// sibling's domain (domainOf) is read from the whole target.
-		targets[i] = placementpolicy.Target{Cluster: placement.ForPod(cl, p.nodeSelector, p.required), Failed: views[i].Failed}
+		// sibling's domain (placeOf) is read from the whole target.
+		targets[i] = placementpolicy.Target{Cluster: placement.ForPod(cl, p.needs.NodeSelector, p.needs.Required), Failed: views[i].Failed}
 	}
 	p.plan = placementpolicy.Select(compiled, targets)
 	p.adopt(invited)
@@ -200,83 +210,6 @@ func (p *plan) adopt(targets []*target.Target) {
 		p.selected = append(p.selected, byName[name])
 	}
 	p.known = p.plan.Known
-}
-
-// dropHeldBack returns the targets that take new pods, and records why
-// the others do not (target.HeldBack: they lost the delegates of this
-// cluster's pods again and again).
-func (p *plan) dropHeldBack(targets []*target.Target, now time.Time) []*target.Target {
-	kept := targets[:0:0]
-	for _, t := range targets {
-		if why := t.HeldBack(now); why != "" {
-			if p.excluded == nil {
-				p.excluded = map[string]string{}
-			}
-			p.excluded[t.Name] = why
-			continue
-		}
-		kept = append(kept, t)
-	}
-	return kept
-}
-
-// dropUnfit returns the targets whose nodes, as their ClusterSummaries
-// tell, may meet the pod's required node affinity (the on-demand/spot
-// split's above all), and records why it left out the others: no
-// candidate where none can run. It applies with or without a policy.
-//
-// Targets none of whose nodes has room for the pod's requests are left out
-// too, as long as another may have: the summaries are a few seconds old,
-// and a target whose nodes grow (an autoscaler) only learns of a pod that
-// needs a larger node from its candidate, so when none has room, all get
-// one.
-func (p *plan) dropUnfit(pod *corev1.Pod, targets []*target.Target) []*target.Target {
-	// The source pod asks for nothing of its own cluster: what it needs is
-	// in the spec its candidates run.
-	if spec, err := sourcespec.Original(pod); err == nil {
-		p.requests = resourcehelper.PodRequests(&corev1.Pod{Spec: *spec}, resourcehelper.PodResourcesOptions{})
-		p.nodeSelector = spec.NodeSelector
-		if a := spec.Affinity; a != nil && a.NodeAffinity != nil {
-			p.required = a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution
-		}
-	}
-	required := p.required
-	exclude := func(name, why string) {
-		if p.excluded == nil {
-			p.excluded = map[string]string{}
-		}
-		p.excluded[name] = why
-	}
-	kept := targets[:0:0]
-	clusters := make([]placement.Cluster, 0, len(targets))
-	for _, t := range targets {
-		cl := placement.Cluster{Name: t.Name}
-		switch s := t.Summary(); {
-		case required != nil:
-			cl = ClusterOf(t)
-		case s != nil:
-			cl.LargestFree = s.LargestFree
-		}
-		if why := placement.Unfit(cl, required); why != "" {
-			exclude(t.Name, why)
-			continue
-		}
-		kept = append(kept, t)
-		clusters = append(clusters, cl)
-	}
-	_, left := placement.WithRoom(clusters, p.requests)
-	if len(left) == 0 {
-		return kept
-	}
-	roomy := kept[:0:0]
-	for _, t := range kept {
-		if why, ok := left[t.Name]; ok {
-			exclude(t.Name, why)
-			continue
-		}
-		roomy = append(roomy, t)
-	}
-	return roomy
 }
 
 // prospects weighs the selected targets for the pod's first candidates
@@ -307,10 +240,10 @@ func (p *plan) room(selfFree func() (corev1.ResourceList, bool)) map[string]floa
 	for _, t := range p.selected {
 		room[t.Name] = -1
 		if s := t.Summary(); s != nil && s.Free != nil {
-			room[t.Name] = placement.Room(s.Free, p.requests)
+			room[t.Name] = placement.Room(s.Free, p.needs.Requests)
 		} else if t.Self && selfFree != nil {
 			if free, ok := selfFree(); ok {
-				room[t.Name] = placement.Room(free, p.requests)
+				room[t.Name] = placement.Room(free, p.needs.Requests)
 			}
 		}
 	}
@@ -339,40 +272,22 @@ func (p *plan) weigh(selfFree func() (corev1.ResourceList, bool)) map[string]can
 }
 
 // ClusterOf is a target as placement sees it: its virtual node's labels
-// (those common to all its nodes, then its own), the values its nodes
-// carry per topology key, and the combinations of them its nodes carry
-// when its summary lists them.
+// (those common to all its nodes, then its own), and what its summary
+// tells (placementpolicy.ClusterOf).
 func ClusterOf(t *target.Target) placement.Cluster {
-	cl := placement.Cluster{Name: t.Name, Labels: map[string]string{}}
-	if s := t.Summary(); s != nil {
-		cl.LargestFree = s.LargestFree
-		for k, v := range target.NodeLabels(s) {
-			cl.Labels[k] = v
-		}
-		cl.Topology = make(map[string][]string, len(s.Topology))
-		for _, ts := range s.Topology {
-			for _, v := range ts.Values {
-				if v.Nodes > 0 {
-					cl.Topology[ts.Key] = append(cl.Topology[ts.Key], v.Value)
-				}
-			}
-		}
-		if s.Domains != nil {
-			cl.Combinations = make([]placement.Combination, len(s.Domains))
-			for i, d := range s.Domains {
-				cl.Combinations[i] = placement.Combination{Values: d.Values, Open: d.Nodes > 0}
-			}
-		}
+	s := t.Summary()
+	labels := map[string]string{}
+	if s != nil {
+		maps.Copy(labels, target.NodeLabels(s))
 	}
-	for k, v := range t.Labels {
-		cl.Labels[k] = v
-	}
-	return cl
+	maps.Copy(labels, t.Labels)
+	return placementpolicy.ClusterOf(t.Name, labels, s)
 }
 
 // siblingDomains are the domains where the pod's workload siblings are:
 // bound, or elected and not yet bound (including elections this process
-// wrote that the cache does not show yet).
+// wrote that the cache does not show yet), counted as
+// placementpolicy.Counts and Tally count them.
 func (c *Controller) siblingDomains(ctx context.Context, pod *corev1.Pod, p *plan) ([]placement.Domain, error) {
 	key := workloadOf(pod)
 	if key == "" {
@@ -382,23 +297,34 @@ func (c *Controller) siblingDomains(ctx context.Context, pod *corev1.Pod, p *pla
 	if err != nil {
 		return nil, fmt.Errorf("listing the siblings of %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
-	keys := p.policy.Keys()
-	var out []placement.Domain
+	var placed []placementpolicy.Sibling
 	for _, s := range siblings {
-		if s.UID == pod.UID || !isSourcePod(s) || s.DeletionTimestamp != nil || s.Status.Phase == corev1.PodSucceeded || s.Status.Phase == corev1.PodFailed {
+		if !placementpolicy.Counts(pod, s) {
 			continue
 		}
 		t, reported := c.placedIn(s)
 		if t == nil {
 			continue
 		}
-		if reported != nil {
-			out = append(out, nodeDomainsOf(t, p.clusterOf(t)).of(reported, keys))
-		} else if d, ok := c.domainOf(p, t, s, keys); ok {
-			out = append(out, d)
-		}
+		p.placeOf(t) // Tally finds it in p.places
+		placed = append(placed, placementpolicy.Sibling{Target: t.Name, Reported: reported, Pinned: c.pinnedUnreported(t, s, reported)})
 	}
+	out, _ := placementpolicy.Tally(placed, p.places)
 	return out, nil
+}
+
+// pinnedUnreported is the domain a source pod's candidate in t was pinned
+// to, when its target reported no node (reported is nil): the domain it
+// counts in if t spans several.
+func (c *Controller) pinnedUnreported(t *target.Target, source *corev1.Pod, reported map[string]string) []string {
+	if reported != nil {
+		return nil
+	}
+	cand, ok := candidate.Of(t, source, c.SourceCluster)
+	if !ok {
+		return nil
+	}
+	return candidate.PinnedDomain(cand)
 }
 
 // electionOf is the election of a source pod and its elected domain, raw,
@@ -435,10 +361,7 @@ func (c *Controller) newest(pod *corev1.Pod) *corev1.Pod {
 // (nil when not recorded).
 func (c *Controller) placedIn(s *corev1.Pod) (*target.Target, map[string]string) {
 	s, raw, rawDomain := c.electionOf(s)
-	domain, err := protocol.ParseDomain(rawDomain)
-	if err != nil {
-		domain = nil
-	}
+	domain := placementpolicy.ReportedDomain(rawDomain)
 	if s.Spec.NodeName != "" {
 		t, _ := c.Targets.OfPod(s)
 		return t, domain
@@ -451,52 +374,6 @@ func (c *Controller) placedIn(s *corev1.Pod) (*target.Target, map[string]string)
 	return t, domain
 }
 
-// nodeDomains resolves the domain of a node of one target whose labels the
-// target reported (a reservation's State.Domain, or a sibling's
-// elected-domain annotation), at the policy's keys. A key the Target's
-// own labels set takes their value, as the virtual node's labels do; a key
-// the target reports per node (its ClusterSummary's keys, which its
-// scheduler reports too) is the node's, "" (no domain) when the node has
-// no such label; any other key is the value common to the target's nodes,
-// "" when they differ.
-type nodeDomains struct {
-	// own are the labels of the Target object.
-	own map[string]string
-	// reports are the keys the target reports per node; nil when it
-	// publishes no summary (a self target): then every key its scheduler
-	// left out is one the node lacks.
-	reports map[string]bool
-	// common are the labels common to the target's nodes.
-	common map[string]string
-}
-
-func nodeDomainsOf(t *target.Target, cl placement.Cluster) nodeDomains {
-	n := nodeDomains{own: t.Labels, common: cl.Labels}
-	if s := t.Summary(); s != nil {
-		n.reports = make(map[string]bool, len(s.Topology))
-		for _, ts := range s.Topology {
-			n.reports[ts.Key] = true
-		}
-	}
-	return n
-}
-
-func (n nodeDomains) of(reported map[string]string, keys []string) placement.Domain {
-	d := make(placement.Domain, len(keys))
-	for i, k := range keys {
-		if v, ok := n.own[k]; ok {
-			d[i] = v
-			continue
-		}
-		if v, ok := reported[k]; ok || n.reports == nil || n.reports[k] {
-			d[i] = v
-			continue
-		}
-		d[i] = n.common[k]
-	}
-	return d
-}
-
 // clusterOf is the plan's view of an invited target, or a fresh one.
 func (p *plan) clusterOf(t *target.Target) placement.Cluster {
 	if cl, ok := p.clusters[t.Name]; ok {
@@ -505,34 +382,18 @@ func (p *plan) clusterOf(t *target.Target) placement.Cluster {
 	return ClusterOf(t)
 }
 
-// domainOf is the domain a source pod's candidate in t counts in: the
-// target's only one, or the one its candidate was pinned to. The plan's
-// view of an invited target is used rather than built again per sibling.
-func (c *Controller) domainOf(p *plan, t *target.Target, source *corev1.Pod, keys []string) (placement.Domain, bool) {
-	domains, ok := p.domains[t.Name]
-	if !ok {
-		cl, ok := p.clusters[t.Name]
-		if !ok {
-			cl = ClusterOf(t)
-		}
-		domains = placement.Domains(cl, keys)
-		if p.domains == nil {
-			p.domains = map[string][]placement.Domain{}
-		}
-		p.domains[t.Name] = domains
+// placeOf is t as the policy's spread counts pods in it, worked out once a
+// plan from the plan's view of it.
+func (p *plan) placeOf(t *target.Target) placementpolicy.Place {
+	if pl, ok := p.places[t.Name]; ok {
+		return pl
 	}
-	if len(domains) == 1 {
-		return domains[0], true
+	pl := placementpolicy.PlaceOf(p.clusterOf(t), t.Labels, t.Summary(), p.policy.Keys())
+	if p.places == nil {
+		p.places = map[string]placementpolicy.Place{}
 	}
-	cand, ok := candidate.Of(t, source, c.SourceCluster)
-	if !ok {
-		return nil, false
-	}
-	pinned := candidate.PinnedDomain(cand)
-	if len(pinned) != len(keys) {
-		return nil, false
-	}
-	return placement.Domain(pinned), true
+	p.places[t.Name] = pl
+	return pl
 }
 
 // prepareFanOut drops the targets where no domain is allowed by a
@@ -634,9 +495,8 @@ func (c *Controller) judgement(pod *corev1.Pod, p *plan, placed []placement.Doma
 		if !ok {
 			continue
 		}
-		if reported := o.State.Domain(); reported != nil {
-			observed[i].Domain = nodeDomainsOf(t, p.clusterOf(t)).of(reported, keys)
-		} else if d, ok := c.domainOf(p, t, pod, keys); ok {
+		reported := o.State.Domain()
+		if d, ok := p.placeOf(t).Domain(reported, c.pinnedUnreported(t, pod, reported)); ok {
 			observed[i].Domain = d
 		}
 	}
@@ -660,11 +520,10 @@ func (c *Controller) rememberedDomain(pod *corev1.Pod, p *plan, keys []string) (
 	if !ok || c.now().Sub(e.at) > rememberDomainFor {
 		return nil, false
 	}
-	cl := p.clusterOf(t)
-	if placementpolicy.DomainsKnown(cl, keys) {
+	if placementpolicy.DomainsKnown(p.clusterOf(t), keys) {
 		return nil, false
 	}
-	return nodeDomainsOf(t, cl).of(e.domain, keys), true
+	return p.placeOf(t).NodeDomain(e.domain), true
 }
 
 // rememberDomainFor bounds how long a released election's domain counts:

@@ -10,6 +10,7 @@ import (
 
 	"github.com/flotilla-dev/flotilla/pkg/candidate"
 	"github.com/flotilla-dev/flotilla/pkg/placement"
+	"github.com/flotilla-dev/flotilla/pkg/placementpolicy"
 	"github.com/flotilla-dev/flotilla/pkg/target"
 )
 
@@ -26,7 +27,7 @@ func TestWeighSelfFromTheView(t *testing.T) {
 	}
 	p := &plan{
 		selected: []*target.Target{newTarget("home", true), newTarget("away", false)},
-		requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m")},
+		needs:    placementpolicy.Needs{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m")}},
 	}
 	free := func(cpu string, pods int64, ok bool) func() (corev1.ResourceList, bool) {
 		return func() (corev1.ResourceList, bool) {
