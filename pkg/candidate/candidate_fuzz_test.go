@@ -73,7 +73,7 @@ func check(t *testing.T, source *corev1.Pod, spec, name, key, value string, self
 	}
 	s := c.Spec
 	if s.SchedulerName != protocol.SchedulerName || s.NodeName != "" || s.Priority != nil || s.ServiceAccountName != "" ||
-		s.DeprecatedServiceAccount != "" || s.AutomountServiceAccountToken == nil || *s.AutomountServiceAccountToken || s.ReadinessGates != nil || s.WorkloadRef != nil {
+		s.DeprecatedServiceAccount != "" || s.AutomountServiceAccountToken == nil || *s.AutomountServiceAccountToken || s.ReadinessGates != nil || s.SchedulingGroup != nil {
 		t.Fatalf("candidate of spec %q keeps what only the source means: %+v", spec, s)
 	}
 	for _, v := range s.Volumes {

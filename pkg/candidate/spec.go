@@ -50,10 +50,10 @@ func Build(source *corev1.Pod, sourceCluster, target, namespace string, self, ke
 	// Readiness gates are set by controllers of the source cluster; in the
 	// target nobody would ever set them. The source pod keeps them.
 	spec.ReadinessGates = nil
-	// The Workload is the source's, and so is its gang: a target's
-	// scheduler with gang scheduling would wait for a Workload it does not
+	// The PodGroup is the source's, and so is its gang: a target's
+	// scheduler with gang scheduling would wait for a PodGroup it does not
 	// hold. The source pod keeps the reference.
-	spec.WorkloadRef = nil
+	spec.SchedulingGroup = nil
 	if NeedsCopies(self, source.Namespace, namespace) {
 		// The target holds the source's objects under their copies' names.
 		referenceCopies(spec, sourceCluster)

@@ -5,11 +5,11 @@
 // applies them. SizeOf reads a gang's size from what declares it.
 //
 // A gang is declared on its members (Of): the pod-group label, a
-// Workload's pod group (spec.workloadRef) or the gang annotation (the
-// pod's Job or JobSet) names it among the pods of one namespace, the
-// gang-min-member annotation (or the PodGroup, Workload, Job or JobSet)
-// says how many must hold their places at once, and gang-mode where they
-// may go. No
+// Kubernetes PodGroup (spec.schedulingGroup.podGroupName) or the gang
+// annotation (the pod's Job or JobSet) names it among the pods of one
+// namespace, the gang-min-member annotation (or the PodGroup, Job or
+// JobSet) says how many must hold their places at once, and gang-mode
+// where they may go. No
 // member's election is written until the gang holds enough reservations
 // for min members in a way its mode accepts; no member is allowed to bind
 // until min members stand elected on reservations they still hold.
@@ -51,10 +51,11 @@ const (
 	// FromPodGroup: the pod-group label (scheduler-plugins' coscheduling);
 	// the size from the members or their PodGroup's spec.minMember.
 	FromPodGroup Source = "podGroup"
-	// FromWorkload: the pod's spec.workloadRef (Kubernetes 1.35's alpha
-	// Workload API); the size from the members or the Workload's pod
-	// group's gang policy (minCount).
-	FromWorkload Source = "workload"
+	// FromSchedulingGroup: the pod's spec.schedulingGroup.podGroupName,
+	// a PodGroup of Kubernetes' own API (scheduling.k8s.io v1beta1 from
+	// 1.37, v1alpha2 in 1.36); the size from the members or the PodGroup's
+	// gang policy (spec.schedulingPolicy.gang.minCount).
+	FromSchedulingGroup Source = "schedulingGroup"
 	// FromJob and FromJobSet: the gang annotation asks for the pod's Job,
 	// or the JobSet its Job belongs to; the size from the members or the
 	// owner's parallelism.
@@ -65,15 +66,11 @@ const (
 // Spec is a gang as a member declares it.
 type Spec struct {
 	// Name is the gang's name among its source's: the pod-group label's
-	// value; workload/podGroup (and /replicaKey, when given) for a
-	// Workload's pod group; the Job's or JobSet's name.
-	Name   string
-	Source Source
-	// Workload, PodGroup and ReplicaKey are the pod's workloadRef, for
-	// FromWorkload.
-	Workload, PodGroup, ReplicaKey string
-	MinMember                      int
-	Mode                           Mode
+	// value, the PodGroup's name, the Job's or JobSet's name.
+	Name      string
+	Source    Source
+	MinMember int
+	Mode      Mode
 }
 
 // Key is the gang's key among a source cluster's pods: namespace/name for
@@ -99,8 +96,8 @@ func NameOfKey(key string) string {
 // String names the gang in messages: "pod group train", "job train".
 func (s Spec) String() string {
 	switch s.Source {
-	case FromWorkload:
-		return "workload " + s.Name
+	case FromSchedulingGroup:
+		return "scheduling group " + s.Name
 	case FromJob:
 		return "job " + s.Name
 	case FromJobSet:
@@ -110,7 +107,7 @@ func (s Spec) String() string {
 }
 
 // ErrNoMinMember is Of's error for a member that gives no size: its
-// PodGroup, Workload, Job or JobSet may (SizeOf).
+// PodGroup, Job or JobSet may (SizeOf).
 var ErrNoMinMember = errors.New("no size")
 
 // PodGroupResource is scheduler-plugins' PodGroup, which may give a gang's
@@ -118,7 +115,7 @@ var ErrNoMinMember = errors.New("no size")
 var PodGroupResource = schema.GroupVersionKind{Group: "scheduling.x-k8s.io", Version: "v1alpha1", Kind: "PodGroup"}
 
 // Of reads the gang pod declares. ok is false when it declares none (no
-// pod-group label, no workloadRef, no gang annotation); err says what is
+// pod-group label, no scheduling group, no gang annotation); err says what is
 // malformed, and the pod is then placed as an ordinary pod. A pod that
 // gives no size gets an error that wraps ErrNoMinMember, with s otherwise
 // read: the caller may take the size from the gang's owner (SizeOf).
@@ -126,12 +123,8 @@ func Of(pod *corev1.Pod) (s Spec, ok bool, err error) {
 	switch {
 	case pod.Labels[protocol.PodGroupLabel] != "":
 		s = Spec{Name: pod.Labels[protocol.PodGroupLabel], Source: FromPodGroup}
-	case pod.Spec.WorkloadRef != nil:
-		ref := pod.Spec.WorkloadRef
-		s = Spec{Name: ref.Name + "/" + ref.PodGroup, Source: FromWorkload, Workload: ref.Name, PodGroup: ref.PodGroup, ReplicaKey: ref.PodGroupReplicaKey}
-		if ref.PodGroupReplicaKey != "" {
-			s.Name += "/" + ref.PodGroupReplicaKey
-		}
+	case pod.Spec.SchedulingGroup != nil && pod.Spec.SchedulingGroup.PodGroupName != nil:
+		s = Spec{Name: *pod.Spec.SchedulingGroup.PodGroupName, Source: FromSchedulingGroup}
 	default:
 		asked, found := pod.Annotations[protocol.GangAnnotation]
 		if !found {
@@ -178,8 +171,8 @@ func ofOwner(pod *corev1.Pod, asked string) (Spec, error) {
 // sizedBy says what may give the gang's size where its members do not.
 func (s Spec) sizedBy() string {
 	switch s.Source {
-	case FromWorkload:
-		return fmt.Sprintf("no Workload %s gives pod group %s a gang policy's minCount", s.Workload, s.PodGroup)
+	case FromSchedulingGroup:
+		return fmt.Sprintf("no PodGroup %s (scheduling.k8s.io) gives a gang policy's minCount", s.Name)
 	case FromJob:
 		return fmt.Sprintf("no Job %s gives its parallelism", s.Name)
 	case FromJobSet:

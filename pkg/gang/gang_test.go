@@ -34,11 +34,16 @@ func TestOf(t *testing.T) {
 		{"size zero", pod(group, map[string]string{protocol.GangMinMemberAnnotation: "0"}), Spec{}, true, `"0"`},
 		{"size too large", pod(group, map[string]string{protocol.GangMinMemberAnnotation: "10001"}), Spec{}, true, `"10001"`},
 		{"unknown mode", pod(group, map[string]string{protocol.GangMinMemberAnnotation: "2", protocol.GangModeAnnotation: "sameRack"}), Spec{}, true, `"sameRack"`},
-		{"a workload's pod group", withWorkload(pod(nil, nil), "train", "workers", ""),
-			Spec{Name: "train/workers", Source: FromWorkload, Workload: "train", PodGroup: "workers", Mode: OneCluster}, true, "no Workload train gives pod group workers"},
-		{"a workload's pod group's replica, sized", withWorkload(pod(nil, map[string]string{protocol.GangMinMemberAnnotation: "3"}), "train", "workers", "r1"),
-			Spec{Name: "train/workers/r1", Source: FromWorkload, Workload: "train", PodGroup: "workers", ReplicaKey: "r1", MinMember: 3, Mode: OneCluster}, true, ""},
-		{"the label before the workload", withWorkload(pod(group, map[string]string{protocol.GangMinMemberAnnotation: "2"}), "train", "workers", ""),
+		{"a scheduling group", inSchedulingGroup(pod(nil, nil), "workers"),
+			Spec{Name: "workers", Source: FromSchedulingGroup, Mode: OneCluster}, true, "no PodGroup workers (scheduling.k8s.io) gives a gang policy's minCount"},
+		{"a scheduling group, sized", inSchedulingGroup(pod(nil, map[string]string{protocol.GangMinMemberAnnotation: "3"}), "workers"),
+			Spec{Name: "workers", Source: FromSchedulingGroup, MinMember: 3, Mode: OneCluster}, true, ""},
+		{"an empty scheduling group: none", func() *corev1.Pod {
+			p := pod(nil, map[string]string{protocol.GangMinMemberAnnotation: "3"})
+			p.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{}
+			return p
+		}(), Spec{}, false, ""},
+		{"the label before the scheduling group", inSchedulingGroup(pod(group, map[string]string{protocol.GangMinMemberAnnotation: "2"}), "workers"),
 			Spec{Name: "train", Source: FromPodGroup, MinMember: 2, Mode: OneCluster}, true, ""},
 		{"its Job, asked", ofJob(pod(nil, map[string]string{protocol.GangAnnotation: "job", protocol.GangModeAnnotation: "anyClusters"})),
 			Spec{Name: "train", Source: FromJob, Mode: AnyClusters}, true, "no Job train gives its parallelism"},
@@ -68,8 +73,8 @@ func TestOf(t *testing.T) {
 	}
 }
 
-func withWorkload(p *corev1.Pod, name, group, replica string) *corev1.Pod {
-	p.Spec.WorkloadRef = &corev1.WorkloadReference{Name: name, PodGroup: group, PodGroupReplicaKey: replica}
+func inSchedulingGroup(p *corev1.Pod, group string) *corev1.Pod {
+	p.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: &group}
 	return p
 }
 
@@ -81,7 +86,7 @@ func ofJob(p *corev1.Pod) *corev1.Pod {
 func TestKeys(t *testing.T) {
 	for _, s := range []Spec{
 		{Name: "train", Source: FromPodGroup},
-		{Name: "train/workers", Source: FromWorkload},
+		{Name: "workers", Source: FromSchedulingGroup},
 		{Name: "train", Source: FromJob},
 		{Name: "mpi", Source: FromJobSet},
 	} {

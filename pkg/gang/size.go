@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	batchv1 "k8s.io/api/batch/v1"
-	schedulingv1alpha1 "k8s.io/api/scheduling/v1alpha1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -15,13 +14,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// ErrNotAGang is SizeOf's error for a Workload's pod group whose policy is
-// not a gang's (basic): its pods are ordinary pods, and nothing is wrong.
-var ErrNotAGang = errors.New("the Workload's pod group has no gang policy")
+// ErrNotAGang is SizeOf's error for a scheduling group whose PodGroup's
+// policy is not a gang's (basic): its pods are ordinary pods, and nothing
+// is wrong.
+var ErrNotAGang = errors.New("the PodGroup has no gang policy")
 
 // ErrBadSize is wrapped by SizeOf's errors for an object that declares no
-// usable size (a PodGroup's minMember out of range, a Workload without the
-// pod group, a JobSet without replicated jobs): the declaration is
+// usable size (a PodGroup's minMember out of range, a Kubernetes PodGroup's
+// minCount out of range, a JobSet without replicated jobs): the declaration is
 // malformed, which waiting does not mend.
 var ErrBadSize = errors.New("no usable size")
 
@@ -46,14 +46,14 @@ var JobSetResource = schema.GroupVersionKind{Group: "jobset.x-k8s.io", Version: 
 
 // SizeOf reads the size of gang s, in namespace, from what declares it
 // where its members give none: its PodGroup's spec.minMember, its
-// Workload's pod group's gang policy (minCount), its Job's parallelism (no
+// Kubernetes PodGroup's gang policy (minCount), its Job's parallelism (no
 // more than its completions), or the pods of its JobSet's replicated jobs.
-// The error says why there is none (ErrNotAGang for a Workload's pod group
-// that is not a gang).
+// The error says why there is none (ErrNotAGang for a Kubernetes PodGroup
+// whose policy is not a gang's).
 func SizeOf(ctx context.Context, r client.Reader, namespace string, s Spec) (int, error) {
 	switch s.Source {
-	case FromWorkload:
-		return workloadSize(ctx, r, namespace, s)
+	case FromSchedulingGroup:
+		return schedulingGroupSize(ctx, r, namespace, s.Name)
 	case FromJob:
 		job := &batchv1.Job{}
 		if err := r.Get(ctx, client.ObjectKey{Namespace: namespace, Name: s.Name}, job); err != nil {
@@ -75,21 +75,43 @@ func SizeOf(ctx context.Context, r client.Reader, namespace string, s Spec) (int
 	return n, nil
 }
 
-func workloadSize(ctx context.Context, r client.Reader, namespace string, s Spec) (int, error) {
-	w := &schedulingv1alpha1.Workload{}
-	if err := r.Get(ctx, client.ObjectKey{Namespace: namespace, Name: s.Workload}, w); err != nil {
-		return 0, err
-	}
-	for _, g := range w.Spec.PodGroups {
-		if g.Name != s.PodGroup {
+// SchedulingGroupResources are the versions of Kubernetes' own PodGroup,
+// newest first: a cluster serves one of them (v1beta1 from 1.37, v1alpha2
+// in 1.36) when its GenericWorkload feature is on. They are read
+// unstructured, so one agent reads either from a cluster of either minor.
+var SchedulingGroupResources = []schema.GroupVersionKind{
+	{Group: "scheduling.k8s.io", Version: "v1beta1", Kind: "PodGroup"},
+	{Group: "scheduling.k8s.io", Version: "v1alpha2", Kind: "PodGroup"},
+}
+
+// schedulingGroupSize is the minCount of the gang policy of PodGroup name,
+// in the first version of SchedulingGroupResources the cluster serves.
+func schedulingGroupSize(ctx context.Context, r client.Reader, namespace, name string) (int, error) {
+	var err error
+	for _, gvk := range SchedulingGroupResources {
+		pg := &unstructured.Unstructured{}
+		pg.SetGroupVersionKind(gvk)
+		err = r.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, pg)
+		if meta.IsNoMatchError(err) {
 			continue
 		}
-		if g.Policy.Gang == nil {
+		if err != nil {
+			return 0, err
+		}
+		policy, found, perr := unstructured.NestedMap(pg.Object, "spec", "schedulingPolicy")
+		if perr != nil || !found {
+			return 0, fmt.Errorf("PodGroup %s (%s) has no spec.schedulingPolicy: %w", name, gvk.GroupVersion(), ErrBadSize)
+		}
+		if _, gang := policy["gang"]; !gang {
 			return 0, ErrNotAGang
 		}
-		return checked(int64(g.Policy.Gang.MinCount))
+		n, found, perr := unstructured.NestedInt64(policy, "gang", "minCount")
+		if perr != nil || !found {
+			return 0, fmt.Errorf("PodGroup %s (%s): spec.schedulingPolicy.gang.minCount is not a whole number: %w", name, gvk.GroupVersion(), ErrBadSize)
+		}
+		return checked(n)
 	}
-	return 0, fmt.Errorf("Workload %s has no pod group %s: %w", s.Workload, s.PodGroup, ErrBadSize)
+	return 0, err
 }
 
 // jobSetSize adds up the pods of a JobSet's replicated jobs: replicas

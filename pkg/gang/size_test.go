@@ -5,11 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 
 	batchv1 "k8s.io/api/batch/v1"
-	schedulingv1alpha1 "k8s.io/api/scheduling/v1alpha1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -32,10 +33,10 @@ func TestSizeOf(t *testing.T) {
 	job := func(name string, parallelism, completions *int32) *batchv1.Job {
 		return &batchv1.Job{ObjectMeta: meta(name), Spec: batchv1.JobSpec{Parallelism: parallelism, Completions: completions}}
 	}
-	workload := &schedulingv1alpha1.Workload{ObjectMeta: meta("train"), Spec: schedulingv1alpha1.WorkloadSpec{PodGroups: []schedulingv1alpha1.PodGroup{
-		{Name: "workers", Policy: schedulingv1alpha1.PodGroupPolicy{Gang: &schedulingv1alpha1.GangSchedulingPolicy{MinCount: 8}}},
-		{Name: "driver", Policy: schedulingv1alpha1.PodGroupPolicy{Basic: &schedulingv1alpha1.BasicSchedulingPolicy{}}},
-	}}}
+	workers := &schedulingv1beta1.PodGroup{ObjectMeta: meta("workers"), Spec: schedulingv1beta1.PodGroupSpec{
+		SchedulingPolicy: schedulingv1beta1.PodGroupSchedulingPolicy{Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: 8}}}}
+	driver := &schedulingv1beta1.PodGroup{ObjectMeta: meta("driver"), Spec: schedulingv1beta1.PodGroupSpec{
+		SchedulingPolicy: schedulingv1beta1.PodGroupSchedulingPolicy{Basic: &schedulingv1beta1.BasicSchedulingPolicy{}}}}
 	unstr := func(gvkObj map[string]any) *unstructured.Unstructured {
 		return &unstructured.Unstructured{Object: gvkObj}
 	}
@@ -49,7 +50,7 @@ func TestSizeOf(t *testing.T) {
 		}}})
 	r := crfake.NewClientBuilder().WithScheme(scheme).WithObjects(
 		job("wide", ptr.To[int32](4), nil), job("capped", ptr.To[int32](8), ptr.To[int32](3)), job("plain", nil, nil),
-		workload,
+		workers, driver,
 	).Build()
 	// The fake client takes unstructured objects of kinds its scheme
 	// does not know only through Create.
@@ -69,8 +70,8 @@ func TestSizeOf(t *testing.T) {
 		{Spec{Name: "capped", Source: FromJob}, 3, ""},
 		{Spec{Name: "plain", Source: FromJob}, 1, ""},
 		{Spec{Name: "gone", Source: FromJob}, 0, "not found"},
-		{Spec{Name: "train/workers", Source: FromWorkload, Workload: "train", PodGroup: "workers"}, 8, ""},
-		{Spec{Name: "train/other", Source: FromWorkload, Workload: "train", PodGroup: "other"}, 0, "no pod group other"},
+		{Spec{Name: "workers", Source: FromSchedulingGroup}, 8, ""},
+		{Spec{Name: "other", Source: FromSchedulingGroup}, 0, "not found"},
 		{Spec{Name: "mpi", Source: FromJobSet}, 9, ""},
 	} {
 		got, err := SizeOf(t.Context(), r, ns, tc.spec)
@@ -81,9 +82,47 @@ func TestSizeOf(t *testing.T) {
 			t.Errorf("%s: %d, %v; want an error naming %q", tc.spec, got, err, tc.wantErr)
 		}
 	}
-	if _, err := SizeOf(t.Context(), r, ns, Spec{Name: "train/driver", Source: FromWorkload, Workload: "train", PodGroup: "driver"}); !errors.Is(err, ErrNotAGang) {
-		t.Errorf("a basic pod group: %v, want ErrNotAGang", err)
+	if _, err := SizeOf(t.Context(), r, ns, Spec{Name: "driver", Source: FromSchedulingGroup}); !errors.Is(err, ErrNotAGang) {
+		t.Errorf("a basic PodGroup: %v, want ErrNotAGang", err)
 	}
+}
+
+// TestSchedulingGroupSizeOfEachMinor: a source of 1.36 serves Kubernetes'
+// PodGroup as v1alpha2 only, one of 1.37 as v1beta1; the size is read
+// from whichever the cluster serves, and a cluster serving neither is
+// told apart from one that failed to answer.
+func TestSchedulingGroupSizeOfEachMinor(t *testing.T) {
+	alpha2 := schema.GroupVersionKind{Group: "scheduling.k8s.io", Version: "v1alpha2", Kind: "PodGroup"}
+	c := crfake.NewClientBuilder().WithScheme(runtime.NewScheme()).Build()
+	pg := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "scheduling.k8s.io/v1alpha2", "kind": "PodGroup",
+		"metadata": map[string]any{"namespace": "shop", "name": "workers"},
+		"spec":     map[string]any{"schedulingPolicy": map[string]any{"gang": map[string]any{"minCount": int64(6)}}}}}
+	if err := c.Create(t.Context(), pg); err != nil {
+		t.Fatal(err)
+	}
+	v136 := serving{Reader: c, kinds: []schema.GroupVersionKind{alpha2}}
+	if n, err := SizeOf(t.Context(), v136, "shop", Spec{Name: "workers", Source: FromSchedulingGroup}); err != nil || n != 6 {
+		t.Errorf("a 1.36 cluster's v1alpha2 PodGroup: %d, %v; want 6", n, err)
+	}
+	_, err := SizeOf(t.Context(), serving{Reader: c}, "shop", Spec{Name: "workers", Source: FromSchedulingGroup})
+	if !meta.IsNoMatchError(err) || ReadFailed(err) {
+		t.Errorf("a cluster without the PodGroup API: %v; want a no-match error, not a failed read", err)
+	}
+}
+
+// serving is a cluster that serves only kinds: the others have no match,
+// as a RESTMapper says of a kind the API server does not serve.
+type serving struct {
+	client.Reader
+	kinds []schema.GroupVersionKind
+}
+
+func (s serving) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	gvk := obj.GetObjectKind().GroupVersionKind()
+	if !slices.Contains(s.kinds, gvk) {
+		return &meta.NoKindMatchError{GroupKind: gvk.GroupKind(), SearchedVersions: []string{gvk.Version}}
+	}
+	return s.Reader.Get(ctx, key, obj, opts...)
 }
 
 // TestReadFailed: a failure to read a gang's size keeps its members

@@ -64,7 +64,7 @@ func (e evaluated) refusals(t *testing.T, op admission.Operation, resource, subr
 		gvk = authenticationv1.SchemeGroupVersion.WithKind("TokenRequest")
 	}
 	attrs := admission.NewAttributesRecord(obj, old, gvk, "shop", "x", gvr, subresource, op, nil, false, &user.DefaultInfo{Name: "system:serviceaccount:flotilla-system:flotilla-source-c1"})
-	versioned := &admission.VersionedAttributes{Attributes: attrs, VersionedKind: gvk, VersionedObject: obj, VersionedOldObject: old}
+	versioned := &admission.VersionedAttributes{Attributes: attrs, VersionedKind: gvk, VersionedObject: admission.NewLazyObject(obj), VersionedOldObject: admission.NewLazyObject(old)}
 	req := plugincel.CreateAdmissionRequest(attrs, metav1.GroupVersionResource(gvr), metav1.GroupVersionKind(gvk))
 	results, _, err := e.cond.ForInput(context.Background(), versioned, req, plugincel.OptionalVariableBindings{}, nil, celconfig.RuntimeCELCostBudget)
 	if err != nil {

@@ -134,7 +134,9 @@ func (p StreamPod) isDelegateOf(cluster string) bool {
 
 // StreamRules are the rules of an invitation's streams Role in one
 // namespace: pods/log get and pods/exec, pods/attach, pods/portforward
-// create on the names of the pods given that are delegates of the source
+// get and create (a stream over websockets is a GET, which the API server
+// authorizes as get and, since 1.35, as create too; over SPDY a POST,
+// create) on the names of the pods given that are delegates of the source
 // cluster, and none at all when there is no such pod (a rule with no
 // resourceNames would grant every name).
 func StreamRules(cluster string, pods []StreamPod) []rbacv1.PolicyRule {
@@ -151,7 +153,7 @@ func StreamRules(cluster string, pods []StreamPod) []rbacv1.PolicyRule {
 	names = slices.Compact(names)
 	return []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"pods/log"}, Verbs: []string{"get"}, ResourceNames: names},
-		{APIGroups: []string{""}, Resources: slices.Clone(streamSubresources), Verbs: []string{"create"}, ResourceNames: slices.Clone(names)},
+		{APIGroups: []string{""}, Resources: slices.Clone(streamSubresources), Verbs: []string{"get", "create"}, ResourceNames: slices.Clone(names)},
 	}
 }
 

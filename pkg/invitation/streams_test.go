@@ -96,7 +96,7 @@ func TestStreamRules(t *testing.T) {
 			}
 			want := []rbacv1.PolicyRule{
 				{APIGroups: []string{""}, Resources: []string{"pods/log"}, Verbs: []string{"get"}, ResourceNames: tc.want},
-				{APIGroups: []string{""}, Resources: []string{"pods/exec", "pods/attach", "pods/portforward"}, Verbs: []string{"create"}, ResourceNames: tc.want},
+				{APIGroups: []string{""}, Resources: []string{"pods/exec", "pods/attach", "pods/portforward"}, Verbs: []string{"get", "create"}, ResourceNames: tc.want},
 			}
 			if !reflect.DeepEqual(rules, want) {
 				t.Fatalf("rules\n%+v\nwant\n%+v", rules, want)

@@ -108,6 +108,14 @@ func (f *fakeAuthz) Authorize(_ context.Context, a authorizer.Attributes) (autho
 	return authorizer.DecisionNoOpinion, "no rule", nil
 }
 
+func (f *fakeAuthz) ConditionsAwareAuthorize(ctx context.Context, a authorizer.Attributes) authorizer.ConditionsAwareDecision {
+	return authorizer.ConditionsAwareDecisionFromParts(f.Authorize(ctx, a))
+}
+
+func (f *fakeAuthz) EvaluateConditions(context.Context, authorizer.ConditionsAwareDecision, authorizer.ConditionsData) (authorizer.Decision, string, error) {
+	return authorizer.DecisionDeny, "", authorizer.ErrorConditionEvaluationNotSupported
+}
+
 // TestAuthenticated checks the order a kubelet answers in: 401 without a
 // caller, 403 without nodes/proxy on the pod's virtual node, then 404 for
 // what is missing, before any handler runs.

@@ -26,7 +26,7 @@ import (
 // A self target reaches the agent's own cluster with the agent's identity,
 // which then needs the streams of pods there too.
 // +kubebuilder:rbac:groups="",resources=pods/log,verbs=get
-// +kubebuilder:rbac:groups="",resources=pods/exec;pods/attach;pods/portforward,verbs=create
+// +kubebuilder:rbac:groups="",resources=pods/exec;pods/attach;pods/portforward,verbs=get;create
 
 // proxy implements the kubelet API's pod handlers by calling the delegate's
 // target, with the target's credentials.

@@ -52,7 +52,7 @@ const staleWindow = 30 * time.Second
 // +kubebuilder:rbac:groups="",resources=pods/binding,verbs=create
 // A gang's size, where its members give none (pkg/gang.SizeOf):
 // +kubebuilder:rbac:groups=scheduling.x-k8s.io,resources=podgroups,verbs=get
-// +kubebuilder:rbac:groups=scheduling.k8s.io,resources=workloads,verbs=get
+// +kubebuilder:rbac:groups=scheduling.k8s.io,resources=podgroups,verbs=get
 // +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get
 // +kubebuilder:rbac:groups=jobset.x-k8s.io,resources=jobsets,verbs=get
 // +kubebuilder:rbac:groups="",resources=pods/status,verbs=patch

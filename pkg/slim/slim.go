@@ -50,13 +50,13 @@ func SourcePod(obj any) (any, error) {
 		pod.Spec = sharedSpecs.intern(sourcespec.WithoutServiceAccountToken(pod.Spec))
 	} else {
 		pod.Spec = corev1.PodSpec{
-			SchedulerName:  pod.Spec.SchedulerName,
-			NodeName:       pod.Spec.NodeName,
-			InitContainers: shared.containerNames(pod.Spec.InitContainers),
-			Containers:     shared.containerNames(pod.Spec.Containers),
-			ReadinessGates: pod.Spec.ReadinessGates,
-			Priority:       pod.Spec.Priority,
-			WorkloadRef:    pod.Spec.WorkloadRef,
+			SchedulerName:   pod.Spec.SchedulerName,
+			NodeName:        pod.Spec.NodeName,
+			InitContainers:  shared.containerNames(pod.Spec.InitContainers),
+			Containers:      shared.containerNames(pod.Spec.Containers),
+			ReadinessGates:  pod.Spec.ReadinessGates,
+			Priority:        pod.Spec.Priority,
+			SchedulingGroup: pod.Spec.SchedulingGroup,
 		}
 	}
 	shared.internPod(pod)

@@ -34,7 +34,7 @@ const (
 
 // kubeletVersion is what the virtual node reports as its kubelet version:
 // the Kubernetes release Flotilla is built against, marked as not a kubelet.
-const kubeletVersion = "v1.35.4-vk-flotilla"
+const kubeletVersion = "v1.37.2-vk-flotilla"
 
 // DefaultCapacity is the capacity and allocatable of a virtual node until
 // targets publish summaries: large enough never to be what limits a source

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	schedulingv1alpha1 "k8s.io/api/scheduling/v1alpha1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
@@ -263,10 +262,7 @@ func gangRun(ctx context.Context, cfg config, home *sandbox.Cluster, targets []*
 	for g := range cfg.GangCount {
 		name := fmt.Sprintf("%s%d", prefix, g)
 		if !flotilla {
-			wl := &schedulingv1alpha1.Workload{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: schedulingv1alpha1.WorkloadSpec{PodGroups: []schedulingv1alpha1.PodGroup{{
-				Name: "members", Policy: schedulingv1alpha1.PodGroupPolicy{Gang: &schedulingv1alpha1.GangSchedulingPolicy{MinCount: int32(size)}},
-			}}}}
-			if _, err := home.Client().SchedulingV1alpha1().Workloads(namespace).Create(ctx, wl, metav1.CreateOptions{}); err != nil {
+			if _, err := home.Client().SchedulingV1beta1().PodGroups(namespace).Create(ctx, sandbox.GangPodGroup(name, int32(size)), metav1.CreateOptions{}); err != nil {
 				return nil, err
 			}
 		}
@@ -277,7 +273,7 @@ func gangRun(ctx context.Context, cfg config, home *sandbox.Cluster, targets []*
 				p.Labels[protocol.PodGroupLabel] = name
 				p.Annotations = map[string]string{protocol.GangMinMemberAnnotation: fmt.Sprint(size), protocol.GangModeAnnotation: protocol.GangAnyClusters}
 			} else {
-				p.Spec.WorkloadRef = &corev1.WorkloadReference{Name: name, PodGroup: "members"}
+				sandbox.InSchedulingGroup(p, name)
 			}
 			t := time.Now()
 			if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
@@ -352,7 +348,7 @@ func gangRun(ctx context.Context, cfg config, home *sandbox.Cluster, targets []*
 		return nil, err
 	}
 	if !flotilla {
-		if err := home.Client().SchedulingV1alpha1().Workloads(namespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		if err := home.Client().SchedulingV1beta1().PodGroups(namespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
 			return nil, err
 		}
 	}

@@ -99,14 +99,14 @@ func (g *GangWatch) Breach() string {
 }
 
 // GangOf names a pod's gang as the watch keys it: the pod-group label's
-// value; workload:name/podGroup for a Workload's; job:name or jobset:name
+// value; schedulingGroup:name for a Kubernetes PodGroup's; job:name or jobset:name
 // for a gang of the pod's Job or JobSet; "" for none.
 func GangOf(p *corev1.Pod) string {
 	if g := p.Labels[protocol.PodGroupLabel]; g != "" {
 		return g
 	}
-	if r := p.Spec.WorkloadRef; r != nil {
-		return "workload:" + r.Name + "/" + r.PodGroup
+	if g := p.Spec.SchedulingGroup; g != nil && g.PodGroupName != nil {
+		return "schedulingGroup:" + *g.PodGroupName
 	}
 	switch p.Annotations[protocol.GangAnnotation] {
 	case protocol.GangOfJob:

@@ -8,7 +8,6 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	schedulingv1alpha1 "k8s.io/api/scheduling/v1alpha1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -31,10 +30,11 @@ import (
 //     gang back; lowered to four, it runs four whole in one target;
 //   - a Job asked to be a gang (the gang annotation) is sized by its
 //     parallelism: five wait, and once the Job runs four, they run whole;
-//   - a Workload (Kubernetes 1.35's alpha Workload API, spec.workloadRef)
-//     whose pod group's gang policy asks for five holds four back; made
-//     again with minCount four, they run whole, and no candidate carries
-//     the reference to a Workload its target does not hold;
+//   - a Kubernetes PodGroup (scheduling.k8s.io/v1beta1, named by the
+//     pods' spec.schedulingGroup) whose gang policy asks for five holds
+//     four back; its minCount lowered to four, they run whole, and no
+//     candidate carries the reference to a PodGroup its target does not
+//     hold;
 //   - a JobSet's replicated jobs (one launcher, two workers of two) make
 //     a gang of five: four wait, the fifth completes it.
 //
@@ -184,43 +184,38 @@ func TestGangSizes(t *testing.T) {
 		gone(running)
 	})
 
-	t.Run("a Workload's gang policy", func(t *testing.T) {
-		workloads := src.Client().SchedulingV1alpha1().Workloads(placementNS)
-		workload := func(minCount int32) *schedulingv1alpha1.Workload {
-			return &schedulingv1alpha1.Workload{
-				ObjectMeta: metav1.ObjectMeta{Name: "w"},
-				Spec: schedulingv1alpha1.WorkloadSpec{PodGroups: []schedulingv1alpha1.PodGroup{{
-					Name: "workers", Policy: schedulingv1alpha1.PodGroupPolicy{Gang: &schedulingv1alpha1.GangSchedulingPolicy{MinCount: minCount}},
-				}}},
-			}
-		}
-		if _, err := workloads.Create(ctx, workload(5), metav1.CreateOptions{}); err != nil {
+	t.Run("a Kubernetes PodGroup's gang policy", func(t *testing.T) {
+		podGroups := src.Client().SchedulingV1beta1().PodGroups(placementNS)
+		if _, err := podGroups.Create(ctx, sandbox.GangPodGroup("w", 5), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		var members []*corev1.Pod
 		for i := range 4 {
 			p := optedInPod(fmt.Sprintf("w-%d", i), "1")
-			p.Spec.WorkloadRef = &corev1.WorkloadReference{Name: "w", PodGroup: "workers"}
+			sandbox.InSchedulingGroup(p, "w")
 			members = append(members, p)
 		}
 		create(members)
-		waiting(members, "5 members of workload w/workers")
-		// c2's API server keeps a pod's workloadRef: its candidates show
-		// what the agent sent.
+		waiting(members, "5 members of scheduling group w")
+		// c2's API server serves the PodGroup API too, so it would keep a
+		// pod's spec.schedulingGroup: its candidates show what the agent
+		// sent.
 		cands := candidatesIn(t, members, c2)
 		if len(cands) != len(members) {
 			t.Fatalf("%d candidates in c2, want one per member", len(cands))
 		}
 		for _, c := range cands {
-			if c.Spec.WorkloadRef != nil {
-				t.Errorf("candidate %s in c2 refers to Workload %s, which c2 does not hold", c.Name, c.Spec.WorkloadRef.Name)
+			if c.Spec.SchedulingGroup != nil {
+				t.Errorf("candidate %s in c2 refers to the source's PodGroup w, which c2 does not hold", c.Name)
 			}
 		}
-		// Its pod groups cannot be changed: the Workload is made again.
-		if err := workloads.Delete(ctx, "w", metav1.DeleteOptions{}); err != nil {
+		// A gang's minCount may change: lowered to four, the gang is whole.
+		pg, err := podGroups.Get(ctx, "w", metav1.GetOptions{})
+		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := workloads.Create(ctx, workload(4), metav1.CreateOptions{}); err != nil {
+		pg.Spec.SchedulingPolicy.Gang.MinCount = 4
+		if _, err := podGroups.Update(ctx, pg, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		wholeInOne(members, 4)

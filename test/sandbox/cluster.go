@@ -14,6 +14,9 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-multierror"
+	corev1 "k8s.io/api/core/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -451,15 +454,30 @@ profiles:
 - schedulerName: default-scheduler
 `
 
-// WorkloadAPI are the API server flags that serve Kubernetes 1.35's alpha
-// Workload API: pods' spec.workloadRef and scheduling.k8s.io/v1alpha1
-// (ClusterSpec.APIServerArgs).
-var WorkloadAPI = []string{"--feature-gates=GenericWorkload=true", "--runtime-config=scheduling.k8s.io/v1alpha1=true"}
+// WorkloadAPI are the API server flags that serve Kubernetes' own
+// PodGroups (scheduling.k8s.io/v1beta1, beta and off by default in 1.37)
+// and pods' spec.schedulingGroup (ClusterSpec.APIServerArgs).
+var WorkloadAPI = []string{"--feature-gates=GenericWorkload=true", "--runtime-config=scheduling.k8s.io/v1beta1=true"}
 
-// GangScheduling are the scheduler flags of kube-scheduler 1.35's own gang
-// scheduling (ClusterSpec.SchedulerArgs), with WorkloadAPI in its API
-// server.
-var GangScheduling = []string{"--feature-gates=GenericWorkload=true,GangScheduling=true"}
+// GangScheduling are the scheduler flags of kube-scheduler's own gang
+// scheduling (ClusterSpec.SchedulerArgs; 1.37 has it under
+// GenericWorkload), with WorkloadAPI in its API server.
+var GangScheduling = []string{"--feature-gates=GenericWorkload=true"}
+
+// GangPodGroup is a PodGroup of Kubernetes' own API whose gang policy asks
+// for minCount members: a gang for kube-scheduler's own gang scheduling,
+// or for Flotilla's reading of spec.schedulingGroup.
+func GangPodGroup(name string, minCount int32) *schedulingv1beta1.PodGroup {
+	return &schedulingv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: schedulingv1beta1.PodGroupSpec{
+		SchedulingPolicy: schedulingv1beta1.PodGroupSchedulingPolicy{Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: minCount}},
+	}}
+}
+
+// InSchedulingGroup makes p a member of PodGroup group
+// (spec.schedulingGroup.podGroupName).
+func InSchedulingGroup(p *corev1.Pod, group string) {
+	p.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: &group}
+}
 
 // SchedulerFeatureGates are the feature gates of every sandbox scheduler,
 // the ones docs/operations.md recommends.

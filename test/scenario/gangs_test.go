@@ -12,7 +12,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	schedulingv1alpha1 "k8s.io/api/scheduling/v1alpha1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -180,10 +179,7 @@ func runGangMode(t *testing.T, sb *sandbox.Sandbox, f gangFleet, mode string) {
 	// first member meets alone), as Flotilla keeps them to one target.
 	for i, n := range f.Gangs {
 		name := fmt.Sprintf("%s%d", prefix, i)
-		w := &schedulingv1alpha1.Workload{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: schedulingv1alpha1.WorkloadSpec{PodGroups: []schedulingv1alpha1.PodGroup{{
-			Name: "members", Policy: schedulingv1alpha1.PodGroupPolicy{Gang: &schedulingv1alpha1.GangSchedulingPolicy{MinCount: int32(n)}},
-		}}}}
-		if _, err := oc.SchedulingV1alpha1().Workloads(Namespace).Create(ctx, w, metav1.CreateOptions{}); err != nil {
+		if _, err := oc.SchedulingV1beta1().PodGroups(Namespace).Create(ctx, sandbox.GangPodGroup(name, int32(n)), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -191,7 +187,7 @@ func runGangMode(t *testing.T, sb *sandbox.Sandbox, f gangFleet, mode string) {
 		name := fmt.Sprintf("%s%d", prefix, i)
 		for j := range n {
 			p := gangMember(name, j)
-			p.Spec.WorkloadRef = &corev1.WorkloadReference{Name: name, PodGroup: "members"}
+			sandbox.InSchedulingGroup(p, name)
 			if mode == protocol.GangOneCluster {
 				p.Spec.Affinity = &corev1.Affinity{PodAffinity: &corev1.PodAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
 					LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}}, TopologyKey: oracleTargetLabel,
@@ -269,7 +265,7 @@ func runGangMode(t *testing.T, sb *sandbox.Sandbox, f gangFleet, mode string) {
 			t.Fatal(err)
 		}
 	}
-	if err := oc.SchedulingV1alpha1().Workloads(Namespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+	if err := oc.SchedulingV1beta1().PodGroups(Namespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	err = wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(context.Context) (bool, error) {

@@ -46,10 +46,12 @@ type fakeWaiting struct {
 func (f *fakeWaiting) GetPod() *v1.Pod             { return f.pod }
 func (f *fakeWaiting) GetPendingPlugins() []string { return []string{"p"} }
 func (f *fakeWaiting) Allow(string)                {}
-func (f *fakeWaiting) Reject(_ string, msg string) {
+func (f *fakeWaiting) Reject(_ string, msg string) bool {
 	f.owner.rejected[f.pod.UID] = msg
 	delete(f.owner.waiting, f.pod.UID)
+	return true
 }
+func (f *fakeWaiting) Preempt(plugin, msg string) bool { return f.Reject(plugin, msg) }
 
 func shareMember(name, share string) *v1.Pod {
 	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name),
