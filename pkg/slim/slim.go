@@ -28,8 +28,8 @@ import (
 // what the pod's candidates run (sourcespec.Original: the pod's spec with
 // its original fields; or, on pods admitted before original-fields, the
 // saved spec, an annotation), spec.schedulerName and spec.nodeName, and of
-// a gang's members spec.priority (the gangs' order) and spec.workloadRef
-// (a Workload's gang); it writes only with patches. Status mirroring reads
+// a gang's members spec.priority (the gangs' order) and
+// spec.schedulingGroup (a Kubernetes PodGroup's gang); it writes only with patches. Status mirroring reads
 // the status, the containers' names, images and restart policies, and the
 // readiness gates; the virtual nodes write the cached pod back through
 // pods/status, where the API server keeps the stored spec whatever the

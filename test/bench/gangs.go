@@ -66,7 +66,7 @@ type GangReport struct {
 // gangs of 100m members placed through Flotilla (anyClusters, over K
 // targets that invite the source) and by kube-scheduler's own gang
 // scheduling in the baseline cluster holding every node (each gang a
-// Workload whose pod group's gang policy asks for all its members), in the
+// PodGroup whose gang policy asks for all its members), in the
 // same run, each cluster in its CPU cgroup.
 func mainGangs(cfg config, sizes []int, keep bool) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(2*len(sizes))*cfg.Timeout+10*time.Minute)
@@ -342,7 +342,7 @@ func gangRun(ctx context.Context, cfg config, home *sandbox.Cluster, targets []*
 	r.Released = int(releasedAfter.count - releasedBefore.count)
 	r.ReleasedSeconds = releasedAfter.seconds - releasedBefore.seconds
 
-	// Clean up for the next run: the pods, their Workloads, and the
+	// Clean up for the next run: the pods, their PodGroups, and the
 	// candidates in the targets.
 	if err := pods.DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}, metav1.ListOptions{}); err != nil {
 		return nil, err

@@ -73,9 +73,8 @@ func (f gangFleet) String() string {
 // seed's gangs of one-CPU pods, more than the fleet holds, are placed by
 // Flotilla over three targets (each inviting the source, which reaches it
 // with the invited identity only) in anyClusters mode, and by
-// kube-scheduler 1.35's own gang scheduling (GenericWorkload and
-// GangScheduling on, each gang a Workload whose pod group's gang policy
-// asks for all its members) in an oracle cluster holding every target's
+// kube-scheduler's own gang scheduling (GenericWorkload on, each gang a
+// PodGroup whose gang policy asks for all its members) in an oracle cluster holding every target's
 // nodes. Flotilla must start, within gangBound of the oracle settling, at
 // least as many gangs as the oracle started, and no member may bind
 // before its whole gang stands elected (chaos.GangWatch, which uses none
