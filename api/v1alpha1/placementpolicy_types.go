@@ -231,5 +231,5 @@ type PlacementPolicyList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&PlacementPolicy{}, &PlacementPolicyList{})
+	register(&PlacementPolicy{}, &PlacementPolicyList{})
 }

@@ -265,5 +265,5 @@ type ClusterSourceList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&Source{}, &SourceList{}, &ClusterSource{}, &ClusterSourceList{})
+	register(&Source{}, &SourceList{}, &ClusterSource{}, &ClusterSourceList{})
 }

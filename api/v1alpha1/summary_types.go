@@ -135,5 +135,5 @@ type ClusterSummaryList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&ClusterSummary{}, &ClusterSummaryList{})
+	register(&ClusterSummary{}, &ClusterSummaryList{})
 }

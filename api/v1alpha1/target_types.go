@@ -296,5 +296,5 @@ type ClusterTargetList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&Target{}, &TargetList{}, &ClusterTarget{}, &ClusterTargetList{})
+	register(&Target{}, &TargetList{}, &ClusterTarget{}, &ClusterTargetList{})
 }

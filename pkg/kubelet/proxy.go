@@ -15,12 +15,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/httpstream"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/portforward"
 	"k8s.io/client-go/tools/remotecommand"
 	"k8s.io/client-go/transport/spdy"
 	"k8s.io/klog/v2"
+	"k8s.io/streaming/pkg/httpstream"
 )
 
 // A self target reaches the agent's own cluster with the agent's identity,
@@ -268,12 +268,12 @@ func dialPortForward(d delegate) (httpstream.Connection, error) {
 	if err != nil {
 		return nil, fmt.Errorf("target %s: port-forward to %s/%s: %w", d.target.Name, d.namespace, d.name, err)
 	}
-	dialer := spdy.NewDialer(upgrader, &http.Client{Transport: transport}, http.MethodPost, u)
-	tunnel, err := portforward.NewSPDYOverWebsocketDialer(u, cfg)
+	dialer := spdy.NewDialerForStreaming(upgrader, &http.Client{Transport: transport}, http.MethodPost, u)
+	tunnel, err := portforward.NewSPDYOverWebsocketDialerForStreaming(u, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("target %s: port-forward to %s/%s: %w", d.target.Name, d.namespace, d.name, err)
 	}
-	fallback := portforward.NewFallbackDialer(tunnel, dialer, func(err error) bool {
+	fallback := portforward.NewFallbackDialerForStreaming(tunnel, dialer, func(err error) bool {
 		return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
 	})
 	conn, _, err := fallback.Dial(portforward.PortForwardProtocolV1Name)
