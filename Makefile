@@ -5,7 +5,7 @@ GO ?= go
 SANDBOX_DIR ?= $(CURDIR)/.sandbox/demo
 TEST_TIMEOUT ?= 60m
 
-.PHONY: all generate tools tools-demo verify build test test-short test-unit test-e2e test-monitoring demo demo-down bench bench-mesh bench-sweep chaos chaos-planted scenarios scenarios-planted vet clean
+.PHONY: all generate tools tools-demo tools-versions verify build build-schedulers test test-versions test-short test-unit test-e2e test-monitoring demo demo-down bench bench-mesh bench-sweep chaos chaos-planted scenarios scenarios-planted vet clean
 
 all: build
 
@@ -34,7 +34,8 @@ verify:
 	$(MAKE) --no-print-directory generate
 	@git diff --exit-code -- api config charts/flotilla/crds charts/flotilla/files || { echo "verify: generated files are stale: run make generate and commit them"; exit 1; }
 	$(GO) mod tidy
-	@git diff --exit-code -- go.mod go.sum || { echo "verify: go.mod or go.sum is not tidy: run go mod tidy and commit them"; exit 1; }
+	@set -e; for m in $(SCHEDULER_MINORS); do $(GO) mod tidy -modfile=hack/k8s/v$$m.mod; done
+	@git diff --exit-code -- go.mod go.sum hack/k8s || { echo "verify: go.mod, go.sum or hack/k8s/*.mod is not tidy: run go mod tidy (and go mod tidy -modfile=hack/k8s/v<minor>.mod) and commit them"; exit 1; }
 
 ## build: build flotilla-agent, flotilla-scheduler, flotilla-sandbox and kubectl-flotilla into ./bin
 build:
@@ -42,6 +43,25 @@ build:
 	$(GO) build -o $(BIN)/flotilla-scheduler ./cmd/scheduler
 	$(GO) build -o $(BIN)/flotilla-sandbox ./hack/sandbox
 	$(GO) build -o $(BIN)/kubectl-flotilla ./cmd/kubectl-flotilla
+
+# The scheduler's older minors (SCHEDULER_MINORS), each from hack/k8s/v<minor>.mod:
+# the same source tree against that minor's k8s.io/kubernetes and client-go.
+SCHEDULER_MINORS := 1.35 1.36
+
+## build-schedulers: Flotilla's scheduler for each older supported minor (bin/flotilla-scheduler-1.35, -1.36); make build's flotilla-scheduler is the current minor's
+build-schedulers:
+	@set -e; for m in $(SCHEDULER_MINORS); do \
+		echo "$(GO) build -modfile=hack/k8s/v$$m.mod -o $(BIN)/flotilla-scheduler-$$m ./cmd/scheduler"; \
+		$(GO) build -modfile=hack/k8s/v$$m.mod -o $(BIN)/flotilla-scheduler-$$m ./cmd/scheduler; \
+	done
+
+## tools-versions: the control planes of the older minors a fleet may mix (bin/1.35/, bin/1.36/), for make test-versions
+tools-versions:
+	hack/tools.sh versions
+
+## test-versions: a fleet of mixed minors (source 1.37, targets 1.35 and 1.36, then the other way round): placement, invitations, a gang and a fail-over; not part of make test
+test-versions: tools tools-versions build build-schedulers
+	$(GO) test -count=1 -p 1 -tags versions -timeout $(TEST_TIMEOUT) -run TestMixedMinors ./test/e2e
 
 vet:
 	$(GO) vet ./...

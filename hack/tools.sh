@@ -72,6 +72,28 @@ build_in_module() {
   stamp "$name" "$version"
 }
 
+# The older minors a fleet may mix with the current one (make
+# test-versions): their control planes build from hack/tools/v<minor>.mod
+# into bin/<minor>/, and Flotilla's scheduler for each from
+# hack/k8s/v<minor>.mod (make build-schedulers).
+OLDER_K8S_VERSIONS="v1.35.4 v1.36.3"
+
+# build_older VERSION: kube-apiserver and kube-controller-manager of an
+# older minor into bin/<minor>/.
+build_older() {
+  local version="$1" minor dir name
+  minor="${version#v}"; minor="${minor%.*}"
+  dir="$BIN/$minor"
+  mkdir -p "$dir/.versions"
+  for name in kube-apiserver kube-controller-manager; do
+    if [[ -x "$dir/$name" && "$(cat "$dir/.versions/$name" 2>/dev/null)" == "$version" ]]; then continue; fi
+    log "building $name $version"
+    (cd "$ROOT/hack/tools" && CGO_ENABLED=0 go build -modfile="v$minor.mod" -trimpath \
+      -ldflags "$(K8S_VERSION=$version k8s_ldflags)" -o "$dir/$name" "k8s.io/kubernetes/cmd/$name")
+    echo "$version" > "$dir/.versions/$name"
+  done
+}
+
 # prometheus_release is PROMETHEUS_VERSION as Prometheus names it (v0.309.1: 3.9.1).
 prometheus_release() {
   local v="${PROMETHEUS_VERSION#v0.}"
@@ -95,6 +117,7 @@ for tool in $want; do
     helm) install_at helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION" "-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" ;;
     controller-gen) install_at controller-gen sigs.k8s.io/controller-tools/cmd/controller-gen "$CONTROLLER_GEN_VERSION" ;;
     staticcheck) install_at staticcheck honnef.co/go/tools/cmd/staticcheck "$STATICCHECK_VERSION" ;;
+    versions) for v in $OLDER_K8S_VERSIONS; do build_older "$v"; done ;;
     promtool) build_in_module promtool github.com/prometheus/prometheus ./cmd/promtool "$PROMETHEUS_VERSION" "-X github.com/prometheus/common/version.Version=$(prometheus_release)" ;;
     *) echo "tools: unknown tool $tool" >&2; exit 2 ;;
   esac

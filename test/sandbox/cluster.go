@@ -284,8 +284,16 @@ func (c *Cluster) defineProcesses() error {
 		"--profiling=true",
 		"--v=1",
 	}
-	c.procs[APIServer] = c.newProcess(string(APIServer), bin("kube-apiserver"), c.LogPath(APIServer), append(apiserverArgs, c.spec.APIServerArgs...)...)
-	c.procs[ControllerManager] = c.newProcess(string(ControllerManager), bin("kube-controller-manager"), c.LogPath(ControllerManager),
+	apiserver, err := c.controlPlaneBinary("kube-apiserver")
+	if err != nil {
+		return err
+	}
+	kcm, err := c.controlPlaneBinary("kube-controller-manager")
+	if err != nil {
+		return err
+	}
+	c.procs[APIServer] = c.newProcess(string(APIServer), apiserver, c.LogPath(APIServer), append(apiserverArgs, c.spec.APIServerArgs...)...)
+	c.procs[ControllerManager] = c.newProcess(string(ControllerManager), kcm, c.LogPath(ControllerManager),
 		"--kubeconfig="+c.Kubeconfig,
 		"--authentication-kubeconfig="+c.Kubeconfig,
 		"--authorization-kubeconfig="+c.Kubeconfig,
@@ -319,7 +327,11 @@ func (c *Cluster) defineProcesses() error {
 			"--feature-gates=" + SchedulerFeatureGates,
 			"--v=1",
 		}
-		c.procs[Scheduler] = c.newProcess(string(Scheduler), bin("flotilla-scheduler"), c.LogPath(Scheduler), append(args, c.spec.SchedulerArgs...)...)
+		sched, err := c.schedulerBinaryOf(c.spec.Minor)
+		if err != nil {
+			return err
+		}
+		c.procs[Scheduler] = c.newProcess(string(Scheduler), sched, c.LogPath(Scheduler), append(args, c.spec.SchedulerArgs...)...)
 	}
 	c.procs[Kwok] = c.newProcess(string(Kwok), bin("kwok"), c.LogPath(Kwok),
 		"--kubeconfig="+c.Kubeconfig,

@@ -240,7 +240,11 @@ func (c *Cluster) runReleaseScheduler(ctx context.Context, r *Release, deploymen
 		"--authentication-kubeconfig="+pod.kubeconfig,
 		"--authorization-kubeconfig="+pod.kubeconfig,
 	)
-	p, err := c.Run(string(CandidateScheduler), filepath.Join(c.binDir, "flotilla-scheduler"), args...)
+	sched, err := c.schedulerBinary(pod.image)
+	if err != nil {
+		return err
+	}
+	p, err := c.Run(string(CandidateScheduler), sched, args...)
 	if err != nil {
 		return err
 	}
@@ -287,7 +291,11 @@ func (c *Cluster) StartSchedulerReplica(ctx context.Context, name string) (*Proc
 		"--authentication-kubeconfig="+pod.kubeconfig,
 		"--authorization-kubeconfig="+pod.kubeconfig,
 	)
-	p, err := c.Run(name, filepath.Join(c.binDir, "flotilla-scheduler"), args...)
+	sched, err := c.schedulerBinary(pod.image)
+	if err != nil {
+		return nil, err
+	}
+	p, err := c.Run(name, sched, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -439,7 +447,7 @@ func Template(ctx context.Context, ns string, values ...string) ([]byte, error) 
 		return nil, err
 	}
 	defer os.RemoveAll(home)
-	cmd := exec.CommandContext(ctx, filepath.Join(bin, "helm"), append([]string{"template", "flotilla", ChartDir(), "-n", ns}, setArgs(values)...)...)
+	cmd := exec.CommandContext(ctx, filepath.Join(bin, "helm"), append([]string{"template", "flotilla", ChartDir(), "-n", ns, "--kube-version", KubernetesVersion}, setArgs(values)...)...)
 	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+home, "HELM_CONFIG_HOME="+home, "HELM_DATA_HOME="+home)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -493,6 +501,8 @@ func deploymentsOf(manifest []byte) (map[string]*appsv1.Deployment, error) {
 
 // podProcess is what a process needs to stand in for a Deployment's pod.
 type podProcess struct {
+	// image is the container's image, as the chart names it.
+	image      string
 	dir        string
 	args, env  []string
 	kubeconfig string
@@ -523,7 +533,7 @@ func (c *Cluster) podProcessOf(ctx context.Context, name string, owner metav1.Ob
 		return nil, fmt.Errorf("%s has %d containers; the sandbox runs one", d.Name, len(spec.Containers))
 	}
 	container := spec.Containers[0]
-	p := &podProcess{dir: filepath.Join(c.dir, "release", name), mounts: map[string]string{}}
+	p := &podProcess{image: container.Image, dir: filepath.Join(c.dir, "release", name), mounts: map[string]string{}}
 	if err := os.MkdirAll(p.dir, 0o700); err != nil {
 		return nil, err
 	}

@@ -31,6 +31,12 @@ type Options struct {
 type ClusterSpec struct {
 	Name  string
 	Nodes []NodeSpec
+	// Minor is the Kubernetes minor of the cluster's control plane and
+	// scheduler: "" for the pinned one (KubernetesVersion), or an older
+	// one that make tools-versions and make build-schedulers built
+	// ("1.35", "1.36": bin/<minor>/ and bin/flotilla-scheduler-<minor>).
+	// Its release runs the scheduler build the chart picks for it.
+	Minor string
 	// WithoutScheduler leaves the cluster without a scheduler.
 	WithoutScheduler bool
 	// SchedulerConfig replaces DefaultSchedulerConfig; %s stands for the

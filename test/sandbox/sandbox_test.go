@@ -41,8 +41,8 @@ func TestSandbox(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if v.GitVersion != "v1.37.2" {
-			t.Errorf("API server reports %q, want v1.37.2", v.GitVersion)
+		if v.GitVersion != sandbox.KubernetesVersion {
+			t.Errorf("API server reports %q, want %s", v.GitVersion, sandbox.KubernetesVersion)
 		}
 		anon := c1.RESTConfig()
 		anon.BearerToken = ""

@@ -26,7 +26,27 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 
 {{- define "flotilla.image" -}}
 {{- $img := index .root.Values.image .component -}}
-{{- printf "%s:%s" $img.repository (default .root.Chart.AppVersion $img.tag) -}}
+{{- $tag := default .root.Chart.AppVersion $img.tag -}}
+{{- if and (eq .component "scheduler") (not $img.tag) -}}
+{{- $tag = printf "%s-k8s%s" $tag (include "flotilla.schedulerMinor" .root) -}}
+{{- end -}}
+{{- printf "%s:%s" $img.repository $tag -}}
+{{- end -}}
+
+{{/* The Kubernetes minor of the scheduler build: scheduler.kubernetesVersion,
+or the cluster's; one of the minors a build is made for. */}}
+{{- define "flotilla.schedulerMinor" -}}
+{{- $supported := list "1.35" "1.36" "1.37" -}}
+{{- $minor := .Values.scheduler.kubernetesVersion | toString -}}
+{{- $from := "scheduler.kubernetesVersion" -}}
+{{- if not $minor -}}
+{{- $minor = printf "%s.%s" .Capabilities.KubeVersion.Major (trimSuffix "+" .Capabilities.KubeVersion.Minor) -}}
+{{- $from = printf "the cluster's version (%s)" .Capabilities.KubeVersion.Version -}}
+{{- end -}}
+{{- if not (has $minor $supported) -}}
+{{- fail (printf "%s: Flotilla's scheduler is built for Kubernetes %s, not %s; set scheduler.kubernetesVersion to the build to run (at most one minor older than the API server)" $from (join ", " $supported) $minor) -}}
+{{- end -}}
+{{- $minor -}}
 {{- end -}}
 
 {{/* GOMEMLIMIT: a share of the agent's memory limit, in MiB. */}}

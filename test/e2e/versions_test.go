@@ -1,0 +1,157 @@
+//go:build versions
+
+package e2e
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
+	"github.com/flotilla-dev/flotilla/test/sandbox"
+)
+
+// TestMixedMinors runs a fleet of clusters of different Kubernetes minors,
+// as upgrades one cluster at a time make them (make test-versions, not
+// make test: it needs make tools-versions and make build-schedulers). Each
+// cluster runs its minor's API server and controller manager, and its
+// release runs the scheduler build the chart picks from the API server's
+// version; one agent build serves every cluster. First a source on the
+// current minor with targets on 1.35 and 1.36, then a source on 1.35 with
+// targets on 1.36 and the current minor. Through invitations only (each
+// target invites the source's managed ServiceAccount):
+//   - each release's scheduler is its cluster's minor's build;
+//   - a Deployment's pods are placed in the targets and run;
+//   - a gang of four (oneCluster) runs whole in one target, and no member
+//     binds before its gang stands complete (a watch with none of the
+//     agent's code);
+//   - a target's API server stopped, its pods move to the other target.
+func TestMixedMinors(t *testing.T) {
+	for _, f := range []struct{ src, c2, c3 string }{
+		{sandbox.CurrentMinor(), "1.35", "1.36"},
+		{"1.35", "1.36", sandbox.CurrentMinor()},
+	} {
+		t.Run(fmt.Sprintf("source %s, targets %s and %s", f.src, f.c2, f.c3), func(t *testing.T) {
+			mixedMinors(t, f.src, f.c2, f.c3)
+		})
+	}
+}
+
+func mixedMinors(t *testing.T, srcMinor, c2Minor, c3Minor string) {
+	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
+		{Name: "src", Minor: srcMinor, WithoutScheduler: true},
+		{Name: "c2", Minor: c2Minor, Nodes: []sandbox.NodeSpec{{CPU: "4"}}},
+		{Name: "c3", Minor: c3Minor, Nodes: []sandbox.NodeSpec{{CPU: "4"}}},
+	}})
+	ctx := t.Context()
+	src, c2, c3 := s.Cluster("src"), s.Cluster("c2"), s.Cluster("c3")
+	for c, minor := range map[*sandbox.Cluster]string{src: srcMinor, c2: c2Minor, c3: c3Minor} {
+		v, err := c.Client().Discovery().ServerVersion()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := v.Major + "." + strings.TrimSuffix(v.Minor, "+"); got != minor {
+			t.Fatalf("%s's API server is %s, want %s", c.Name, v.GitVersion, minor)
+		}
+	}
+	for _, c := range []*sandbox.Cluster{c2, c3} {
+		if _, err := sandbox.StartAgent(ctx, c, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := src.InstallRelease(ctx, sandbox.ReleaseOptions{Set: []string{
+		fmt.Sprintf("agent.notReadyTolerationSeconds=%d", int(failoverToleration.Seconds())),
+		"agent.virtualNodeNotReadyAfter=" + failoverNotReadyAfter.String(),
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	createNamespace(t, src.Client(), placementNS)
+	invite(t, src, c2)
+	invite(t, src, c3)
+	srcClient := src.Client()
+
+	t.Run("each release runs its minor's scheduler", func(t *testing.T) {
+		for c, minor := range map[*sandbox.Cluster]string{c2: c2Minor, c3: c3Minor} {
+			deps, err := c.Client().AppsV1().Deployments(sandbox.AgentNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=scheduler"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(deps.Items) != 1 {
+				t.Fatalf("%s: %d scheduler Deployments, want 1", c.Name, len(deps.Items))
+			}
+			if image := deps.Items[0].Spec.Template.Spec.Containers[0].Image; !strings.HasSuffix(image, "-k8s"+minor) {
+				t.Errorf("%s runs scheduler image %s, want the build for %s", c.Name, image, minor)
+			}
+		}
+	})
+
+	deployment := optedInDeployment("web", 4, "1")
+	deployment.Spec.Template.Spec.TerminationGracePeriodSeconds = ptr.To[int64](5)
+	t.Run("a Deployment's pods run in the targets", func(t *testing.T) {
+		if _, err := srcClient.AppsV1().Deployments(placementNS).Create(ctx, deployment, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitSourcePods(t, srcClient, "app=web", 4, func(p *corev1.Pod) bool {
+			return p.Status.Phase == corev1.PodRunning && strings.HasPrefix(p.Spec.NodeName, "flotilla-c")
+		})
+	})
+
+	t.Run("a gang runs whole in one target", func(t *testing.T) {
+		// Two CPUs are left in each target: the gang of two fits in either,
+		// whole, but not split by the Deployment's pods.
+		g := watchGangs(t, src, placementNS, map[string]int{"pair": 2})
+		members := gangPods("pair", 2, 2, protocol.GangOneCluster)
+		for _, m := range members {
+			if _, err := srcClient.CoreV1().Pods(placementNS).Create(ctx, m, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waitFor(t, 2*time.Minute, "the gang of two running in one target", func() (bool, string) {
+			on, _, err := gangState(ctx, srcClient.CoreV1().Pods(placementNS), members, "")
+			if err != nil {
+				return false, err.Error()
+			}
+			return len(on) == 1 && podsOn(on) == 2, fmt.Sprintf("bound: %v", on)
+		})
+		g.check(t)
+		for _, m := range members {
+			if err := srcClient.CoreV1().Pods(placementNS).Delete(ctx, m.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+
+	t.Run("pods of a target that stops answering move to the other", func(t *testing.T) {
+		before := waitSourcePods(t, srcClient, "app=web", 4, func(p *corev1.Pod) bool {
+			return p.Status.Phase == corev1.PodRunning
+		})
+		// The target that runs the most of them stops; make room in the
+		// other for all four.
+		on := map[string]int{}
+		for _, p := range before {
+			on[p.Spec.NodeName]++
+		}
+		lost, kept := c2, c3
+		if on["flotilla-c3"] > on["flotilla-c2"] {
+			lost, kept = c3, c2
+		}
+		if err := kept.AddNode(ctx, sandbox.NodeSpec{Name: kept.Name + "-node-added", CPU: "4"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := lost.StopAPIServer(); err != nil {
+			t.Fatal(err)
+		}
+		stopped := time.Now()
+		waitSourcePods(t, srcClient, "app=web", 4, func(p *corev1.Pod) bool {
+			return p.Status.Phase == corev1.PodRunning && p.Spec.NodeName == "flotilla-"+kept.Name && p.DeletionTimestamp == nil
+		})
+		t.Logf("%d pods moved from %s (%s) to %s (%s) %s after its API server stopped", on["flotilla-"+lost.Name], lost.Name,
+			map[*sandbox.Cluster]string{c2: c2Minor, c3: c3Minor}[lost], kept.Name, map[*sandbox.Cluster]string{c2: c2Minor, c3: c3Minor}[kept],
+			time.Since(stopped).Round(100*time.Millisecond))
+	})
+}
