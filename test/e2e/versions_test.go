@@ -9,7 +9,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
 
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
@@ -23,18 +26,24 @@ import (
 // release runs the scheduler build the chart picks from the API server's
 // version; one agent build serves every cluster. First a source on the
 // current minor with targets on 1.35 and 1.36, then a source on 1.35 with
-// targets on 1.36 and the current minor. Through invitations only (each
+// targets on 1.36 and the current minor, then a source on 1.36 with
+// targets on the current minor and 1.35. Through invitations only (each
 // target invites the source's managed ServiceAccount):
 //   - each release's scheduler is its cluster's minor's build;
 //   - a Deployment's pods are placed in the targets and run;
-//   - a gang of four (oneCluster) runs whole in one target, and no member
+//   - a gang of three (oneCluster) waits with two members, and with the
+//     third runs whole in one target, and no member
 //     binds before its gang stands complete (a watch with none of the
-//     agent's code);
+//     agent's code); on a source of 1.36 or later the gang is declared
+//     by a PodGroup of Kubernetes' own API in the version that minor
+//     serves (v1alpha2, v1beta1) and sized there, on 1.35 by the pod-group
+//     label;
 //   - a target's API server stopped, its pods move to the other target.
 func TestMixedMinors(t *testing.T) {
 	for _, f := range []struct{ src, c2, c3 string }{
 		{sandbox.CurrentMinor(), "1.35", "1.36"},
 		{"1.35", "1.36", sandbox.CurrentMinor()},
+		{"1.36", sandbox.CurrentMinor(), "1.35"},
 	} {
 		t.Run(fmt.Sprintf("source %s, targets %s and %s", f.src, f.c2, f.c3), func(t *testing.T) {
 			mixedMinors(t, f.src, f.c2, f.c3)
@@ -43,8 +52,14 @@ func TestMixedMinors(t *testing.T) {
 }
 
 func mixedMinors(t *testing.T, srcMinor, c2Minor, c3Minor string) {
+	// The source serves Kubernetes' PodGroup where its minor has one.
+	podGroupVersion := map[string]string{"1.36": "v1alpha2", "1.37": "v1beta1"}[srcMinor]
+	var srcArgs []string
+	if podGroupVersion != "" {
+		srcArgs = []string{"--feature-gates=GenericWorkload=true", "--runtime-config=scheduling.k8s.io/" + podGroupVersion + "=true"}
+	}
 	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
-		{Name: "src", Minor: srcMinor, WithoutScheduler: true},
+		{Name: "src", Minor: srcMinor, WithoutScheduler: true, APIServerArgs: srcArgs},
 		{Name: "c2", Minor: c2Minor, Nodes: []sandbox.NodeSpec{{CPU: "4"}}},
 		{Name: "c3", Minor: c3Minor, Nodes: []sandbox.NodeSpec{{CPU: "4"}}},
 	}})
@@ -101,26 +116,53 @@ func mixedMinors(t *testing.T, srcMinor, c2Minor, c3Minor string) {
 		})
 	})
 
-	t.Run("a gang runs whole in one target", func(t *testing.T) {
-		// Two CPUs are left in each target: the gang of two fits in either,
-		// whole, but not split by the Deployment's pods.
-		g := watchGangs(t, src, placementNS, map[string]int{"pair": 2})
-		members := gangPods("pair", 2, 2, protocol.GangOneCluster)
+	t.Run("a gang waits for its size and runs whole in one target", func(t *testing.T) {
+		// Three of half a CPU: whatever the Deployment left, one target
+		// has room for all of them.
+		members := gangPods("trio", 3, 3, protocol.GangOneCluster)
 		for _, m := range members {
-			if _, err := srcClient.CoreV1().Pods(placementNS).Create(ctx, m, metav1.CreateOptions{}); err != nil {
+			m.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("500m")
+		}
+		key := "trio"
+		if podGroupVersion != "" {
+			podGroups := dynamicClient(t, src).Resource(schema.GroupVersionResource{Group: "scheduling.k8s.io", Version: podGroupVersion, Resource: "podgroups"}).Namespace(placementNS)
+			pg := &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": "scheduling.k8s.io/" + podGroupVersion, "kind": "PodGroup",
+				"metadata": map[string]any{"name": "trio"},
+				"spec":     map[string]any{"schedulingPolicy": map[string]any{"gang": map[string]any{"minCount": int64(3)}}},
+			}}
+			if _, err := podGroups.Create(ctx, pg, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			// Sized by the PodGroup alone.
+			for _, m := range members {
+				delete(m.Labels, protocol.PodGroupLabel)
+				delete(m.Annotations, protocol.GangMinMemberAnnotation)
+				sandbox.InSchedulingGroup(m, "trio")
+			}
+			key = "schedulingGroup:trio"
+		}
+		g := watchGangs(t, src, placementNS, map[string]int{key: 3})
+		pods := srcClient.CoreV1().Pods(placementNS)
+		for _, m := range members[:2] {
+			if _, err := pods.Create(ctx, m, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
 		}
-		waitFor(t, 2*time.Minute, "the gang of two running in one target", func() (bool, string) {
-			on, _, err := gangState(ctx, srcClient.CoreV1().Pods(placementNS), members, "")
+		stillWaiting(t, pods, members[:2], 5*time.Second)
+		if _, err := pods.Create(ctx, members[2], metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 2*time.Minute, "the gang of three running in one target", func() (bool, string) {
+			on, _, err := gangState(ctx, pods, members, "")
 			if err != nil {
 				return false, err.Error()
 			}
-			return len(on) == 1 && podsOn(on) == 2, fmt.Sprintf("bound: %v", on)
+			return len(on) == 1 && podsOn(on) == 3, fmt.Sprintf("bound: %v", on)
 		})
 		g.check(t)
 		for _, m := range members {
-			if err := srcClient.CoreV1().Pods(placementNS).Delete(ctx, m.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+			if err := pods.Delete(ctx, m.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
 				t.Fatal(err)
 			}
 		}
