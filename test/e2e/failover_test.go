@@ -57,17 +57,7 @@ func TestVirtualNodes(t *testing.T) {
 	if _, err := srcClient.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range []*sandbox.Cluster{c2, c3} {
-		if _, err := sandbox.StartAgent(ctx, c, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := src.InstallRelease(ctx, sandbox.ReleaseOptions{Set: []string{
-		fmt.Sprintf("agent.notReadyTolerationSeconds=%d", int(failoverToleration.Seconds())),
-		"agent.virtualNodeNotReadyAfter=" + failoverNotReadyAfter.String(),
-	}}); err != nil {
-		t.Fatal(err)
-	}
+	startFailoverAgents(t, src, c2, c3)
 	// c3 comes later, so that the first pods all run in c2.
 	invite(t, src, c2)
 
@@ -191,6 +181,24 @@ func TestVirtualNodes(t *testing.T) {
 			return rejected["flotilla-c2"] && rejected["flotilla-c3"] && running, fmt.Sprintf("rejected on %v; pods %v", slices.Sorted(maps.Keys(rejected)), seen)
 		})
 	})
+}
+
+// startFailoverAgents starts the agents of targets, then the source's
+// release with the failover tests' toleration of a NotReady virtual node
+// and the delay before a silent target's node turns NotReady.
+func startFailoverAgents(t *testing.T, src *sandbox.Cluster, targets ...*sandbox.Cluster) {
+	t.Helper()
+	for _, c := range targets {
+		if _, err := sandbox.StartAgent(t.Context(), c, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := src.InstallRelease(t.Context(), sandbox.ReleaseOptions{Set: []string{
+		fmt.Sprintf("agent.notReadyTolerationSeconds=%d", int(failoverToleration.Seconds())),
+		"agent.virtualNodeNotReadyAfter=" + failoverNotReadyAfter.String(),
+	}}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // invite makes t invite src into placementNS and waits until src's target

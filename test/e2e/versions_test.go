@@ -74,17 +74,7 @@ func mixedMinors(t *testing.T, srcMinor, c2Minor, c3Minor string) {
 			t.Fatalf("%s's API server is %s, want %s", c.Name, v.GitVersion, minor)
 		}
 	}
-	for _, c := range []*sandbox.Cluster{c2, c3} {
-		if _, err := sandbox.StartAgent(ctx, c, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := src.InstallRelease(ctx, sandbox.ReleaseOptions{Set: []string{
-		fmt.Sprintf("agent.notReadyTolerationSeconds=%d", int(failoverToleration.Seconds())),
-		"agent.virtualNodeNotReadyAfter=" + failoverNotReadyAfter.String(),
-	}}); err != nil {
-		t.Fatal(err)
-	}
+	startFailoverAgents(t, src, c2, c3)
 	createNamespace(t, src.Client(), placementNS)
 	invite(t, src, c2)
 	invite(t, src, c3)
