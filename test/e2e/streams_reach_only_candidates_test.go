@@ -309,8 +309,8 @@ func (c invitedCaller) logs(ctx context.Context, pod string) error {
 	return err
 }
 
-// exec runs script with sh -c over SPDY, whose refusal is the API
-// server's Status.
+// exec runs script with sh -c over SPDY, whose refusal carries the API
+// server's Status (forbidden).
 func (c invitedCaller) exec(ctx context.Context, pod, script string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
@@ -364,10 +364,21 @@ func (c invitedCaller) refused(t *testing.T, pod string) {
 		"attach":       c.attach(ctx, pod),
 		"port-forward": c.portForward(ctx, pod),
 	} {
-		if !apierrors.IsForbidden(err) {
+		if !forbidden(err) {
 			t.Errorf("%s of %s/%s: %v, want Forbidden", what, c.namespace, pod, err)
 		}
 	}
+}
+
+// forbidden reports whether err is the API server's Forbidden: a Status
+// for a plain request, and for a stream the text of that Status, which
+// client-go's SPDY dialer (k8s.io/streaming, since 1.37) passes on as the
+// reason its upgrade failed instead of decoding it.
+func forbidden(err error) bool {
+	if apierrors.IsForbidden(err) {
+		return true
+	}
+	return err != nil && strings.HasPrefix(err.Error(), "unable to upgrade connection: ") && strings.Contains(err.Error(), " is forbidden: User ")
 }
 
 var roleWritesLine = regexp.MustCompile(`(?m)^flotilla_invitation_stream_role_writes_total\{operation="(?:create|update)",result="success"\} (\d+)`)
