@@ -27,12 +27,17 @@ func (o Order) before(p Order, key, other string) bool {
 // the others' candidates hold no node meanwhile, so two gangs never each
 // hold half of what both need. A gang stands first until HeadFor has
 // passed since its turn began or since it last held more places than
-// before in this turn, and for MaxHeadFor at most: one that makes no
+// before in this turn, and for MaxHeadFor at most; a gang that no target
+// publishes room for (its last look while it held nothing said so) stands
+// first for NoFitHeadFor only, so that gangs that cannot be placed now do
+// not keep one that can waiting a minute each. One that makes no
 // progress yields: it holds nothing for its backoff (Backoff, doubled at
 // each yield up to MaxBackoff, plus up to a fifth at random) and the next
 // gang goes first. The zero Queue is not usable: set the durations.
 type Queue struct {
 	HeadFor, MaxHeadFor, Backoff, MaxBackoff time.Duration
+	// NoFitHeadFor, when set, bounds HeadFor for a gang that does not fit.
+	NoFitHeadFor time.Duration
 	// Jitter returns a number in [0, 1): a yield's backoff is lengthened
 	// by up to a fifth of it, so that yielded gangs do not come back
 	// together.
@@ -47,6 +52,10 @@ type Queue struct {
 type waiting struct {
 	order Order
 	seen  time.Time
+	// noFit is set when its last look while it held no place found no
+	// target that publishes room for it (its own reservations, once it
+	// holds some, take room that is its own).
+	noFit bool
 	// held is the places the gang holds, as its last look counted them.
 	held int
 	// headSince is when its turn began (zero: it is not first);
@@ -66,10 +75,11 @@ type waiting struct {
 const forgetAfter = time.Minute
 
 // Turn says whether gang key, waiting and holding held places toward its
-// size, may hold reservations now; when not, head is the gang that goes
+// size, may hold reservations now (fits: some target publishes room for
+// the whole of it, or room it cannot know); when not, head is the gang that goes
 // first ("" when key backs off with none ahead). again is when the answer
 // may change. Each member's look at its gang calls it.
-func (q *Queue) Turn(key string, o Order, held int, now time.Time) (mine bool, head string, again time.Duration) {
+func (q *Queue) Turn(key string, o Order, held int, fits bool, now time.Time) (mine bool, head string, again time.Duration) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.gangs == nil {
@@ -81,6 +91,9 @@ func (q *Queue) Turn(key string, o Order, held int, now time.Time) (mine bool, h
 		q.gangs[key] = w
 	}
 	w.order, w.seen, w.held = o, now, held
+	if held == 0 {
+		w.noFit = !fits
+	}
 	for k, g := range q.gangs {
 		if now.Sub(g.seen) > forgetAfter {
 			delete(q.gangs, k)
@@ -128,7 +141,11 @@ func (q *Queue) Turn(key string, o Order, held int, now time.Time) (mine bool, h
 
 // left is how long the head h keeps its turn.
 func (q *Queue) left(h *waiting, now time.Time) time.Duration {
-	left := q.HeadFor - now.Sub(h.progressAt)
+	headFor := q.HeadFor
+	if h.noFit && q.NoFitHeadFor > 0 {
+		headFor = min(headFor, q.NoFitHeadFor)
+	}
+	left := headFor - now.Sub(h.progressAt)
 	if q.MaxHeadFor > 0 {
 		left = min(left, q.MaxHeadFor-now.Sub(h.headSince))
 	}

@@ -15,7 +15,7 @@ func TestQueue(t *testing.T) {
 
 	turn := func(key string, o Order, at time.Duration) (bool, string) {
 		t.Helper()
-		mine, head, again := q.Turn(key, o, 0, t0.Add(at))
+		mine, head, again := q.Turn(key, o, 0, true, t0.Add(at))
 		if again <= 0 {
 			t.Fatalf("%s at %s: look again in %s", key, at, again)
 		}
@@ -95,7 +95,7 @@ func TestQueueKeepsTheTurnOfAGangThatGrows(t *testing.T) {
 	old, young := Order{Created: t0}, Order{Created: t0.Add(time.Second)}
 	look := func(key string, o Order, held int, at time.Duration) bool {
 		t.Helper()
-		mine, _, again := q.Turn(key, o, held, t0.Add(at))
+		mine, _, again := q.Turn(key, o, held, true, t0.Add(at))
 		if again <= 0 {
 			t.Fatalf("%s at %s: look again in %s", key, at, again)
 		}
@@ -152,25 +152,60 @@ func TestQueueAttempts(t *testing.T) {
 	if got := q.Attempt("g"); got != 0 {
 		t.Fatalf("a gang not queued is at attempt %d", got)
 	}
-	q.Turn("g", o, 1, t0)
-	q.Turn("g", o, 1, t0.Add(61*time.Second)) // no progress for a minute: yields
+	q.Turn("g", o, 1, true, t0)
+	q.Turn("g", o, 1, true, t0.Add(61*time.Second)) // no progress for a minute: yields
 	if got := q.Attempt("g"); got != 1 {
 		t.Fatalf("after one yield: attempt %d, want 1", got)
 	}
 	// Back after its backoff, it completes and stays complete: it keeps
 	// its turn for ten minutes, well past MaxHeadFor.
 	at := 100 * time.Second
-	if mine, _, _ := q.Turn("g", o, 1, t0.Add(at)); !mine {
+	if mine, _, _ := q.Turn("g", o, 1, true, t0.Add(at)); !mine {
 		t.Fatal("after its backoff the gang does not go first")
 	}
-	q.Turn("other", Order{Created: t0.Add(time.Second)}, 0, t0.Add(at))
+	q.Turn("other", Order{Created: t0.Add(time.Second)}, 0, true, t0.Add(at))
 	for ; at < 700*time.Second; at += 5 * time.Second {
 		q.Complete("g", t0.Add(at))
-		if mine, _, _ := q.Turn("other", Order{Created: t0.Add(time.Second)}, 0, t0.Add(at)); mine {
+		if mine, _, _ := q.Turn("other", Order{Created: t0.Add(time.Second)}, 0, true, t0.Add(at)); mine {
 			t.Fatalf("the other gang went first at %s while g was complete", at)
 		}
 	}
 	if got := q.Attempt("g"); got != 1 {
 		t.Fatalf("a complete gang yielded: attempt %d", got)
+	}
+}
+
+// TestQueueLetsAGangThatFitsGoBeforeOnesThatDoNot: two older gangs that no
+// target publishes room for stand first for NoFitHeadFor each, not
+// HeadFor, and the younger one that fits goes first after them; the
+// reading of fit is the one made while a gang held nothing (once it holds
+// places, its own reservations take the room it reads).
+func TestQueueLetsAGangThatFitsGoBeforeOnesThatDoNot(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	q := &Queue{HeadFor: time.Minute, NoFitHeadFor: 10 * time.Second, Backoff: 30 * time.Second, MaxBackoff: 5 * time.Minute}
+	big := Order{Created: t0}
+	bigger := Order{Created: t0.Add(time.Second)}
+	small := Order{Created: t0.Add(2 * time.Second)}
+	look := func(at time.Duration) string {
+		t.Helper()
+		now := t0.Add(at)
+		q.Turn("big", big, 0, false, now)
+		q.Turn("bigger", bigger, 0, false, now)
+		_, head, _ := q.Turn("small", small, 0, true, now)
+		return head
+	}
+	at := time.Duration(0)
+	for ; at <= 30*time.Second && look(at) != "small"; at += time.Second {
+	}
+	if at > 21*time.Second {
+		t.Fatalf("the gang that fits went first only after %s (or never)", at)
+	}
+	// A gang that fit when it held nothing keeps its reading while its
+	// own reservations take the room: it stands first for HeadFor.
+	q2 := &Queue{HeadFor: time.Minute, NoFitHeadFor: 10 * time.Second, Backoff: 30 * time.Second, MaxBackoff: 5 * time.Minute}
+	q2.Turn("g", big, 0, true, t0)
+	q2.Turn("g", big, 3, false, t0.Add(time.Second))
+	if mine, _, again := q2.Turn("g", big, 3, false, t0.Add(20*time.Second)); !mine || again < 30*time.Second {
+		t.Fatalf("a gang holding places it fit with: mine %v, again %s; want its turn for HeadFor", mine, again)
 	}
 }

@@ -52,10 +52,15 @@ const gangElectedRecheck = 100 * time.Millisecond
 // complete yields for gangBackoff, doubled at each yield up to
 // gangMaxBackoff.
 const (
-	gangHeadFor    = time.Minute
-	gangMaxHeadFor = 5 * time.Minute
-	gangBackoff    = 30 * time.Second
-	gangMaxBackoff = 5 * time.Minute
+	gangHeadFor = time.Minute
+	// gangNoFitHeadFor is how long a gang no target publishes room for
+	// stands first: long enough for its members to reserve what room the
+	// summaries do not show yet, short enough not to keep a gang that fits
+	// waiting.
+	gangNoFitHeadFor = 10 * time.Second
+	gangMaxHeadFor   = 5 * time.Minute
+	gangBackoff      = 30 * time.Second
+	gangMaxBackoff   = 5 * time.Minute
 	// gangLookAgain bounds how long a member waits to look at its gang's
 	// turn again: the gang ahead may be done sooner.
 	gangLookAgain = 10 * time.Second
@@ -376,7 +381,8 @@ func (c *Controller) takeTurn(r *round, members []gang.Member, g *GangGate) {
 		c.gangs().Complete(key, c.now())
 		return
 	}
-	mine, head, again := c.gangs().Turn(key, gangOrder(r.pod, r.gang.members), v.Held, c.now())
+	fits := r.gang.choice == nil || r.gang.choice.Fits
+	mine, head, again := c.gangs().Turn(key, gangOrder(r.pod, r.gang.members), v.Held, fits, c.now())
 	r.gang.again = min(again, gangLookAgain)
 	if mine {
 		return
@@ -393,7 +399,7 @@ func (c *Controller) takeTurn(r *round, members []gang.Member, g *GangGate) {
 // gangs is the controller's queue of gangs, made on first use.
 func (c *Controller) gangs() *gang.Queue {
 	c.gangQueueOnce.Do(func() {
-		c.gangQueue = &gang.Queue{HeadFor: gangHeadFor, MaxHeadFor: gangMaxHeadFor, Backoff: gangBackoff, MaxBackoff: gangMaxBackoff, Jitter: rand.Float64,
+		c.gangQueue = &gang.Queue{HeadFor: gangHeadFor, MaxHeadFor: gangMaxHeadFor, NoFitHeadFor: gangNoFitHeadFor, Backoff: gangBackoff, MaxBackoff: gangMaxBackoff, Jitter: rand.Float64,
 			Yielded: func(string) { gangYields.Inc() }}
 	})
 	return c.gangQueue
