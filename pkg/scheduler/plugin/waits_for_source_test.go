@@ -207,8 +207,9 @@ func (s *targetScheduler) createCandidate(name string) *v1.Pod {
 	return pod
 }
 
-// annotate writes annotations on the candidate as its source does.
-func (s *targetScheduler) annotate(pod *v1.Pod, annotations map[string]string) {
+// annotate writes annotations on the candidate as its source does; a nil
+// value removes one.
+func (s *targetScheduler) annotate(pod *v1.Pod, annotations map[string]any) {
 	s.t.Helper()
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
 	if err != nil {
@@ -276,7 +277,7 @@ func (s *targetScheduler) permit(state fwk.CycleState, pod *v1.Pod, timeout time
 	s.t.Helper()
 	waits, status := s.framework.RunPermitPlugins(s.t.Context(), state, pod, nodeName)
 	if !status.IsWait() {
-		s.t.Fatalf("Permit of a candidate its source has not answered: %v, want Wait", status)
+		s.t.Fatalf("Permit of a candidate its source has not answered: %v %q, want Wait", status.Code(), status.Message())
 	}
 	if waits[Name] != timeout {
 		s.t.Fatalf("Permit waits %v, want the profile's permitTimeoutSeconds, %v", waits[Name], timeout)
@@ -299,14 +300,18 @@ func (s *targetScheduler) waitEnded(ended <-chan *fwk.Status, within time.Durati
 	}
 }
 
-// stillWaiting fails if the wait in Permit has ended.
-func (s *targetScheduler) stillWaiting(ended <-chan *fwk.Status) {
-	s.t.Helper()
-	select {
-	case status := <-ended:
-		s.t.Fatalf("the wait in Permit ended before the source answered: %v", status)
-	default:
+// rejectedByPlugin reports whether status rejects the pod on this plugin's
+// word.
+func rejectedByPlugin(status *fwk.Status) bool {
+	return status.IsRejected() && status.Plugin() == Name
+}
+
+// describe shows a status, nil (success) too.
+func describe(status *fwk.Status) string {
+	if status == nil {
+		return "Success"
 	}
+	return fmt.Sprintf("%v %q (plugin %q)", status.Code(), status.Message(), status.Plugin())
 }
 
 // An allowed candidate: Reserve reports the reservation on the candidate,
@@ -328,9 +333,8 @@ func TestAllowedCandidateBindsReportingBound(t *testing.T) {
 	}
 
 	ended := s.permit(state, pod, 30*time.Second)
-	s.stillWaiting(ended)
 	allowance := protocol.Allowance{SourceUID: sourceUID, Generation: 1, Nonce: reserved.Nonce}
-	s.annotate(pod, map[string]string{protocol.AllowedAnnotation: allowance.Encode()})
+	s.annotate(pod, map[string]any{protocol.AllowedAnnotation: allowance.Encode()})
 	if status := s.waitEnded(ended, settleTimeout); !status.IsSuccess() {
 		t.Fatalf("the wait in Permit ended with %v after the source's allowance, want success", status)
 	}
@@ -358,6 +362,45 @@ func TestAllowedCandidateBindsReportingBound(t *testing.T) {
 	}
 }
 
+// An allowance the source withdrew after the wait in Permit ended: Bind
+// refuses the candidate, which no other bind plugin may then bind, and
+// Unreserve reports why.
+func TestWithdrawnAllowanceIsNotBound(t *testing.T) {
+	s := newTargetScheduler(t, 30)
+	pod := s.createCandidate("withdrawn")
+	state := framework.NewCycleState()
+	reserved := s.reserve(state, pod)
+	ended := s.permit(state, pod, 30*time.Second)
+	allowance := protocol.Allowance{SourceUID: sourceUID, Generation: 1, Nonce: reserved.Nonce}
+	s.annotate(pod, map[string]any{protocol.AllowedAnnotation: allowance.Encode()})
+	if status := s.waitEnded(ended, settleTimeout); !status.IsSuccess() {
+		t.Fatalf("the wait in Permit ended with %v after the source's allowance, want success", status)
+	}
+
+	s.annotate(pod, map[string]any{protocol.AllowedAnnotation: nil})
+	s.waitFor("the scheduler's cache to see the allowance withdrawn", func() (bool, error) {
+		cached, err := s.pods.Core().V1().Pods().Lister().Pods(pod.Namespace).Get(pod.Name)
+		if err != nil {
+			return false, err
+		}
+		_, allowed := cached.Annotations[protocol.AllowedAnnotation]
+		return !allowed, nil
+	})
+	status := s.framework.RunBindPlugins(t.Context(), state, pod, nodeName)
+	if !rejectedByPlugin(status) {
+		t.Fatalf("Bind of a candidate whose allowance was withdrawn: %s, want rejected by %s", describe(status), Name)
+	}
+	if n := len(s.madeBindings()); n != 0 {
+		t.Fatalf("%d Bindings made of a candidate whose allowance was withdrawn", n)
+	}
+
+	s.framework.RunReservePluginsUnreserve(t.Context(), state, pod, nodeName)
+	unreserved := s.waitForState(pod, protocol.PhaseUnreserved)
+	if unreserved.Nonce != reserved.Nonce || unreserved.Reason == "" || !strings.HasSuffix(status.Message(), unreserved.Reason) {
+		t.Errorf("Unreserved state %+v, want reservation %s ended for the reason Bind refused it: %s", unreserved, reserved.Nonce, status.Message())
+	}
+}
+
 // A denied candidate: the source's denial ends the wait in Permit with the
 // denial's reason, and Unreserve reports the reservation Unreserved with it.
 func TestDeniedCandidateIsUnreservedWithTheReason(t *testing.T) {
@@ -367,12 +410,11 @@ func TestDeniedCandidateIsUnreservedWithTheReason(t *testing.T) {
 	reserved := s.reserve(state, pod)
 
 	ended := s.permit(state, pod, 30*time.Second)
-	s.stillWaiting(ended)
 	denial := protocol.Denial{SourceUID: sourceUID, Generation: 2}
-	s.annotate(pod, map[string]string{protocol.DeniedAnnotation: denial.Encode()})
+	s.annotate(pod, map[string]any{protocol.DeniedAnnotation: denial.Encode()})
 	status := s.waitEnded(ended, settleTimeout)
-	if !status.IsRejected() || status.Plugin() != Name || !strings.HasPrefix(status.Message(), protocol.DeniedMessage) {
-		t.Fatalf("the wait in Permit ended with %v (plugin %q) after the source's denial, want rejected by %s: %s...", status, status.Plugin(), Name, protocol.DeniedMessage)
+	if !rejectedByPlugin(status) || !strings.HasPrefix(status.Message(), protocol.DeniedMessage) {
+		t.Fatalf("the wait in Permit ended with %s after the source's denial, want rejected by %s: %s...", describe(status), Name, protocol.DeniedMessage)
 	}
 
 	s.framework.RunReservePluginsUnreserve(t.Context(), state, pod, nodeName)
@@ -396,8 +438,8 @@ func TestUnansweredCandidateTimesOutInPermit(t *testing.T) {
 
 	ended := s.permit(state, pod, time.Second)
 	status := s.waitEnded(ended, settleTimeout)
-	if !status.IsRejected() || status.Plugin() != Name || !strings.Contains(status.Message(), "timeout") {
-		t.Fatalf("the wait in Permit ended with %v (plugin %q), want rejected by %s for its timeout", status, status.Plugin(), Name)
+	if !rejectedByPlugin(status) || !strings.Contains(status.Message(), "timeout") {
+		t.Fatalf("the wait in Permit ended with %s, want rejected by %s for its timeout", describe(status), Name)
 	}
 
 	s.framework.RunReservePluginsUnreserve(t.Context(), state, pod, nodeName)
