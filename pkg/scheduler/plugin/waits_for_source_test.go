@@ -65,6 +65,8 @@ type targetScheduler struct {
 	framework framework.Framework
 	client    *fake.Clientset
 	pods      informers.SharedInformerFactory
+	// permitTimeout is the profile's permitTimeoutSeconds.
+	permitTimeout time.Duration
 
 	mu       sync.Mutex
 	bindings []*v1.Binding
@@ -84,7 +86,7 @@ func newTargetScheduler(t *testing.T, permitTimeoutSeconds int) *targetScheduler
 		Label("topology.kubernetes.io/region", nodeTopology["topology.kubernetes.io/region"]).
 		Label("topology.kubernetes.io/zone", nodeTopology["topology.kubernetes.io/zone"]).
 		Capacity(map[v1.ResourceName]string{v1.ResourceCPU: "4", v1.ResourceMemory: "8Gi"}).Obj()
-	s := &targetScheduler{t: t, client: fake.NewClientset(node)}
+	s := &targetScheduler{t: t, client: fake.NewClientset(node), permitTimeout: time.Duration(permitTimeoutSeconds) * time.Second}
 	s.client.PrependReactor("create", "pods", s.bind)
 	s.pods = informers.NewSharedInformerFactory(s.client, 0)
 
@@ -260,44 +262,71 @@ func (s *targetScheduler) waitFor(what string, done func() (bool, error)) {
 	}
 }
 
-// reserve runs Reserve for the candidate on the node and returns the
-// Reserved state the plugin wrote.
-func (s *targetScheduler) reserve(state fwk.CycleState, pod *v1.Pod) protocol.State {
-	s.t.Helper()
-	if status := s.framework.RunReservePluginsReserve(s.t.Context(), state, pod, nodeName); !status.IsSuccess() {
-		s.t.Fatalf("Reserve: %v", status)
-	}
-	return s.waitForState(pod, protocol.PhaseReserved)
+// candidateCycle is a candidate's scheduling cycle: its pod and cycle
+// state, the reservation Reserve reported and the end of its wait in
+// Permit.
+type candidateCycle struct {
+	pod      *v1.Pod
+	state    fwk.CycleState
+	reserved protocol.State
+	ended    <-chan *fwk.Status
 }
 
-// permit runs Permit, which must ask to wait for the given timeout, and
-// waits on it in the background, as the binding cycle does: the channel
-// yields how the wait ended.
-func (s *targetScheduler) permit(state fwk.CycleState, pod *v1.Pod, timeout time.Duration) <-chan *fwk.Status {
+// waitInPermit creates a candidate, runs Reserve for it on the node (the
+// plugin must report the reservation) and Permit, which must ask to wait
+// for the profile's timeout, and waits on Permit in the background, as the
+// binding cycle does.
+func (s *targetScheduler) waitInPermit(name string) *candidateCycle {
 	s.t.Helper()
-	waits, status := s.framework.RunPermitPlugins(s.t.Context(), state, pod, nodeName)
+	c := &candidateCycle{pod: s.createCandidate(name), state: framework.NewCycleState()}
+	if status := s.framework.RunReservePluginsReserve(s.t.Context(), c.state, c.pod, nodeName); !status.IsSuccess() {
+		s.t.Fatalf("Reserve: %s", describe(status))
+	}
+	c.reserved = s.waitForState(c.pod, protocol.PhaseReserved)
+
+	waits, status := s.framework.RunPermitPlugins(s.t.Context(), c.state, c.pod, nodeName)
 	if !status.IsWait() {
-		s.t.Fatalf("Permit of a candidate its source has not answered: %v %q, want Wait", status.Code(), status.Message())
+		s.t.Fatalf("Permit of a candidate its source has not answered: %s, want Wait", describe(status))
 	}
-	if waits[Name] != timeout {
-		s.t.Fatalf("Permit waits %v, want the profile's permitTimeoutSeconds, %v", waits[Name], timeout)
+	if waits[Name] != s.permitTimeout {
+		s.t.Fatalf("Permit waits %v, want the profile's permitTimeoutSeconds, %v", waits[Name], s.permitTimeout)
 	}
-	s.framework.AddWaitingPod(pod, waits)
+	s.framework.AddWaitingPod(c.pod, waits)
 	ended := make(chan *fwk.Status, 1)
-	go func() { ended <- s.framework.WaitOnPermit(s.t.Context(), pod) }()
-	return ended
+	go func() { ended <- s.framework.WaitOnPermit(s.t.Context(), c.pod) }()
+	c.ended = ended
+	return c
 }
 
 // waitEnded returns how the wait in Permit ended.
-func (s *targetScheduler) waitEnded(ended <-chan *fwk.Status, within time.Duration) *fwk.Status {
+func (s *targetScheduler) waitEnded(c *candidateCycle) *fwk.Status {
 	s.t.Helper()
 	select {
-	case status := <-ended:
+	case status := <-c.ended:
 		return status
-	case <-time.After(within):
-		s.t.Fatalf("the wait in Permit did not end within %v", within)
+	case <-time.After(settleTimeout):
+		s.t.Fatalf("the wait in Permit did not end within %v", settleTimeout)
 		return nil
 	}
+}
+
+// allow writes the source's allowance of the reservation, which must end
+// the wait in Permit.
+func (s *targetScheduler) allow(c *candidateCycle) {
+	s.t.Helper()
+	allowance := protocol.Allowance{SourceUID: sourceUID, Generation: 1, Nonce: c.reserved.Nonce}
+	s.annotate(c.pod, map[string]any{protocol.AllowedAnnotation: allowance.Encode()})
+	if status := s.waitEnded(c); !status.IsSuccess() {
+		s.t.Fatalf("the wait in Permit ended with %s after the source's allowance, want success", describe(status))
+	}
+}
+
+// unreserve runs Unreserve, as the binding cycle does when it fails, and
+// returns the Unreserved state the plugin wrote.
+func (s *targetScheduler) unreserve(c *candidateCycle) protocol.State {
+	s.t.Helper()
+	s.framework.RunReservePluginsUnreserve(s.t.Context(), c.state, c.pod, nodeName)
+	return s.waitForState(c.pod, protocol.PhaseUnreserved)
 }
 
 // rejectedByPlugin reports whether status rejects the pod on this plugin's
@@ -319,45 +348,36 @@ func describe(status *fwk.Status) string {
 // and Bind binds it with a Binding that reports it Bound itself.
 func TestAllowedCandidateBindsReportingBound(t *testing.T) {
 	s := newTargetScheduler(t, 30)
-	pod := s.createCandidate("allowed")
-	state := framework.NewCycleState()
-
-	reserved := s.reserve(state, pod)
-	if !protocol.ValidNonce(reserved.Nonce) {
-		t.Fatalf("Reserved state names no valid nonce: %+v", reserved)
+	c := s.waitInPermit("allowed")
+	if !protocol.ValidNonce(c.reserved.Nonce) {
+		t.Fatalf("Reserved state names no valid nonce: %+v", c.reserved)
 	}
 	// 1 CPU of 4 and 2Gi of 8Gi placed: three quarters of each left.
-	want := protocol.State{Phase: protocol.PhaseReserved, Nonce: reserved.Nonce, Node: nodeName, Score: 75, Topology: nodeTopology}
-	if diff := cmp.Diff(want, reserved); diff != "" {
+	want := protocol.State{Phase: protocol.PhaseReserved, Nonce: c.reserved.Nonce, Node: nodeName, Score: 75, Topology: nodeTopology}
+	if diff := cmp.Diff(want, c.reserved); diff != "" {
 		t.Errorf("Reserved state (-want +got):\n%s", diff)
 	}
+	s.allow(c)
 
-	ended := s.permit(state, pod, 30*time.Second)
-	allowance := protocol.Allowance{SourceUID: sourceUID, Generation: 1, Nonce: reserved.Nonce}
-	s.annotate(pod, map[string]any{protocol.AllowedAnnotation: allowance.Encode()})
-	if status := s.waitEnded(ended, settleTimeout); !status.IsSuccess() {
-		t.Fatalf("the wait in Permit ended with %v after the source's allowance, want success", status)
-	}
-
-	if status := s.framework.RunBindPlugins(t.Context(), state, pod, nodeName); !status.IsSuccess() {
-		t.Fatalf("Bind: %v", status)
+	if status := s.framework.RunBindPlugins(t.Context(), c.state, c.pod, nodeName); !status.IsSuccess() {
+		t.Fatalf("Bind: %s", describe(status))
 	}
 	bindings := s.madeBindings()
 	if len(bindings) != 1 {
 		t.Fatalf("%d Bindings made, want 1", len(bindings))
 	}
-	if b := bindings[0]; b.Name != pod.Name || b.UID != pod.UID || b.Target.Name != nodeName {
-		t.Errorf("Binding of %s (UID %s) to %q, want %s (UID %s) to %s", b.Name, b.UID, b.Target.Name, pod.Name, pod.UID, nodeName)
+	if b := bindings[0]; b.Name != c.pod.Name || b.UID != c.pod.UID || b.Target.Name != nodeName {
+		t.Errorf("Binding of %s (UID %s) to %q, want %s (UID %s) to %s", b.Name, b.UID, b.Target.Name, c.pod.Name, c.pod.UID, nodeName)
 	}
 	var bound protocol.State
 	if err := json.Unmarshal([]byte(bindings[0].Annotations[protocol.StateAnnotation]), &bound); err != nil {
 		t.Fatalf("the Binding carries no state: %v (annotations %v)", err, bindings[0].Annotations)
 	}
-	want = protocol.State{Phase: protocol.PhaseBound, Nonce: reserved.Nonce, Node: nodeName, Topology: nodeTopology}
+	want = protocol.State{Phase: protocol.PhaseBound, Nonce: c.reserved.Nonce, Node: nodeName, Topology: nodeTopology}
 	if diff := cmp.Diff(want, bound); diff != "" {
 		t.Errorf("state carried by the Binding (-want +got):\n%s", diff)
 	}
-	if got := s.stored(pod); got.Spec.NodeName != nodeName {
+	if got := s.stored(c.pod); got.Spec.NodeName != nodeName {
 		t.Errorf("candidate bound to %q, want %s", got.Spec.NodeName, nodeName)
 	}
 }
@@ -367,26 +387,19 @@ func TestAllowedCandidateBindsReportingBound(t *testing.T) {
 // Unreserve reports why.
 func TestWithdrawnAllowanceIsNotBound(t *testing.T) {
 	s := newTargetScheduler(t, 30)
-	pod := s.createCandidate("withdrawn")
-	state := framework.NewCycleState()
-	reserved := s.reserve(state, pod)
-	ended := s.permit(state, pod, 30*time.Second)
-	allowance := protocol.Allowance{SourceUID: sourceUID, Generation: 1, Nonce: reserved.Nonce}
-	s.annotate(pod, map[string]any{protocol.AllowedAnnotation: allowance.Encode()})
-	if status := s.waitEnded(ended, settleTimeout); !status.IsSuccess() {
-		t.Fatalf("the wait in Permit ended with %v after the source's allowance, want success", status)
-	}
+	c := s.waitInPermit("withdrawn")
+	s.allow(c)
 
-	s.annotate(pod, map[string]any{protocol.AllowedAnnotation: nil})
+	s.annotate(c.pod, map[string]any{protocol.AllowedAnnotation: nil})
 	s.waitFor("the scheduler's cache to see the allowance withdrawn", func() (bool, error) {
-		cached, err := s.pods.Core().V1().Pods().Lister().Pods(pod.Namespace).Get(pod.Name)
+		cached, err := s.pods.Core().V1().Pods().Lister().Pods(c.pod.Namespace).Get(c.pod.Name)
 		if err != nil {
 			return false, err
 		}
 		_, allowed := cached.Annotations[protocol.AllowedAnnotation]
 		return !allowed, nil
 	})
-	status := s.framework.RunBindPlugins(t.Context(), state, pod, nodeName)
+	status := s.framework.RunBindPlugins(t.Context(), c.state, c.pod, nodeName)
 	if !rejectedByPlugin(status) {
 		t.Fatalf("Bind of a candidate whose allowance was withdrawn: %s, want rejected by %s", describe(status), Name)
 	}
@@ -394,10 +407,9 @@ func TestWithdrawnAllowanceIsNotBound(t *testing.T) {
 		t.Fatalf("%d Bindings made of a candidate whose allowance was withdrawn", n)
 	}
 
-	s.framework.RunReservePluginsUnreserve(t.Context(), state, pod, nodeName)
-	unreserved := s.waitForState(pod, protocol.PhaseUnreserved)
-	if unreserved.Nonce != reserved.Nonce || unreserved.Reason == "" || !strings.HasSuffix(status.Message(), unreserved.Reason) {
-		t.Errorf("Unreserved state %+v, want reservation %s ended for the reason Bind refused it: %s", unreserved, reserved.Nonce, status.Message())
+	unreserved := s.unreserve(c)
+	if unreserved.Nonce != c.reserved.Nonce || unreserved.Reason == "" || !strings.HasSuffix(status.Message(), unreserved.Reason) {
+		t.Errorf("Unreserved state %+v, want reservation %s ended for the reason Bind refused it: %s", unreserved, c.reserved.Nonce, status.Message())
 	}
 }
 
@@ -405,22 +417,16 @@ func TestWithdrawnAllowanceIsNotBound(t *testing.T) {
 // denial's reason, and Unreserve reports the reservation Unreserved with it.
 func TestDeniedCandidateIsUnreservedWithTheReason(t *testing.T) {
 	s := newTargetScheduler(t, 30)
-	pod := s.createCandidate("denied")
-	state := framework.NewCycleState()
-	reserved := s.reserve(state, pod)
-
-	ended := s.permit(state, pod, 30*time.Second)
+	c := s.waitInPermit("denied")
 	denial := protocol.Denial{SourceUID: sourceUID, Generation: 2}
-	s.annotate(pod, map[string]any{protocol.DeniedAnnotation: denial.Encode()})
-	status := s.waitEnded(ended, settleTimeout)
+	s.annotate(c.pod, map[string]any{protocol.DeniedAnnotation: denial.Encode()})
+	status := s.waitEnded(c)
 	if !rejectedByPlugin(status) || !strings.HasPrefix(status.Message(), protocol.DeniedMessage) {
 		t.Fatalf("the wait in Permit ended with %s after the source's denial, want rejected by %s: %s...", describe(status), Name, protocol.DeniedMessage)
 	}
 
-	s.framework.RunReservePluginsUnreserve(t.Context(), state, pod, nodeName)
-	unreserved := s.waitForState(pod, protocol.PhaseUnreserved)
-	want := protocol.State{Phase: protocol.PhaseUnreserved, Nonce: reserved.Nonce, Node: nodeName, Reason: status.Message()}
-	if diff := cmp.Diff(want, unreserved); diff != "" {
+	want := protocol.State{Phase: protocol.PhaseUnreserved, Nonce: c.reserved.Nonce, Node: nodeName, Reason: status.Message()}
+	if diff := cmp.Diff(want, s.unreserve(c)); diff != "" {
 		t.Errorf("Unreserved state (-want +got):\n%s", diff)
 	}
 	if n := len(s.madeBindings()); n != 0 {
@@ -432,21 +438,15 @@ func TestDeniedCandidateIsUnreservedWithTheReason(t *testing.T) {
 // profile's timeout, and Unreserve reports that as the reason.
 func TestUnansweredCandidateTimesOutInPermit(t *testing.T) {
 	s := newTargetScheduler(t, 1)
-	pod := s.createCandidate("unanswered")
-	state := framework.NewCycleState()
-	reserved := s.reserve(state, pod)
-
-	ended := s.permit(state, pod, time.Second)
-	status := s.waitEnded(ended, settleTimeout)
+	c := s.waitInPermit("unanswered")
+	status := s.waitEnded(c)
 	if !rejectedByPlugin(status) || !strings.Contains(status.Message(), "timeout") {
 		t.Fatalf("the wait in Permit ended with %s, want rejected by %s for its timeout", describe(status), Name)
 	}
 
-	s.framework.RunReservePluginsUnreserve(t.Context(), state, pod, nodeName)
-	unreserved := s.waitForState(pod, protocol.PhaseUnreserved)
-	want := protocol.State{Phase: protocol.PhaseUnreserved, Nonce: reserved.Nonce, Node: nodeName,
+	want := protocol.State{Phase: protocol.PhaseUnreserved, Nonce: c.reserved.Nonce, Node: nodeName,
 		Reason: "permit timed out after 1s without an allowance from the source"}
-	if diff := cmp.Diff(want, unreserved); diff != "" {
+	if diff := cmp.Diff(want, s.unreserve(c)); diff != "" {
 		t.Errorf("Unreserved state (-want +got):\n%s", diff)
 	}
 }
