@@ -64,7 +64,7 @@ type targetScheduler struct {
 	t         *testing.T
 	framework framework.Framework
 	client    *fake.Clientset
-	pods      informers.SharedInformerFactory
+	factory   informers.SharedInformerFactory
 	// permitTimeout is the profile's permitTimeoutSeconds.
 	permitTimeout time.Duration
 
@@ -88,7 +88,7 @@ func newTargetScheduler(t *testing.T, permitTimeoutSeconds int) *targetScheduler
 		Capacity(map[v1.ResourceName]string{v1.ResourceCPU: "4", v1.ResourceMemory: "8Gi"}).Obj()
 	s := &targetScheduler{t: t, client: fake.NewClientset(node), permitTimeout: time.Duration(permitTimeoutSeconds) * time.Second}
 	s.client.PrependReactor("create", "pods", s.bind)
-	s.pods = informers.NewSharedInformerFactory(s.client, 0)
+	s.factory = informers.NewSharedInformerFactory(s.client, 0)
 
 	args := fmt.Sprintf(`{"permitTimeoutSeconds": %d, "shareTimeoutSeconds": 300}`, permitTimeoutSeconds)
 	profile := &config.KubeSchedulerProfile{
@@ -110,7 +110,7 @@ func newTargetScheduler(t *testing.T, permitTimeoutSeconds int) *targetScheduler
 	f, err := frameworkruntime.NewFramework(ctx, registry, profile,
 		frameworkruntime.WithClientSet(s.client),
 		frameworkruntime.WithKubeConfig(noInvitations(t)),
-		frameworkruntime.WithInformerFactory(s.pods),
+		frameworkruntime.WithInformerFactory(s.factory),
 		frameworkruntime.WithSnapshotSharedLister(cache.NewSnapshot(nil, []*v1.Node{node})),
 		frameworkruntime.WithWaitingPods(frameworkruntime.NewWaitingPodsMap()),
 	)
@@ -118,8 +118,8 @@ func newTargetScheduler(t *testing.T, permitTimeoutSeconds int) *targetScheduler
 		t.Fatalf("building the framework: %v", err)
 	}
 	s.framework = f
-	s.pods.Start(ctx.Done())
-	for typ, synced := range s.pods.WaitForCacheSync(ctx.Done()) {
+	s.factory.Start(ctx.Done())
+	for typ, synced := range s.factory.WaitForCacheSync(ctx.Done()) {
 		if !synced {
 			t.Fatalf("informer of %v did not sync", typ)
 		}
@@ -203,7 +203,7 @@ func (s *targetScheduler) createCandidate(name string) *v1.Pod {
 		s.t.Fatalf("creating candidate %s: %v", name, err)
 	}
 	s.waitFor("the scheduler's cache to hold "+name, func() (bool, error) {
-		_, err := s.pods.Core().V1().Pods().Lister().Pods(pod.Namespace).Get(name)
+		_, err := s.factory.Core().V1().Pods().Lister().Pods(pod.Namespace).Get(name)
 		return err == nil, nil
 	})
 	return pod
@@ -392,7 +392,7 @@ func TestWithdrawnAllowanceIsNotBound(t *testing.T) {
 
 	s.annotate(c.pod, map[string]any{protocol.AllowedAnnotation: nil})
 	s.waitFor("the scheduler's cache to see the allowance withdrawn", func() (bool, error) {
-		cached, err := s.pods.Core().V1().Pods().Lister().Pods(c.pod.Namespace).Get(c.pod.Name)
+		cached, err := s.factory.Core().V1().Pods().Lister().Pods(c.pod.Namespace).Get(c.pod.Name)
 		if err != nil {
 			return false, err
 		}
