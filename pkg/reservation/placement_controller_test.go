@@ -47,7 +47,7 @@ import (
 // fake clientsets, the agent's cache of source pods is an indexer the
 // harness refreshes before every Reconcile, and each target's scheduler is
 // played by the test, which writes the reports the Flotilla plugin writes
-// (pkg/candidate/plugin/core) on the candidates.
+// (pkg/scheduler/plugin/core) on the candidates.
 
 // TestElectsOneAndBindsToIt: with both candidates reserved, one Reconcile
 // elects exactly one reservation, records it on the source pod and allows

@@ -10,8 +10,8 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/klog/v2"
 
-	"github.com/flotilla-dev/flotilla/pkg/candidate/plugin"
 	"github.com/flotilla-dev/flotilla/pkg/debugstate"
+	"github.com/flotilla-dev/flotilla/pkg/scheduler/plugin"
 )
 
 // serveDebugState adds --flotilla-debug-bind-address to the command and,

@@ -3,7 +3,7 @@ package scheduler
 import (
 	"k8s.io/kubernetes/cmd/kube-scheduler/app"
 
-	"github.com/flotilla-dev/flotilla/pkg/candidate/plugin"
+	"github.com/flotilla-dev/flotilla/pkg/scheduler/plugin"
 )
 
 // plugins lists the out-of-tree plugins registered with the scheduler. The

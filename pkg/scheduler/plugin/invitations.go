@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/flotilla-dev/flotilla/api/v1alpha1"
-	"github.com/flotilla-dev/flotilla/pkg/candidate/plugin/core"
+	"github.com/flotilla-dev/flotilla/pkg/scheduler/plugin/core"
 )
 
 // invitations is the scheduler's cache of Sources and ClusterSources, read

@@ -1,8 +1,8 @@
 package plugin
 
 import (
-	"github.com/flotilla-dev/flotilla/pkg/candidate/plugin/core"
 	"github.com/flotilla-dev/flotilla/pkg/debugstate"
+	"github.com/flotilla-dev/flotilla/pkg/scheduler/plugin/core"
 )
 
 // State is the scheduler's /debug/state: each profile that runs the plugin

@@ -1,6 +1,7 @@
-// Package plugin is the scheduling-framework glue of Flotilla's target-side
-// candidate plugin: its name, its factory and one short method per extension
-// point. The protocol itself lives in package core.
+// Package plugin is the scheduling-framework glue of the FlotillaCandidate
+// plugin, which runs in the target cluster's scheduler (cmd/scheduler, built
+// by pkg/scheduler): its name, its factory and one short method per
+// extension point. The protocol itself lives in package core.
 //
 // For a candidate pod (label multicluster.flotilla.dev/candidate=true) the
 // plugin makes a reservation with a fresh nonce at Reserve, holds the pod in
@@ -24,8 +25,8 @@ import (
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
-	"github.com/flotilla-dev/flotilla/pkg/candidate/plugin/core"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
+	"github.com/flotilla-dev/flotilla/pkg/scheduler/plugin/core"
 )
 
 // Name is the plugin's name in a KubeSchedulerConfiguration.

@@ -12,8 +12,8 @@ import (
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
-	"github.com/flotilla-dev/flotilla/pkg/candidate/plugin/core"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
+	"github.com/flotilla-dev/flotilla/pkg/scheduler/plugin/core"
 )
 
 // quotaReportInterval is how often usage is compared with every quota for
