@@ -46,6 +46,8 @@ build:
 
 # The scheduler's older minors (SCHEDULER_MINORS), each from hack/k8s/v<minor>.mod:
 # the same source tree against that minor's k8s.io/kubernetes and client-go.
+# A new minor is named here, in hack/tools.sh (OLDER_K8S_VERSIONS), in the
+# chart's flotilla.schedulerMinor and in test/sandbox (KubernetesVersion).
 SCHEDULER_MINORS := 1.35 1.36
 
 ## build-schedulers: Flotilla's scheduler for each older supported minor (bin/flotilla-scheduler-1.35, -1.36); make build's flotilla-scheduler is the current minor's
@@ -59,7 +61,7 @@ build-schedulers:
 tools-versions:
 	hack/tools.sh versions
 
-## test-versions: a fleet of mixed minors (source 1.37, targets 1.35 and 1.36, then the other way round): placement, invitations, a gang and a fail-over; not part of make test
+## test-versions: fleets of mixed minors (a source of 1.37, 1.35 and 1.36 in turn, each with targets of the two other minors): placement through invitations, a gang, a target lost; not part of make test (docs/operations.md#kubernetes-versions)
 test-versions: tools tools-versions build build-schedulers
 	$(GO) test -count=1 -p 1 -tags versions -timeout $(TEST_TIMEOUT) -run TestMixedMinors ./test/e2e
 
