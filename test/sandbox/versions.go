@@ -51,8 +51,9 @@ func (c *Cluster) schedulerBinaryOf(minor string) (string, error) {
 // pull that image.
 func (c *Cluster) schedulerBinary(image string) (string, error) {
 	minor := ""
-	if i := strings.LastIndex(image, "-k8s"); i >= 0 {
-		minor = image[i+len("-k8s"):]
+	tag := image[strings.LastIndex(image, ":")+1:]
+	if i := strings.LastIndex(tag, "-k8s"); i >= 0 {
+		minor = tag[i+len("-k8s"):]
 	}
 	return c.schedulerBinaryOf(minor)
 }
