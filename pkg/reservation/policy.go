@@ -63,7 +63,7 @@ type plan struct {
 	// Spread), which explain makes too.
 	plan placementpolicy.Plan
 	// full are, per target, the keys of the domains where the pod's
-	// candidate found no node lately (Controller.fullDomains).
+	// candidate found no node lately (memory.fullFor).
 	full map[string]map[string]bool
 	// places are the targets as the spread counts pods in them, worked
 	// out once a plan (placeOf): a spread counts every sibling.
@@ -330,15 +330,15 @@ func (c *Controller) pinnedUnreported(t *target.Target, source *corev1.Pod, repo
 // electionOf is the election of a source pod and its elected domain, raw,
 // and the copy of the pod they were read with: the ones this process last
 // wrote while the pod is unbound and its cache may not show them yet
-// (c.elections), else the annotations of the cache's newest copy of the
+// (memory.electionWritten), else the annotations of the cache's newest copy of the
 // pod. A written election is forgotten once the cache shows it, so its
 // memory is read before the newest copy: one of the two has it, where a
 // copy the caller read earlier may predate both.
 func (c *Controller) electionOf(p *corev1.Pod) (current *corev1.Pod, election, domain string) {
-	w, wrote := c.elections.Load(p.UID)
+	w, wrote := c.memory.electionWritten(p.UID)
 	p = c.newest(p)
 	if wrote && p.Spec.NodeName == "" {
-		return p, w.(writtenElection).value, w.(writtenElection).domain
+		return p, w.value, w.domain
 	}
 	return p, p.Annotations[protocol.ElectionAnnotation], p.Annotations[protocol.ElectedDomainAnnotation]
 }
@@ -475,8 +475,7 @@ func (c *Controller) judgement(pod *corev1.Pod, p *plan, placed []placement.Doma
 	if w := p.policy.Window; w != nil {
 		j.Window = &Window{Candidates: w.Candidates, Timeout: w.Timeout}
 		if anyReserved(observed) {
-			first, _ := c.firstReserved.LoadOrStore(pod.UID, c.now())
-			j.Window.FirstReserved = first.(time.Time)
+			j.Window.FirstReserved = c.memory.reservedSince(pod.UID, c.now())
 		}
 	}
 	if !p.policy.Spreads() {
@@ -511,11 +510,10 @@ func (c *Controller) judgement(pod *corev1.Pod, p *plan, placed []placement.Doma
 // domains are known needs none: a domain it no longer offers (its nodes
 // gone) must not count, as kube-scheduler counts no zone without nodes.
 func (c *Controller) rememberedDomain(pod *corev1.Pod, p *plan, keys []string) (placement.Domain, bool) {
-	v, ok := c.electedDomains.Load(pod.UID)
+	e, ok := c.memory.lastElectedDomain(pod.UID)
 	if !ok {
 		return nil, false
 	}
-	e := v.(electedDomain)
 	t, ok := c.Targets.Get(e.target)
 	if !ok || c.now().Sub(e.at) > rememberDomainFor {
 		return nil, false

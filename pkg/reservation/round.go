@@ -120,7 +120,7 @@ func (c *Controller) fanOut(ctx context.Context, r *round) error {
 		if r.placed, err = c.siblingDomains(ctx, pod, &r.pl); err != nil {
 			return err
 		}
-		r.pl.full = c.fullFor(pod.UID)
+		r.pl.full = c.memory.fullFor(pod.UID, c.now())
 		c.prepareFanOut(&r.pl, r.placed)
 	}
 	if len(r.pl.excluded) > 0 && len(r.pl.selected) == 0 && len(invited) > 0 {
@@ -208,7 +208,7 @@ func (c *Controller) look(ctx context.Context, r *round) {
 		}
 		if o.Exists && o.Unschedulable != "" && o.State.Phase != protocol.PhaseReserved && r.pl.policy.Spreads() {
 			if pinned := candidate.PinnedDomain(p.Candidate); pinned != nil {
-				c.noteFull(r.pod.UID, p.Target.Name, placement.Domain(pinned).Key())
+				c.memory.noteFull(r.pod.UID, p.Target.Name, placement.Domain(pinned).Key(), c.now())
 			}
 		}
 		if p.AdoptErr != nil {
