@@ -92,11 +92,14 @@ func (c *Controller) place(ctx context.Context, r *round) (reconcile.Result, err
 // a bound one must be adopted, and the others are never elected.
 func (c *Controller) fanOut(ctx context.Context, r *round) error {
 	pod := r.pod
-	in, out := candidate.Invited(candidate.ViewsOf(pod, c.SourceCluster, r.targets, nil))
+	// Each target's cache is read once, here: every decision below judges
+	// this picture of it (plan.seen).
+	seen := seeTargets(pod, c.SourceCluster, r.targets)
+	in, out := candidate.Invited(seen.views(r.targets, nil))
 	invited, uninvited := candidate.Pick(r.targets, in), candidate.Pick(r.targets, out)
 	r.uninvited = uninvited
 	c.gangOf(ctx, r)
-	pl, problem, err := c.planFor(ctx, pod, invited)
+	pl, problem, err := c.planFor(ctx, pod, invited, seen)
 	if err != nil {
 		return err
 	}
@@ -141,7 +144,7 @@ func (c *Controller) fanOut(ctx context.Context, r *round) error {
 		// gang's member goes to every target of its gang's choice.
 		prospects = nil
 	}
-	views := candidate.ViewsOf(pod, c.SourceCluster, r.pl.selected, prospects)
+	views := r.pl.seen.views(r.pl.selected, prospects)
 	var eligible []*target.Target
 	if byGang {
 		// Its gang chose its targets for all its members.
