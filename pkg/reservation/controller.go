@@ -74,11 +74,12 @@ const staleWindow = 30 * time.Second
 // and the domains where its pinned candidates found no node, and the
 // problems already reported; per gang, its size; and it keeps the gangs'
 // turns (gangQueue) and the pods the spread narrowed (waiters). A restart
-// loses it all without harm to a placement: the waits and the gangs' turns
-// start again, a write on a stale copy loses its optimistic-concurrency
-// race, a released election's domain stops counting as it would after
-// rememberDomainFor, a full domain may be pinned to once more, a problem
-// is reported once more, and every unbound pod is looked at again.
+// loses it all, which costs only what its expiry costs: the waits and the
+// gangs' turns start again, a write on a stale copy loses its
+// optimistic-concurrency race, a released election's domain stops
+// counting as it would after rememberDomainFor, a full domain may be
+// pinned to once more, a problem is reported once more; and every unbound
+// pod is looked at again, as the informers list them.
 type Controller struct {
 	Client client.Client
 	// Reader reads from the API server what the informers do not hold (a

@@ -10,11 +10,12 @@ import (
 
 // memory is what this process remembers between reconciles that the
 // source pods and the candidates do not say: per pod, one podMemo, and per
-// gang, the size its owner gave. Each entry saves a write, a read or a
-// wait the API server's state would otherwise cost, or keeps a wait
-// counting across rounds; none decides what the pods and candidates
-// decide, so a restart, which loses it all, only starts those waits again
-// and costs a few writes that lose their races.
+// gang, the size its owner gave. Each part saves a write or a read, keeps
+// a wait counting across rounds, or keeps a released election's domain
+// counting for a while, and each expires on its own: a restart, which
+// loses it all at once, costs what those expiries cost (waits that start
+// again, writes that lose their races, a domain that stops counting, a
+// problem reported once more).
 //
 // A pod's memo goes at once when the pod is placed (forget); a pod deleted
 // before it was placed leaves its memo behind under a UID nothing asks
@@ -181,8 +182,10 @@ func (m *memory) sweep(now time.Time) {
 		if p.gangProblem != nil && older(p.gangProblem.at, rememberProblemsFor) {
 			p.gangProblem = nil
 		}
-		// The cache shows a binding or an election within staleWindow,
-		// or is not believed to any more: either way the mark is moot.
+		// A binding or an election the cache has not shown within
+		// staleWindow is not waited for any more: staleElection believes
+		// the cache again, and a second bind meets the conflict that bind
+		// reads back.
 		if p.bound != nil && older(*p.bound, staleWindow) {
 			p.bound = nil
 		}
