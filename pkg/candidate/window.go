@@ -47,28 +47,62 @@ type View struct {
 // order; prospect weighs them (nil: all alike). It is the only part of the
 // fan-out decisions that reads a live target.
 func ViewsOf(source *corev1.Pod, sourceCluster string, targets []*target.Target, prospect func(*target.Target) Prospect) []View {
-	views := make([]View, len(targets))
+	return Weighed(Sight(source, sourceCluster, targets), prospect)
+}
+
+// Sighting is what one target's cache says of a source pod: its view as no
+// prospect weighs it, and what a prospect's weighing needs of its
+// candidate there. A caller that weighs the same targets more than once
+// (a subset, or with prospects) reads them once with Sight and weighs the
+// sightings with Weighed.
+type Sighting struct {
+	Target *target.Target
+	View   View
+	// waitingSince is when the pod's candidate there was created, while it
+	// waits for an answer (it holds no reservation, is not bound, and the
+	// target has not failed the pod); zero otherwise.
+	waitingSince time.Time
+}
+
+// Sight reads the targets' caches for the source pod, in the targets'
+// order.
+func Sight(source *corev1.Pod, sourceCluster string, targets []*target.Target) []Sighting {
+	out := make([]Sighting, len(targets))
 	for i, t := range targets {
 		ns, name := t.NamespaceFor(source.Namespace), CandidateNameOf(source, sourceCluster, t.Name)
-		v := View{
+		s := Sighting{Target: t, View: View{
 			Name:   t.Name,
 			Serves: t.Serves(source.Namespace),
 			Covers: t.Covers(ns),
 			Holds:  t.Holds(ns, name, source.UID),
 			Failed: t.Err() != nil,
 			Weight: 1,
-		}
-		var pr *Prospect
-		if prospect != nil {
-			p := prospect(t)
-			pr = &p
-			v.Weight, v.Sure = p.Weight(), p.Sure
-		}
-		if !v.Failed {
+		}}
+		if !s.View.Failed {
 			c, ok := t.Candidate(ns, name)
-			v.Failed = ok && target.Unschedulable(c) != ""
-			if ok && !v.Failed && pr != nil && !c.CreationTimestamp.IsZero() && !target.ReservedOrBound(c) {
-				v.Overdue = time.Since(c.CreationTimestamp.Time) > OverdueAfterFor(pr.Answer)
+			s.View.Failed = ok && target.Unschedulable(c) != ""
+			if ok && !s.View.Failed && !c.CreationTimestamp.IsZero() && !target.ReservedOrBound(c) {
+				s.waitingSince = c.CreationTimestamp.Time
+			}
+		}
+		out[i] = s
+	}
+	return out
+}
+
+// Weighed are the views of the sightings, in their order, weighed by
+// prospect (nil: all alike): a target's weight and whether a miss there is
+// unlikely, and whether the pod's candidate there has waited longer than
+// its answer time.
+func Weighed(sightings []Sighting, prospect func(*target.Target) Prospect) []View {
+	views := make([]View, len(sightings))
+	for i, s := range sightings {
+		v := s.View
+		if prospect != nil {
+			p := prospect(s.Target)
+			v.Weight, v.Sure = p.Weight(), p.Sure
+			if !s.waitingSince.IsZero() {
+				v.Overdue = time.Since(s.waitingSince) > OverdueAfterFor(p.Answer)
 			}
 		}
 		views[i] = v

@@ -103,11 +103,11 @@ func (c *Controller) writeElection(ctx context.Context, pod *corev1.Pod, e proto
 	if _, err := c.Kube.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, &update, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("recording election %s on %s/%s: %w", e.Encode(), pod.Namespace, pod.Name, err)
 	}
-	c.elections.Store(pod.UID, writtenElection{value: e.Encode(), domain: written, at: c.now()})
+	c.memory.noteElection(pod.UID, writtenElection{value: e.Encode(), domain: written, at: c.now()})
 	if e.Elected() {
 		electionSeconds.Observe(sinceCreation(pod))
 		if domain != nil {
-			c.electedDomains.Store(pod.UID, electedDomain{target: e.Target, domain: domain, at: c.now()})
+			c.memory.noteElectedDomain(pod.UID, electedDomain{target: e.Target, domain: domain, at: c.now()})
 		}
 	}
 	return nil
@@ -118,7 +118,7 @@ func (c *Controller) writeElection(ctx context.Context, pod *corev1.Pod, e proto
 // elected and which of its nodes runs the pod.
 func (c *Controller) bind(ctx context.Context, pod *corev1.Pod, targetName, targetNode string, generation int64, candidates []string, targets []*target.Target) (reconcile.Result, error) {
 	node := target.NodeNameOf(targetName)
-	if _, done := c.bound.Load(pod.UID); done {
+	if c.memory.boundHere(pod.UID) {
 		return c.cleanUp(ctx, pod, delegate(pod.UID, targetName), targets)
 	}
 	binding := &corev1.Binding{
@@ -153,6 +153,6 @@ func (c *Controller) bind(ctx context.Context, pod *corev1.Pod, targetName, targ
 	default:
 		return reconcile.Result{}, fmt.Errorf("binding %s/%s to %s: %w", pod.Namespace, pod.Name, node, err)
 	}
-	c.bound.Store(pod.UID, struct{}{})
+	c.memory.noteBound(pod.UID, c.now())
 	return c.cleanUp(ctx, pod, delegate(pod.UID, targetName), targets)
 }

@@ -24,7 +24,7 @@ func (c *Controller) gone(ctx context.Context, req reconcile.Request, targets []
 	live, err := c.Kube.CoreV1().Pods(req.Namespace).Get(ctx, req.Name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		c.sweep()
+		c.memory.sweep(c.now())
 		return c.deleteCandidates(ctx, req.Namespace, req.Name, nothing, targets)
 	case err != nil:
 		return reconcile.Result{}, fmt.Errorf("confirming that %s is gone: %w", req.NamespacedName, err)

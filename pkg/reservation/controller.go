@@ -65,8 +65,21 @@ const staleWindow = 30 * time.Second
 
 // Controller places source pods: it fans candidates out, runs the election,
 // binds the source pod to the winner's virtual node and cleans up the rest.
-// It keeps no state of its own between reconciles: everything it needs is on
-// the source pod (the election) and on the candidates (the targets' reports).
+//
+// What decides a pod's place is on the source pod (the election) and on
+// the candidates (the targets' reports). In process it also remembers
+// (memory), per pod, the waits it counts across rounds (the scoring
+// window, the election timeout, denials, repins), the writes the cache may
+// not show yet (an election, a binding), the domain of its last election
+// and the domains where its pinned candidates found no node, and the
+// problems already reported; per gang, its size; and it keeps the gangs'
+// turns (gangQueue) and the pods the spread narrowed (waiters). A restart
+// loses it all, which costs only what its expiry costs: the waits and the
+// gangs' turns start again, a write on a stale copy loses its
+// optimistic-concurrency race, a released election's domain stops
+// counting as it would after rememberDomainFor, a full domain may be
+// pinned to once more, a problem is reported once more; and every unbound
+// pod is looked at again, as the informers list them.
 type Controller struct {
 	Client client.Client
 	// Reader reads from the API server what the informers do not hold (a
@@ -115,67 +128,16 @@ type Controller struct {
 	// locks serialises the elections of a workload's pods under a spread
 	// policy.
 	locks workloadLocks
-	// firstReserved is when a pod's first reservation was seen, for a
-	// policy's scoring window (forgotten on restart: the window then
-	// starts again, which only delays the election).
-	firstReserved sync.Map
-	// problems holds, per pod UID, the policy problem last reported
-	// (reported), so it is reported once.
-	problems sync.Map
-
 	// gangQueue orders this source's gangs that wait (gangs()).
 	gangQueue     *gang.Queue
 	gangQueueOnce sync.Once
-	// gangSizes remembers, per gang key, the size its owner gives
-	// (gangSize).
-	gangSizes sync.Map
-
-	// bound holds the UIDs of source pods this process bound and whose
-	// binding the cache may not show yet, so a stale reconcile does not
-	// bind again (the API server would refuse it, at the cost of a write).
-	bound sync.Map
-	// elections holds the election this process last wrote on a source pod
-	// (by UID) until the cache shows it: a reconcile on an older copy would
-	// only lose the optimistic-concurrency race, at the cost of a write.
-	elections sync.Map
-	// electedDomains holds, per pod UID, the domain of the node of the
-	// pod's last elected reservation, as its target reported it: once
-	// released, it still counts among the domains a re-election judges
-	// against (forgotten on restart and when the pod is placed).
-	electedDomains sync.Map
-	// fullDomains holds, per pod UID, the domains (per target) where the
-	// pod's candidate, pinned there, found no node: its next candidate in
-	// that target is pinned to another domain the spread allows, as
-	// kube-scheduler tries a pod on the nodes of every allowed domain
-	// (forgotten after rememberFullFor, on restart, and once placed).
-	fullDomains sync.Map
-	// electedSince is since when this process has seen each pod wait on its
-	// election, for ElectionTimeout.
-	electedSince steadyClock
-	// denySince is since when each pod has had the same candidates to deny
-	// under the same election, for DenyAfter.
-	denySince steadyClock
-	// repinSince is since when each pod has had the same candidates pinned
-	// to closed domains, for repinAfter.
-	repinSince steadyClock
+	// memory is what this process remembers of the pods it places, and of
+	// their gangs' sizes, between reconciles.
+	memory memory
 	// waiters are the pods the spread narrowed, woken when a sibling moves.
 	waiters spreadWaiters
 	// changes sends pods to the queue.
 	changes chan<- event.TypedGenericEvent[*corev1.Pod]
-}
-
-// electedDomain is a domain of a pod's last election.
-type electedDomain struct {
-	target string
-	domain map[string]string
-	at     time.Time
-}
-
-type writtenElection struct {
-	value string
-	// domain is the elected-domain annotation written with it.
-	domain string
-	at     time.Time
 }
 
 // now is the controller's clock's time.
@@ -189,13 +151,12 @@ func (c *Controller) now() time.Time {
 // staleElection reports whether the cached pod predates an election this
 // process wrote less than staleWindow ago.
 func (c *Controller) staleElection(pod *corev1.Pod) bool {
-	v, ok := c.elections.Load(pod.UID)
+	w, ok := c.memory.electionWritten(pod.UID)
 	if !ok {
 		return false
 	}
-	w := v.(writtenElection)
 	if pod.Annotations[protocol.ElectionAnnotation] == w.value || c.now().Sub(w.at) > staleWindow {
-		c.elections.Delete(pod.UID)
+		c.memory.forgetElection(pod.UID)
 		return false
 	}
 	return true
@@ -296,8 +257,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return c.cleanUp(ctx, pod, nothing, targets)
 	}
 	if pod.Spec.NodeName != "" {
-		c.bound.Delete(pod.UID)
-		c.forget(pod.UID)
+		c.memory.forget(pod.UID)
 		if key := workloadOf(pod); key != "" {
 			c.waiters.done(pod.Namespace+"/"+key, req.NamespacedName, false)
 		}
@@ -361,57 +321,4 @@ func (c *Controller) objectsOf(ctx context.Context, pod *corev1.Pod) (candidate.
 		return nil, nil
 	}
 	return needs, needs.Missing()
-}
-
-// forget drops what this process remembers of a placed pod.
-func (c *Controller) forget(uid types.UID) {
-	c.firstReserved.Delete(uid)
-	c.electedDomains.Delete(uid)
-	c.fullDomains.Delete(uid)
-	c.problems.Delete(uid)
-	c.problems.Delete(gangProblemKey(uid))
-	c.electedSince.forget(uid)
-	c.denySince.forget(uid)
-	c.repinSince.forget(uid)
-}
-
-// sweep drops what this process remembers of pods that went before they
-// were placed: their UIDs are no longer known, so old entries go.
-func (c *Controller) sweep() {
-	// The maps are keyed by UID: entries of pods deleted before they were
-	// placed are swept when they grow old.
-	now := c.now()
-	c.firstReserved.Range(func(k, v any) bool {
-		if now.Sub(v.(time.Time)) > staleWindow {
-			c.firstReserved.Delete(k)
-		}
-		return true
-	})
-	c.fullDomains.Range(func(k, v any) bool {
-		if v.(*fullMemo).stale(now) {
-			c.fullDomains.Delete(k)
-		}
-		return true
-	})
-	c.electedDomains.Range(func(k, v any) bool {
-		if now.Sub(v.(electedDomain).at) > rememberDomainFor {
-			c.electedDomains.Delete(k)
-		}
-		return true
-	})
-	c.electedSince.sweep(now, time.Hour)
-	c.denySince.sweep(now, time.Hour)
-	c.repinSince.sweep(now, time.Hour)
-	c.problems.Range(func(k, v any) bool {
-		if now.Sub(v.(reported).at) > time.Hour {
-			c.problems.Delete(k)
-		}
-		return true
-	})
-	c.gangSizes.Range(func(k, v any) bool {
-		if now.Sub(v.(gangSize).at) > gangSizeTTL {
-			c.gangSizes.Delete(k)
-		}
-		return true
-	})
 }

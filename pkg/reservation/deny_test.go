@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
 )
 
@@ -75,21 +77,21 @@ func TestDecideNeverElectsADeniedReservation(t *testing.T) {
 // TestSteadyClock: the time a pod entered a state holds while the state
 // does, and starts again when it changes or is forgotten.
 func TestSteadyClock(t *testing.T) {
-	var c steadyClock
+	var m memory
+	since := func(uid types.UID, key string, now time.Time) time.Time { return m.since(uid, denyClock, key, now) }
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	first := c.since("a", "1/c1/n1", t0)
-	if again := c.since("a", "1/c1/n1", t0.Add(time.Minute)); !again.Equal(first) {
+	first := since("a", "1/c1/n1", t0)
+	if again := since("a", "1/c1/n1", t0.Add(time.Minute)); !again.Equal(first) {
 		t.Errorf("the same state restarted the clock: %v, then %v", first, again)
 	}
-	if other := c.since("b", "1/c1/n1", t0.Add(2*time.Minute)); !other.Equal(t0.Add(2 * time.Minute)) {
+	if other := since("b", "1/c1/n1", t0.Add(2*time.Minute)); !other.Equal(t0.Add(2 * time.Minute)) {
 		t.Errorf("another pod's clock started at %v, want when it was first seen", other)
 	}
-	if moved := c.since("a", "2/c2/n2", t0.Add(3*time.Minute)); !moved.Equal(t0.Add(3 * time.Minute)) {
+	if moved := since("a", "2/c2/n2", t0.Add(3*time.Minute)); !moved.Equal(t0.Add(3 * time.Minute)) {
 		t.Errorf("a new state kept the old time: %v", moved)
 	}
-	c.sweep(first.Add(2*time.Hour), time.Hour)
-	count := 0
-	c.m.Range(func(any, any) bool { count++; return true })
+	m.sweep(first.Add(2 * time.Hour))
+	count := len(m.pods)
 	if count != 0 {
 		t.Errorf("%d entries left after a sweep past their age", count)
 	}

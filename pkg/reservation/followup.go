@@ -4,12 +4,10 @@ import (
 	"context"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/flotilla-dev/flotilla/pkg/candidate"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
@@ -58,10 +56,10 @@ func (c *Controller) applyDenials(ctx context.Context, pod *corev1.Pod, election
 		write(target, nil)
 	}
 	if len(deny) == 0 {
-		c.denySince.forget(pod.UID)
+		c.memory.stop(pod.UID, denyClock)
 		return 0
 	}
-	since := c.denySince.since(pod.UID, election.Encode()+" "+strings.Join(deny, ","), c.now())
+	since := c.memory.since(pod.UID, denyClock, election.Encode()+" "+strings.Join(deny, ","), c.now())
 	if wait := after - c.now().Sub(since); wait > 0 {
 		return wait
 	}
@@ -74,39 +72,6 @@ func (c *Controller) applyDenials(ctx context.Context, pod *corev1.Pod, election
 	}
 	logr.FromContextOrDiscard(ctx).V(2).Info("Denied candidates that cannot be elected now", "targets", deny, "election", election.Encode())
 	return 0
-}
-
-// steadyClock remembers, per pod UID, since when a state named by a key
-// has held as this process saw it; forgotten on restart, when the wait
-// starts again.
-type steadyClock struct{ m sync.Map }
-
-type steadySince struct {
-	key string
-	at  time.Time
-}
-
-// since is when uid was first seen in state key, now if it was in another.
-func (s *steadyClock) since(uid types.UID, key string, now time.Time) time.Time {
-	v, loaded := s.m.LoadOrStore(uid, steadySince{key, now})
-	held := v.(steadySince)
-	if loaded && held.key != key {
-		held = steadySince{key, now}
-		s.m.Store(uid, held)
-	}
-	return held.at
-}
-
-func (s *steadyClock) forget(uid types.UID) { s.m.Delete(uid) }
-
-// sweep forgets the pods first seen in their state more than maxAge ago.
-func (s *steadyClock) sweep(now time.Time, maxAge time.Duration) {
-	s.m.Range(func(k, v any) bool {
-		if now.Sub(v.(steadySince).at) > maxAge {
-			s.m.Delete(k)
-		}
-		return true
-	})
 }
 
 // revokeIfStalled revokes the elected candidate once the pod has waited
@@ -129,7 +94,7 @@ func (c *Controller) revokeIfStalled(ctx context.Context, pod *corev1.Pod, elect
 	if p.Candidate == nil || p.Candidate.DeletionTimestamp != nil || p.Candidate.Spec.NodeName != "" {
 		return 0
 	}
-	since := c.electedSince.since(pod.UID, election.Encode(), c.now())
+	since := c.memory.since(pod.UID, electionClock, election.Encode(), c.now())
 	if wait := c.ElectionTimeout - c.now().Sub(since); wait > 0 {
 		return wait
 	}
@@ -159,14 +124,14 @@ const repinAfter = 3 * time.Second
 // pinned to a domain still open; it returns how long until then.
 func (c *Controller) repin(ctx context.Context, pod *corev1.Pod, stale []candidate.Placement) time.Duration {
 	if len(stale) == 0 {
-		c.repinSince.forget(pod.UID)
+		c.memory.stop(pod.UID, repinClock)
 		return 0
 	}
 	names := make([]string, len(stale))
 	for i, p := range stale {
 		names[i] = p.Target.Name + "=" + strings.Join(candidate.PinnedDomain(p.Candidate), "/")
 	}
-	since := c.repinSince.since(pod.UID, strings.Join(names, ","), c.now())
+	since := c.memory.since(pod.UID, repinClock, strings.Join(names, ","), c.now())
 	if wait := repinAfter - c.now().Sub(since); wait > 0 {
 		return wait
 	}

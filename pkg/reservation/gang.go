@@ -138,7 +138,7 @@ func (c *Controller) gangOf(ctx context.Context, r *round) {
 		c.reportGangProblem(pod, ReasonGangInvalid, fmt.Sprintf("%v; placed as an ordinary pod", err))
 		return
 	}
-	c.problems.Delete(gangProblemKey(pod.UID))
+	c.memory.gangProblemSolved(pod.UID)
 	r.gang = &gangRound{spec: spec, sized: true}
 }
 
@@ -163,7 +163,7 @@ func (c *Controller) gangMembers(pod *corev1.Pod, spec gang.Spec) []*corev1.Pod 
 // reportGangProblem writes a Warning Event on the member, once per
 // message.
 func (c *Controller) reportGangProblem(pod *corev1.Pod, reason, msg string) {
-	if prev, loaded := c.problems.Swap(gangProblemKey(pod.UID), reported{msg, c.now()}); !loaded || prev.(reported).msg != msg {
+	if c.memory.gangProblemIsNew(pod.UID, msg, c.now()) {
 		c.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, reason, "Elect", "%s", msg)
 	}
 }
@@ -576,31 +576,23 @@ func (c *Controller) reportGang(ctx context.Context, r *round) {
 	c.reportUnscheduled(ctx, r.pod, ReasonWaitingForGang, "Elect", "waiting for its gang: "+r.gang.why)
 }
 
-func gangProblemKey(uid types.UID) string { return "gang/" + string(uid) }
-
 // gangSizeTTL is how long a gang's size, as its owner gives it, is
 // remembered: the gang's members look at it in every round.
 const gangSizeTTL = 10 * time.Second
-
-type gangSize struct {
-	n   int
-	err error
-	at  time.Time
-}
 
 // gangSize reads the size of gang spec from what declares it (gang.SizeOf:
 // its PodGroup, Workload, Job or JobSet), remembered for gangSizeTTL; the
 // error says why there is none.
 func (c *Controller) gangSize(ctx context.Context, namespace string, spec gang.Spec) (int, error) {
 	key := spec.Key(namespace)
-	if v, ok := c.gangSizes.Load(key); ok && c.now().Sub(v.(gangSize).at) < gangSizeTTL {
-		return v.(gangSize).n, v.(gangSize).err
+	if s, ok := c.memory.gangSizeOf(key, c.now()); ok {
+		return s.n, s.err
 	}
 	r := c.Reader
 	if r == nil {
 		r = c.Client
 	}
 	n, err := gang.SizeOf(ctx, r, namespace, spec)
-	c.gangSizes.Store(key, gangSize{n: n, err: err, at: c.now()})
+	c.memory.noteGangSize(key, gangSize{n: n, err: err, at: c.now()})
 	return n, err
 }

@@ -3,7 +3,6 @@ package reservation
 import (
 	"context"
 	"fmt"
-	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -63,11 +62,14 @@ type plan struct {
 	// Spread), which explain makes too.
 	plan placementpolicy.Plan
 	// full are, per target, the keys of the domains where the pod's
-	// candidate found no node lately (Controller.fullDomains).
+	// candidate found no node lately (memory.fullFor).
 	full map[string]map[string]bool
 	// places are the targets as the spread counts pods in them, worked
 	// out once a plan (placeOf): a spread counts every sibling.
 	places map[string]placementpolicy.Place
+	// seen is what the round read of the targets, each once; nil outside
+	// a round.
+	seen *seenTargets
 }
 
 // leftOut returns the candidates of the pod in invited targets that did
@@ -135,7 +137,8 @@ func (p *plan) leaveOutForGang(placements []candidate.Placement, election protoc
 // planFor resolves the policy of a source pod and selects its targets.
 // problem is set when a policy meant to govern the pod does not (its owner
 // is told; the pod is placed as if no policy selected it).
-func (c *Controller) planFor(ctx context.Context, pod *corev1.Pod, invited []*target.Target) (p plan, problem string, err error) {
+func (c *Controller) planFor(ctx context.Context, pod *corev1.Pod, invited []*target.Target, seen *seenTargets) (p plan, problem string, err error) {
+	p.seen = seen
 	// Targets that cannot run the pod, or take no new pod now, are left
 	// out before any policy groups or counts them.
 	p.needs = placementpolicy.NeedsOf(pod)
@@ -143,7 +146,7 @@ func (c *Controller) planFor(ctx context.Context, pod *corev1.Pod, invited []*ta
 	standing := make([]placementpolicy.Standing, len(invited))
 	now := c.now()
 	for i, t := range invited {
-		clusters[i] = ClusterOf(t)
+		clusters[i] = seen.summaryOf(t).cluster
 		standing[i] = placementpolicy.Standing{Cluster: clusters[i], HeldBack: t.HeldBack(now)}
 	}
 	p.excluded = placementpolicy.Prefilter(standing, p.needs)
@@ -171,7 +174,7 @@ func (c *Controller) planFor(ctx context.Context, pod *corev1.Pod, invited []*ta
 	}
 	p.policy = compiled
 	p.clusters = make(map[string]placement.Cluster, len(invited))
-	views := candidate.ViewsOf(pod, c.SourceCluster, invited, nil)
+	views := seen.views(invited, nil)
 	targets := make([]placementpolicy.Target, len(invited))
 	for i, t := range invited {
 		cl := clusters[i]
@@ -239,7 +242,7 @@ func (p *plan) room(selfFree func() (corev1.ResourceList, bool)) map[string]floa
 	room := make(map[string]float64, len(p.selected))
 	for _, t := range p.selected {
 		room[t.Name] = -1
-		if s := t.Summary(); s != nil && s.Free != nil {
+		if s := p.seen.summaryOf(t).summary; s != nil && s.Free != nil {
 			room[t.Name] = placement.Room(s.Free, p.needs.Requests)
 		} else if t.Self && selfFree != nil {
 			if free, ok := selfFree(); ok {
@@ -269,19 +272,6 @@ func (p *plan) weigh(selfFree func() (corev1.ResourceList, bool)) map[string]can
 	}
 	candidate.FillRoom(ps)
 	return ps
-}
-
-// ClusterOf is a target as placement sees it: its virtual node's labels
-// (those common to all its nodes, then its own), and what its summary
-// tells (placementpolicy.ClusterOf).
-func ClusterOf(t *target.Target) placement.Cluster {
-	s := t.Summary()
-	labels := map[string]string{}
-	if s != nil {
-		maps.Copy(labels, target.NodeLabels(s))
-	}
-	maps.Copy(labels, t.Labels)
-	return placementpolicy.ClusterOf(t.Name, labels, s)
 }
 
 // siblingDomains are the domains where the pod's workload siblings are:
@@ -330,15 +320,15 @@ func (c *Controller) pinnedUnreported(t *target.Target, source *corev1.Pod, repo
 // electionOf is the election of a source pod and its elected domain, raw,
 // and the copy of the pod they were read with: the ones this process last
 // wrote while the pod is unbound and its cache may not show them yet
-// (c.elections), else the annotations of the cache's newest copy of the
+// (memory.electionWritten), else the annotations of the cache's newest copy of the
 // pod. A written election is forgotten once the cache shows it, so its
 // memory is read before the newest copy: one of the two has it, where a
 // copy the caller read earlier may predate both.
 func (c *Controller) electionOf(p *corev1.Pod) (current *corev1.Pod, election, domain string) {
-	w, wrote := c.elections.Load(p.UID)
+	w, wrote := c.memory.electionWritten(p.UID)
 	p = c.newest(p)
 	if wrote && p.Spec.NodeName == "" {
-		return p, w.(writtenElection).value, w.(writtenElection).domain
+		return p, w.value, w.domain
 	}
 	return p, p.Annotations[protocol.ElectionAnnotation], p.Annotations[protocol.ElectedDomainAnnotation]
 }
@@ -374,12 +364,13 @@ func (c *Controller) placedIn(s *corev1.Pod) (*target.Target, map[string]string)
 	return t, domain
 }
 
-// clusterOf is the plan's view of an invited target, or a fresh one.
+// clusterOf is the plan's view of an invited target, or the one the round
+// read.
 func (p *plan) clusterOf(t *target.Target) placement.Cluster {
 	if cl, ok := p.clusters[t.Name]; ok {
 		return cl
 	}
-	return ClusterOf(t)
+	return p.seen.summaryOf(t).cluster
 }
 
 // placeOf is t as the policy's spread counts pods in it, worked out once a
@@ -388,7 +379,7 @@ func (p *plan) placeOf(t *target.Target) placementpolicy.Place {
 	if pl, ok := p.places[t.Name]; ok {
 		return pl
 	}
-	pl := placementpolicy.PlaceOf(p.clusterOf(t), t.Labels, t.Summary(), p.policy.Keys())
+	pl := placementpolicy.PlaceOf(p.clusterOf(t), t.Labels, p.seen.summaryOf(t).summary, p.policy.Keys())
 	if p.places == nil {
 		p.places = map[string]placementpolicy.Place{}
 	}
@@ -475,8 +466,7 @@ func (c *Controller) judgement(pod *corev1.Pod, p *plan, placed []placement.Doma
 	if w := p.policy.Window; w != nil {
 		j.Window = &Window{Candidates: w.Candidates, Timeout: w.Timeout}
 		if anyReserved(observed) {
-			first, _ := c.firstReserved.LoadOrStore(pod.UID, c.now())
-			j.Window.FirstReserved = first.(time.Time)
+			j.Window.FirstReserved = c.memory.reservedSince(pod.UID, c.now())
 		}
 	}
 	if !p.policy.Spreads() {
@@ -511,11 +501,10 @@ func (c *Controller) judgement(pod *corev1.Pod, p *plan, placed []placement.Doma
 // domains are known needs none: a domain it no longer offers (its nodes
 // gone) must not count, as kube-scheduler counts no zone without nodes.
 func (c *Controller) rememberedDomain(pod *corev1.Pod, p *plan, keys []string) (placement.Domain, bool) {
-	v, ok := c.electedDomains.Load(pod.UID)
+	e, ok := c.memory.lastElectedDomain(pod.UID)
 	if !ok {
 		return nil, false
 	}
-	e := v.(electedDomain)
 	t, ok := c.Targets.Get(e.target)
 	if !ok || c.now().Sub(e.at) > rememberDomainFor {
 		return nil, false

@@ -7,7 +7,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -156,7 +155,7 @@ const ReasonPolicyNotApplied = "PolicyNotApplied"
 
 // reportProblem tells the pod's owner, once, why a policy does not govern it.
 func (c *Controller) reportProblem(pod *corev1.Pod, problem string) {
-	if prev, ok := c.problems.Swap(pod.UID, reported{problem, c.now()}); ok && prev.(reported).msg == problem {
+	if !c.memory.policyProblemIsNew(pod.UID, problem, c.now()) {
 		return
 	}
 	c.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, ReasonPolicyNotApplied, "Fan out", "%s; placed as if no policy selected it", problem)
@@ -166,11 +165,6 @@ func (c *Controller) reportProblem(pod *corev1.Pod, problem string) {
 // candidate its target did not bind within the election timeout, and
 // which the source deleted to elect another target.
 const ReasonElectionRevoked = "ElectionRevoked"
-
-type reported struct {
-	msg string
-	at  time.Time
-}
 
 // ReasonFannedOut is the reason of the Event that says which targets were
 // sent a candidate of a pod.

@@ -37,10 +37,10 @@ type round struct {
 	observed   []Observed
 	// missing is an object the pod references that the source lacks.
 	missing *objects.MissingError
-	// unhealthy is set when something failed, or may change without an
-	// event: the pod is looked at again after retryUnhealthy.
-	unhealthy bool
-	count     siblingCount
+	// retries are why the round asks to be looked at again after
+	// retryUnhealthy: something failed, or may change without an event.
+	retries retryReasons
+	count   siblingCount
 	// unlock releases the workload's lock, held (locked) from the count
 	// under it until the election is written.
 	unlock func()
@@ -92,11 +92,14 @@ func (c *Controller) place(ctx context.Context, r *round) (reconcile.Result, err
 // a bound one must be adopted, and the others are never elected.
 func (c *Controller) fanOut(ctx context.Context, r *round) error {
 	pod := r.pod
-	in, out := candidate.Invited(candidate.ViewsOf(pod, c.SourceCluster, r.targets, nil))
+	// Each target's cache is read once, here: every decision below judges
+	// this picture of it (plan.seen).
+	seen := seeTargets(pod, c.SourceCluster, r.targets)
+	in, out := candidate.Invited(seen.views(r.targets, nil))
 	invited, uninvited := candidate.Pick(r.targets, in), candidate.Pick(r.targets, out)
 	r.uninvited = uninvited
 	c.gangOf(ctx, r)
-	pl, problem, err := c.planFor(ctx, pod, invited)
+	pl, problem, err := c.planFor(ctx, pod, invited, seen)
 	if err != nil {
 		return err
 	}
@@ -109,7 +112,7 @@ func (c *Controller) fanOut(ctx context.Context, r *round) error {
 	c.reportWhyWaiting(ctx, r, len(invited))
 	if err := c.cleanUpOthers(ctx, pod, r.targets); err != nil {
 		logr.FromContextOrDiscard(ctx).Info("Deleting candidates of an earlier pod of the same name failed; will retry", "error", err.Error())
-		r.unhealthy = true
+		r.retry(retryCleanUp)
 	}
 	if r.pl.policy.Spreads() {
 		if key := workloadOf(pod); key != "" {
@@ -120,7 +123,7 @@ func (c *Controller) fanOut(ctx context.Context, r *round) error {
 		if r.placed, err = c.siblingDomains(ctx, pod, &r.pl); err != nil {
 			return err
 		}
-		r.pl.full = c.fullFor(pod.UID)
+		r.pl.full = c.memory.fullFor(pod.UID, c.now())
 		c.prepareFanOut(&r.pl, r.placed)
 	}
 	if len(r.pl.excluded) > 0 && len(r.pl.selected) == 0 && len(invited) > 0 {
@@ -131,7 +134,7 @@ func (c *Controller) fanOut(ctx context.Context, r *round) error {
 		if why := r.pl.exclusions(); c.setUnschedulable(ctx, pod, unschedulableMessage(why, nil, len(r.targets))) {
 			c.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, ReasonPolicyUnsatisfiable, "Fan out", "%s", why)
 		}
-		r.unhealthy = true
+		r.retry(retryNoTargetAllowed)
 	}
 	prospects := c.prospects(&r.pl)
 	c.chooseForGang(r, prospects)
@@ -141,7 +144,7 @@ func (c *Controller) fanOut(ctx context.Context, r *round) error {
 		// gang's member goes to every target of its gang's choice.
 		prospects = nil
 	}
-	views := candidate.ViewsOf(pod, c.SourceCluster, r.pl.selected, prospects)
+	views := r.pl.seen.views(r.pl.selected, prospects)
 	var eligible []*target.Target
 	if byGang {
 		// Its gang chose its targets for all its members.
@@ -200,7 +203,7 @@ func (c *Controller) look(ctx context.Context, r *round) {
 			o.Excluded = why
 		}
 		if o.Err != nil && r.missing == nil {
-			r.unhealthy = true
+			r.retry(retryTargetFailed)
 		}
 		var refused *objects.RefusedError
 		if errors.As(p.Err, &refused) {
@@ -208,12 +211,12 @@ func (c *Controller) look(ctx context.Context, r *round) {
 		}
 		if o.Exists && o.Unschedulable != "" && o.State.Phase != protocol.PhaseReserved && r.pl.policy.Spreads() {
 			if pinned := candidate.PinnedDomain(p.Candidate); pinned != nil {
-				c.noteFull(r.pod.UID, p.Target.Name, placement.Domain(pinned).Key())
+				c.memory.noteFull(r.pod.UID, p.Target.Name, placement.Domain(pinned).Key(), c.now())
 			}
 		}
 		if p.AdoptErr != nil {
 			logr.FromContextOrDiscard(ctx).Info("Tying copies to their candidate failed; will retry", "target", p.Target.Name, "error", p.AdoptErr.Error())
-			r.unhealthy = true
+			r.retry(retryAdopt)
 		}
 		r.observed = append(r.observed, o)
 	}
@@ -225,7 +228,7 @@ func (c *Controller) look(ctx context.Context, r *round) {
 		if !slices.ContainsFunc(r.observed, func(o Observed) bool { return o.Target == r.election.Target }) {
 			// Its target is not configured, but its object is there
 			// (draining, or not started yet): look again.
-			r.unhealthy = true
+			r.retry(retryElectedUnconfigured)
 		}
 	}
 }
@@ -357,7 +360,9 @@ func (c *Controller) apply(ctx context.Context, r *round, d Decision) (reconcile
 			c.reportNoTarget(ctx, r)
 		}
 	}
-	return r.after(c.followUp(ctx, r, d)), nil
+	res := r.after(c.followUp(ctx, r, d))
+	log.V(4).Info("Round done", "requeueAfter", res.RequeueAfter, "retry", r.retries.names())
+	return res, nil
 }
 
 // reportNoTarget says, once per message, why no target runs the pod when
@@ -400,7 +405,7 @@ func (r *round) endCount() {
 		// Siblings moving may allow it: look again when one does, or
 		// after a while for a pod of no workload.
 		if !r.count.counting() {
-			r.unhealthy = true
+			r.retry(retryNarrowedAlone)
 		}
 		r.count.end(true)
 	}
@@ -414,7 +419,7 @@ func (r *round) after(wake time.Duration) reconcile.Result {
 		// A sibling moved while this pod counted: count again now.
 		return reconcile.Result{RequeueAfter: countAgain}
 	}
-	if r.unhealthy {
+	if r.retries != 0 {
 		wake = soonest(wake, retryUnhealthy)
 	}
 	if r.gangWaits {
@@ -438,6 +443,60 @@ func (r *round) after(wake time.Duration) reconcile.Result {
 		wake = soonest(wake, narrowedRecheck)
 	}
 	return reconcile.Result{RequeueAfter: wake}
+}
+
+// retryReasons are why a round asks to be looked at again after
+// retryUnhealthy, one bit each.
+type retryReasons uint8
+
+const (
+	// retryCleanUp: the candidates of an earlier pod of the same name
+	// were not all deleted.
+	retryCleanUp retryReasons = 1 << iota
+	// retryNoTargetAllowed: the policy, the targets' summaries or targets
+	// held back leave the pod no target; siblings that move, or summaries
+	// that change, may allow one again without an event of the pod.
+	retryNoTargetAllowed
+	// retryTargetFailed: a target could not be asked about the pod's
+	// candidate.
+	retryTargetFailed
+	// retryAdopt: copies of objects the pod references were not tied to
+	// their candidate.
+	retryAdopt
+	// retryElectedUnconfigured: the target of the pod's election is not
+	// configured, but its candidate is there (its target draining, or not
+	// started yet).
+	retryElectedUnconfigured
+	// retryNarrowedAlone: the spread narrowed a pod of no workload, which
+	// no sibling that moves wakes.
+	retryNarrowedAlone
+)
+
+var retryNames = []struct {
+	reason retryReasons
+	name   string
+}{
+	{retryCleanUp, "CleanUpFailed"},
+	{retryNoTargetAllowed, "NoTargetAllowed"},
+	{retryTargetFailed, "TargetFailed"},
+	{retryAdopt, "AdoptFailed"},
+	{retryElectedUnconfigured, "ElectedTargetNotConfigured"},
+	{retryNarrowedAlone, "NarrowedWithoutWorkload"},
+}
+
+// retry asks for the pod to be looked at again after retryUnhealthy, for
+// reason.
+func (r *round) retry(reason retryReasons) { r.retries |= reason }
+
+// names are the names of the reasons, for the log; nil when none.
+func (rs retryReasons) names() []string {
+	var out []string
+	for _, n := range retryNames {
+		if rs&n.reason != 0 {
+			out = append(out, n.name)
+		}
+	}
+	return out
 }
 
 // countAgain is how soon a pod counts its siblings again when one moved

@@ -1,0 +1,52 @@
+package reservation
+
+import (
+	"maps"
+	"sync"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/flotilla-dev/flotilla/api/v1alpha1"
+	"github.com/flotilla-dev/flotilla/pkg/candidate"
+	"github.com/flotilla-dev/flotilla/pkg/target"
+)
+
+// TargetReads counts, per target name, the reads of what a target's cache
+// holds of a pod (Views) and of its ClusterSummary (Summaries).
+type TargetReads struct {
+	mu               sync.Mutex
+	views, summaries map[string]int
+}
+
+// CountTargetReads counts the reads of every target until the test ends.
+func CountTargetReads(t *testing.T) *TargetReads {
+	r := &TargetReads{views: map[string]int{}, summaries: map[string]int{}}
+	prevSight, prevSummary := sight, readSummary
+	t.Cleanup(func() { sight, readSummary = prevSight, prevSummary })
+	sight = func(source *corev1.Pod, sourceCluster string, targets []*target.Target) []candidate.Sighting {
+		r.mu.Lock()
+		for _, tg := range targets {
+			r.views[tg.Name]++
+		}
+		r.mu.Unlock()
+		return prevSight(source, sourceCluster, targets)
+	}
+	readSummary = func(tg *target.Target) *v1alpha1.ClusterSummaryStatus {
+		r.mu.Lock()
+		r.summaries[tg.Name]++
+		r.mu.Unlock()
+		return prevSummary(tg)
+	}
+	return r
+}
+
+// Take returns the counts since the last Take, and starts them again.
+func (r *TargetReads) Take() (views, summaries map[string]int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	views, summaries = maps.Clone(r.views), maps.Clone(r.summaries)
+	clear(r.views)
+	clear(r.summaries)
+	return views, summaries
+}
