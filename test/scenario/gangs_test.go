@@ -158,6 +158,7 @@ const oracleTargetLabel = "example.com/target"
 // through Flotilla and in the oracle, compares, and deletes them.
 func runGangMode(t *testing.T, sb *sandbox.Sandbox, f gangFleet, mode string) {
 	ctx := t.Context()
+	began := time.Now()
 	src, oc := sb.Cluster(SourceCluster), sb.Cluster(OracleCluster).Client()
 	prefix := "a"
 	if mode == protocol.GangOneCluster {
@@ -222,7 +223,7 @@ func runGangMode(t *testing.T, sb *sandbox.Sandbox, f gangFleet, mode string) {
 	if err != nil {
 		t.Fatalf("the oracle never settled: %v (started %v)", err, want)
 	}
-	t.Logf("kube-scheduler started %d of %d gangs (%s): %v", len(want), len(f.Gangs), mode, want)
+	t.Logf("kube-scheduler started %d of %d gangs (%s): %v (settled %.0f s in)", len(want), len(f.Gangs), mode, want, time.Since(began).Seconds())
 	if len(want) == 0 {
 		t.Fatal("the oracle started no gang: the seed tests nothing")
 	}
@@ -247,7 +248,7 @@ func runGangMode(t *testing.T, sb *sandbox.Sandbox, f gangFleet, mode string) {
 	if err != nil {
 		t.Fatalf("Flotilla started %d gangs %v within %s of the oracle settling, kube-scheduler %d %v: %v", len(got), got, gangBound, len(want), want, err)
 	}
-	t.Logf("Flotilla started %d gangs: %v", len(got), got)
+	t.Logf("Flotilla started %d gangs: %v (%.0f s in)", len(got), got, time.Since(began).Seconds())
 	if b := watch.Breach(); b != "" {
 		t.Fatalf("partial gang: %s", b)
 	}
@@ -279,6 +280,7 @@ func runGangMode(t *testing.T, sb *sandbox.Sandbox, f gangFleet, mode string) {
 	if err != nil {
 		t.Fatalf("the gangs of %s never left every cluster: %v", mode, err)
 	}
+	t.Logf("every cluster let go of the gangs %.0f s in", time.Since(began).Seconds())
 }
 
 // splitGangs names a started gang whose members place says are in more
