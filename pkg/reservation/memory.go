@@ -259,9 +259,7 @@ func (m *memory) gangProblemSolved(uid types.UID) {
 
 // noteBound records that this process bound the pod.
 func (m *memory) noteBound(uid types.UID, now time.Time) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.memoOf(uid, true).bound = &now
+	m.note(uid, func(p *podMemo) { p.bound = &now })
 }
 
 // boundHere reports whether this process bound the pod and the pod was
@@ -275,21 +273,13 @@ func (m *memory) boundHere(uid types.UID) bool {
 
 // noteElection records the election this process wrote on the pod.
 func (m *memory) noteElection(uid types.UID, w writtenElection) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.memoOf(uid, true).election = &w
+	m.note(uid, func(p *podMemo) { p.election = &w })
 }
 
 // electionWritten is the election this process last wrote on the pod,
 // until forgetElection.
 func (m *memory) electionWritten(uid types.UID) (writtenElection, bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	p := m.memoOf(uid, false)
-	if p == nil || p.election == nil {
-		return writtenElection{}, false
-	}
-	return *p.election, true
+	return recalled(m, uid, func(p *podMemo) *writtenElection { return p.election })
 }
 
 // forgetElection forgets the election written on the pod: the cache shows
@@ -305,21 +295,35 @@ func (m *memory) forgetElection(uid types.UID) {
 
 // noteElectedDomain records the domain of the pod's elected reservation.
 func (m *memory) noteElectedDomain(uid types.UID, d electedDomain) {
+	m.note(uid, func(p *podMemo) { p.electedDomain = &d })
+}
+
+// note sets a part of the pod's memo, which it makes if the pod has none.
+func (m *memory) note(uid types.UID, set func(*podMemo)) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.memoOf(uid, true).electedDomain = &d
+	set(m.memoOf(uid, true))
 }
 
 // lastElectedDomain is the domain of the pod's last elected reservation,
 // however old.
 func (m *memory) lastElectedDomain(uid types.UID) (electedDomain, bool) {
+	return recalled(m, uid, func(p *podMemo) *electedDomain { return p.electedDomain })
+}
+
+// recalled is the part of the pod's memo that part picks, if it holds one.
+func recalled[T any](m *memory, uid types.UID, part func(*podMemo) *T) (T, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	p := m.memoOf(uid, false)
-	if p == nil || p.electedDomain == nil {
-		return electedDomain{}, false
+	var v *T
+	if p := m.memoOf(uid, false); p != nil {
+		v = part(p)
 	}
-	return *p.electedDomain, true
+	if v == nil {
+		var zero T
+		return zero, false
+	}
+	return *v, true
 }
 
 // noteFull records that the pod's candidate in target, pinned to the
