@@ -98,6 +98,11 @@ type ProcessCost struct {
 	Name       string  `json:"name"`
 	CPUSeconds float64 `json:"cpuSeconds"`
 	PeakRSSMiB float64 `json:"peakRSSMiB"`
+	// AnonMiB and FileMiB are its resident memory at the end of the run:
+	// anonymous (the Go heap, stacks, the runtime's own) and mapped from
+	// files (mostly its binary's pages, which the kernel can reclaim).
+	AnonMiB float64 `json:"rssAnonMiB,omitempty"`
+	FileMiB float64 `json:"rssFileMiB,omitempty"`
 	// Exited: the process was gone at the end of the run (its CPU and
 	// RSS unknown).
 	Exited bool `json:"exited,omitempty"`
@@ -243,7 +248,8 @@ func measure(ctx context.Context, cfg config, all []*sandbox.Cluster, home *sand
 	}
 	for _, p := range procs {
 		cpu, rss := readProc(p.pid)
-		r.Processes = append(r.Processes, ProcessCost{Name: p.name, CPUSeconds: cpu - cpuBefore[p.name], PeakRSSMiB: rss})
+		anon, file := residentNow(p.pid)
+		r.Processes = append(r.Processes, ProcessCost{Name: p.name, CPUSeconds: cpu - cpuBefore[p.name], PeakRSSMiB: rss, AnonMiB: anon, FileMiB: file})
 	}
 	cpuEnd := machineCPU(all)
 	r.MachineCPUSeconds = cpuEnd.total - cpuStart.total
@@ -515,6 +521,29 @@ func label(line, name string) string {
 		return rest[:j]
 	}
 	return ""
+}
+
+// residentNow is a process's resident memory now, in MiB: anonymous and
+// file-backed (RssAnon and RssFile of /proc/<pid>/status).
+func residentNow(pid int) (anon, file float64) {
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil || pid == 0 {
+		return 0, 0
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		kib, _ := strconv.ParseFloat(f[1], 64)
+		switch f[0] {
+		case "RssAnon:":
+			anon = kib / 1024
+		case "RssFile:":
+			file = kib / 1024
+		}
+	}
+	return anon, file
 }
 
 // readProc returns a process's CPU seconds so far and its peak RSS in MiB.

@@ -144,6 +144,11 @@ func (r *Report) Markdown() string {
 	for _, p := range f.Processes {
 		fmt.Fprintf(&b, "| %s: CPU s, peak RSS | %.1f s, %.0f MiB | | |\n", p.Name, p.CPUSeconds, p.PeakRSSMiB)
 	}
+	for _, p := range f.Processes {
+		if p.Name == "agent" && p.AnonMiB+p.FileMiB > 0 {
+			fmt.Fprintf(&b, "| %s: resident at the end, anonymous / from files (its binary) | %.0f / %.0f MiB | | |\n", p.Name, p.AnonMiB, p.FileMiB)
+		}
+	}
 	for _, p := range base.Processes {
 		fmt.Fprintf(&b, "| baseline %s: CPU s, peak RSS | | %.1f s, %.0f MiB | |\n", p.Name, p.CPUSeconds, p.PeakRSSMiB)
 	}
