@@ -130,8 +130,9 @@ const ReasonOlderShareWaits = "an older gang's share waits for room in this clus
 
 // HoldBack returns why pod, a member of a share, may not be scheduled now
 // ("" when it may): an older share of another source waits for room. A
-// pod held back is activated once no older share waits. Every candidate's
-// PreFilter passes here, so that the share is seen from its first member.
+// pod held back is activated once no older share waits. The plugin's
+// PreFilter asks it of every candidate past its denial and quota, so that
+// a share is seen from its first such attempt.
 func (m *Manager) HoldBack(logger klog.Logger, pod *v1.Pod) string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
