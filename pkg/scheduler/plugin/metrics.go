@@ -31,7 +31,7 @@ var (
 	}, []string{"cluster"})
 	candidatesUnreserved = metrics.NewCounterVec(&metrics.CounterOpts{
 		Name:           "flotilla_candidates_unreserved_total",
-		Help:           "Reservations of candidates that ended without a binding, by source cluster and reason: rejected (the source denied it or the candidate was deleted), permit-timeout (no allowance within permitTimeoutSeconds), bind-failed (ended while or after waiting, before its timeout, without Flotilla rejecting it), cycle-failed (ended before Permit waited), share-expired (its gang share was let go as one, not allowed within shareTimeoutSeconds or the Permit timeout of its last member).",
+		Help:           "Reservations of candidates that ended without a binding, by source cluster and reason: rejected (the source denied it or the candidate was deleted), permit-timeout (no allowance within permitTimeoutSeconds), bind-failed (ended while or after waiting, before its timeout, without Flotilla rejecting it), cycle-failed (ended before Permit waited), share-expired (its gang share was let go as one, not allowed within shareTimeoutSeconds or the Permit timeout of its last member), share-yielded (its gang share was let go as one for an older share of another source that waits for room).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"cluster", "reason"})
 	unreservedHeldSeconds = metrics.NewCounterVec(&metrics.CounterOpts{

@@ -10,7 +10,11 @@
 // itself, see Bind); Reserved and Bound carry the reserved node's values of
 // the topology keys (args topologyKeys). At PreFilter it refuses a candidate that would exceed
 // the quota of an invitation (Source, ClusterSource) of its source cluster
-// covering its namespace. Every other pod passes through untouched.
+// covering its namespace, or a member of a gang's share while an older
+// share of another source waits for room (core.Manager.HoldBack); at
+// PostFilter, a member that found no node makes its share wait for room
+// and lets younger shares go (core.Manager.NoRoom). Every other pod passes
+// through untouched.
 package plugin
 
 import (
@@ -42,6 +46,7 @@ type Plugin struct {
 var (
 	_ core.Binder           = binder{}
 	_ fwk.PreFilterPlugin   = &Plugin{}
+	_ fwk.PostFilterPlugin  = &Plugin{}
 	_ fwk.ReservePlugin     = &Plugin{}
 	_ fwk.PermitPlugin      = &Plugin{}
 	_ fwk.BindPlugin        = &Plugin{}
@@ -68,6 +73,7 @@ func New(ctx context.Context, obj runtime.Object, handle fwk.Handle) (fwk.Plugin
 		return nil, fmt.Errorf("%s args: %w", Name, err)
 	}
 	pods := handle.SharedInformerFactory().Core().V1().Pods()
+	activator := func(pods []*v1.Pod) { activate(handle, pods) }
 	writer := core.NewStateWriter("flotilla_candidate_state_"+handle.ProfileName(), core.ClientStatePatcher{Client: handle.ClientSet(), Pods: pods.Lister()}, nil)
 	manager := core.NewManager(core.Options{
 		PluginName:    Name,
@@ -75,6 +81,7 @@ func New(ctx context.Context, obj runtime.Object, handle fwk.Handle) (fwk.Plugin
 		PermitTimeout: timeout,
 		ShareTimeout:  shareTimeout,
 		TopologyKeys:  topologyKeys,
+		Activate:      activator,
 	}, handle, pods.Lister(), writer)
 	if _, err := pods.Informer().AddEventHandler(manager.EventHandler()); err != nil {
 		return nil, fmt.Errorf("watching candidate pods: %w", err)
@@ -99,7 +106,9 @@ func (p *Plugin) Name() string { return Name }
 // denies or that would exceed its invitation's quota.
 // No node can change that, so preemption is not tried; the candidate is
 // activated again when its source's usage drops or its quota changes.
-func (p *Plugin) PreFilter(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+// It also refuses a gang's member while an older share of another source
+// waits for room; the member is activated once none waits.
+func (p *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	if !core.IsCandidate(pod.Labels) {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
@@ -110,11 +119,49 @@ func (p *Plugin) PreFilter(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, _
 	if reason := p.quotas.admit(pod); reason != "" {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reason)
 	}
+	if reason := p.manager.HoldBack(klog.FromContext(ctx), pod); reason != "" {
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reason)
+	}
+	state.Write(admittedKey, admitted{})
 	return nil, nil
 }
 
 // PreFilterExtensions: the quota does not depend on the pods of a node.
 func (p *Plugin) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
+
+// admittedKey marks, in a scheduling cycle's state, a candidate this
+// plugin's PreFilter let through: only such a one failed for want of a
+// node, the rest were refused by this plugin.
+const admittedKey fwk.StateKey = Name + "/admitted"
+
+type admitted struct{}
+
+func (admitted) Clone() fwk.StateData { return admitted{} }
+
+// PostFilter is told that a candidate found no node. A member of a gang's
+// share that some node could take once pods leave it (a node Unschedulable,
+// not UnschedulableAndUnresolvable) makes its share wait for room, and the
+// reservations of younger shares of other sources are let go. Nothing is
+// preempted and no node is nominated: the candidate stays Unschedulable and
+// is tried again when the reservations let go are forgotten.
+func (p *Plugin) PostFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, statuses fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
+	unschedulable := fwk.NewStatus(fwk.Unschedulable)
+	if !core.IsCandidate(pod.Labels) {
+		return nil, unschedulable
+	}
+	if _, err := state.Read(admittedKey); err != nil {
+		return nil, unschedulable
+	}
+	nodes, err := statuses.NodesForStatusCode(p.handle.SnapshotSharedLister().NodeInfos(), fwk.Unschedulable)
+	if err != nil {
+		return nil, fwk.AsStatus(fmt.Errorf("listing the nodes %s failed on: %w", klog.KObj(pod), err))
+	}
+	if len(nodes) == 0 {
+		return nil, unschedulable
+	}
+	p.manager.NoRoom(klog.FromContext(ctx), pod)
+	return nil, unschedulable
+}
 
 // Reserve makes a new reservation of a candidate on nodeName.
 func (p *Plugin) Reserve(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {

@@ -80,7 +80,12 @@ func (q *quotas) admit(pod *v1.Pod) string {
 	return reason
 }
 
-func (q *quotas) activate(pods []*v1.Pod) {
+func (q *quotas) activate(pods []*v1.Pod) { activate(q.handle, pods) }
+
+// activate moves pods from the scheduler's unschedulable queue to its
+// active queue, so that a candidate refused until something changed does
+// not wait for the queue's periodic flush.
+func activate(handle fwk.Handle, pods []*v1.Pod) {
 	if len(pods) == 0 {
 		return
 	}
@@ -88,7 +93,7 @@ func (q *quotas) activate(pods []*v1.Pod) {
 	for _, pod := range pods {
 		m[cache.MetaObjectToName(pod).String()] = pod
 	}
-	q.handle.Activate(klog.Background(), m)
+	handle.Activate(klog.Background(), m)
 }
 
 // report sets the quota metrics and logs each invitation whose usage went

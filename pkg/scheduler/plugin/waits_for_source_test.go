@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/backend/cache"
@@ -70,6 +71,8 @@ type targetScheduler struct {
 
 	mu       sync.Mutex
 	bindings []*v1.Binding
+	// activated are the pods handed back to the queue, by name.
+	activated []string
 }
 
 // newTargetScheduler builds the profile the chart configures (the plugin in
@@ -78,6 +81,12 @@ type targetScheduler struct {
 // args and the given Permit timeout, over one node of 4 CPUs and 8Gi.
 func newTargetScheduler(t *testing.T, permitTimeoutSeconds int) *targetScheduler {
 	t.Helper()
+	return newTargetSchedulerOf(t, permitTimeoutSeconds, "4")
+}
+
+// newTargetSchedulerOf is newTargetScheduler over a node of cpus CPUs.
+func newTargetSchedulerOf(t *testing.T, permitTimeoutSeconds int, cpus string) *targetScheduler {
+	t.Helper()
 	ctx := t.Context()
 	// The framework records into kube-scheduler's metrics, registered
 	// once per process.
@@ -85,7 +94,7 @@ func newTargetScheduler(t *testing.T, permitTimeoutSeconds int) *targetScheduler
 	node := st.MakeNode().Name(nodeName).
 		Label("topology.kubernetes.io/region", nodeTopology["topology.kubernetes.io/region"]).
 		Label("topology.kubernetes.io/zone", nodeTopology["topology.kubernetes.io/zone"]).
-		Capacity(map[v1.ResourceName]string{v1.ResourceCPU: "4", v1.ResourceMemory: "8Gi"}).Obj()
+		Capacity(map[v1.ResourceName]string{v1.ResourceCPU: cpus, v1.ResourceMemory: "8Gi"}).Obj()
 	s := &targetScheduler{t: t, client: fake.NewClientset(node), permitTimeout: time.Duration(permitTimeoutSeconds) * time.Second}
 	s.client.PrependReactor("create", "pods", s.bind)
 	s.factory = informers.NewSharedInformerFactory(s.client, 0)
@@ -113,6 +122,7 @@ func newTargetScheduler(t *testing.T, permitTimeoutSeconds int) *targetScheduler
 		frameworkruntime.WithInformerFactory(s.factory),
 		frameworkruntime.WithSnapshotSharedLister(cache.NewSnapshot(nil, []*v1.Node{node})),
 		frameworkruntime.WithWaitingPods(frameworkruntime.NewWaitingPodsMap()),
+		frameworkruntime.WithPodActivator(s),
 	)
 	if err != nil {
 		t.Fatalf("building the framework: %v", err)
@@ -129,10 +139,13 @@ func newTargetScheduler(t *testing.T, permitTimeoutSeconds int) *targetScheduler
 
 // noInvitations is the kubeConfig of an API server without Flotilla's CRDs,
 // hence no Source or ClusterSource and no quota: it answers their lists Not
-// Found and holds their watches open until the plugin stops.
+// Found and holds their watches open until the plugin stops. A watch that
+// asks for the initial list (sendInitialEvents) is answered Not Found too,
+// as the API server does, so that the informer falls back to a list and
+// syncs: the plugin's PreFilter waits for that.
 func noInvitations(t *testing.T) *rest.Config {
 	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Query().Get("watch") != "true" {
+		if q := r.URL.Query(); q.Get("watch") != "true" || q.Get("sendInitialEvents") == "true" {
 			http.NotFound(w, r)
 			return
 		}
@@ -182,6 +195,21 @@ func (s *targetScheduler) bind(action k8stesting.Action) (bool, runtime.Object, 
 	return true, binding, nil
 }
 
+// Activate is the scheduling queue's: it records the pods activated.
+func (s *targetScheduler) Activate(_ klog.Logger, pods map[string]*v1.Pod) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, pod := range pods {
+		s.activated = append(s.activated, pod.Name)
+	}
+}
+
+func (s *targetScheduler) activatedPods() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.activated...)
+}
+
 func (s *targetScheduler) madeBindings() []*v1.Binding {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -192,13 +220,26 @@ func (s *targetScheduler) madeBindings() []*v1.Binding {
 // for 1 CPU and 2Gi, and waits until the scheduler's cache holds it.
 func (s *targetScheduler) createCandidate(name string) *v1.Pod {
 	s.t.Helper()
+	return s.createMember(name, "source-cluster", "")
+}
+
+// createMember is createCandidate of source cluster's gang share (none
+// for ""), asking for 1 CPU and 1Gi.
+func (s *targetScheduler) createMember(name, cluster, share string) *v1.Pod {
+	s.t.Helper()
+	memory := "2Gi"
+	annotations := map[string]string{}
+	if share != "" {
+		memory, annotations[protocol.ShareAnnotation] = "1Gi", share
+	}
 	pod := st.MakePod().Namespace("ns").Name(name).UID(name + "-uid").SchedulerName(profileName).
 		Labels(map[string]string{
 			protocol.CandidateLabel:     "true",
 			protocol.SourceUIDLabel:     sourceUID,
-			protocol.SourceClusterLabel: "source-cluster",
+			protocol.SourceClusterLabel: cluster,
 		}).
-		Req(map[v1.ResourceName]string{v1.ResourceCPU: "1", v1.ResourceMemory: "2Gi"}).Obj()
+		Annotations(annotations).
+		Req(map[v1.ResourceName]string{v1.ResourceCPU: "1", v1.ResourceMemory: memory}).Obj()
 	if _, err := s.client.CoreV1().Pods(pod.Namespace).Create(s.t.Context(), pod, metav1.CreateOptions{}); err != nil {
 		s.t.Fatalf("creating candidate %s: %v", name, err)
 	}
@@ -278,7 +319,15 @@ type candidateCycle struct {
 // binding cycle does.
 func (s *targetScheduler) waitInPermit(name string) *candidateCycle {
 	s.t.Helper()
-	c := &candidateCycle{pod: s.createCandidate(name), state: framework.NewCycleState()}
+	return s.reserveAndWait(s.createCandidate(name))
+}
+
+// reserveAndWait is waitInPermit of a candidate created already; a member
+// of a share waits longer than the Permit timeout, its share's deadline
+// coming first.
+func (s *targetScheduler) reserveAndWait(pod *v1.Pod) *candidateCycle {
+	s.t.Helper()
+	c := &candidateCycle{pod: pod, state: framework.NewCycleState()}
 	if status := s.framework.RunReservePluginsReserve(s.t.Context(), c.state, c.pod, nodeName); !status.IsSuccess() {
 		s.t.Fatalf("Reserve: %s", describe(status))
 	}
@@ -288,7 +337,7 @@ func (s *targetScheduler) waitInPermit(name string) *candidateCycle {
 	if !status.IsWait() {
 		s.t.Fatalf("Permit of a candidate its source has not answered: %s, want Wait", describe(status))
 	}
-	if waits[Name] != s.permitTimeout {
+	if _, member := pod.Annotations[protocol.ShareAnnotation]; member && waits[Name] <= s.permitTimeout || !member && waits[Name] != s.permitTimeout {
 		s.t.Fatalf("Permit waits %v, want the profile's permitTimeoutSeconds, %v", waits[Name], s.permitTimeout)
 	}
 	s.framework.AddWaitingPod(c.pod, waits)

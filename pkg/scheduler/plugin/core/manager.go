@@ -48,6 +48,10 @@ type Options struct {
 	// reservations from its first member's, however many keep joining
 	// (see share); 0: candidates of a share wait as any other.
 	ShareTimeout time.Duration
+	// Activate hands pods back to the scheduler's queue: the members of a
+	// share held back at PreFilter while an older share waited for room
+	// (see HoldBack). Nil: they wait for their next try.
+	Activate func(pods []*v1.Pod)
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
 }
@@ -64,7 +68,7 @@ type Manager struct {
 
 	mu       sync.Mutex
 	reserved map[types.UID]*Reservation
-	shares   map[shareKey]*share
+	shares   map[shareKey]*shareRecord
 }
 
 // NewManager returns a Manager; Run starts its workers.
@@ -91,7 +95,7 @@ func NewManager(opts Options, scheduler Scheduler, pods corelisters.PodLister, w
 			workqueue.TypedRateLimitingQueueConfig[PodRef]{Name: "flotilla_candidate_settle_" + opts.SchedulerName},
 		),
 		reserved: map[types.UID]*Reservation{},
-		shares:   map[shareKey]*share{},
+		shares:   map[shareKey]*shareRecord{},
 	}
 }
 
@@ -106,7 +110,10 @@ func (m *Manager) Run(ctx context.Context) {
 		}, time.Second)
 	}
 	if m.opts.ShareTimeout > 0 {
-		go wait.UntilWithContext(ctx, func(context.Context) { m.expireShares(m.opts.Now()) }, shareSweep)
+		go wait.UntilWithContext(ctx, func(ctx context.Context) {
+			m.expireShares(m.opts.Now())
+			m.sweepOrder(klog.FromContext(ctx), m.opts.Now())
+		}, shareSweep)
 	}
 	<-ctx.Done()
 }
@@ -128,7 +135,10 @@ func (m *Manager) Reserve(ctx context.Context, pod *v1.Pod, node string, nodeLab
 	}
 	m.reserved[pod.UID] = r
 	m.joinShare(pod, r, now)
+	m.reservedMember(pod)
+	release := m.releaseHeldBack()
 	m.mu.Unlock()
+	m.activate(release)
 	m.writer.Set(refOf(pod), protocol.State{Phase: protocol.PhaseReserved, Nonce: nonce, Node: node, Score: score, Topology: topology})
 	klog.FromContext(ctx).V(2).Info("Reserved candidate", "pod", klog.KObj(pod), "node", node, "nonce", nonce, "score", score, "topology", topology)
 	return nonce, nil
@@ -181,8 +191,11 @@ func (m *Manager) Permit(ctx context.Context, pod *v1.Pod) Decision {
 		return Decision{Verdict: Reject, Reason: "no reservation was made for this scheduling cycle"}
 	}
 	d := Decide(r.Nonce, current.Labels, current.Annotations)
-	if d.Verdict == Wait && r.ShareExpired {
+	switch {
+	case d.Verdict == Wait && r.ShareExpired:
 		d = Decision{Verdict: Reject, Reason: shareExpiredReason(m.opts.PermitTimeout, m.opts.ShareTimeout)}
+	case d.Verdict == Wait && r.ShareYielded:
+		d = Decision{Verdict: Reject, Reason: shareYieldedReason}
 	}
 	now := m.opts.Now()
 	switch d.Verdict {
@@ -370,7 +383,8 @@ func (m *Manager) forget(uid types.UID, now time.Time) (*Reservation, bool) {
 	return r, ok
 }
 
-// shareSweep is how often shares past their deadline are let go.
+// shareSweep is how often shares past their deadline are let go, and
+// waits for room that are over ended.
 const shareSweep = time.Second
 
 func refOf(pod *v1.Pod) PodRef {

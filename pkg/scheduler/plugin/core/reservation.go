@@ -34,6 +34,9 @@ type Reservation struct {
 	// ShareExpired is set when its gang's share was let go before it was
 	// allowed (see share).
 	ShareExpired bool
+	// ShareYielded is set when its gang's share was let go for an older
+	// share of another source that waits for room (see NoRoom).
+	ShareYielded bool
 	// share is the gang share it holds its node with, nil for none.
 	share *share
 }
@@ -84,6 +87,9 @@ const (
 	// UnreservedShareExpired: its gang's share was let go as one, not
 	// allowed in time (see share).
 	UnreservedShareExpired = "share-expired"
+	// UnreservedShareYielded: its gang's share was let go as one for an
+	// older share of another source that waits for room (see NoRoom).
+	UnreservedShareYielded = "share-yielded"
 )
 
 // UnreserveKind classifies why a reservation ended without binding: the
@@ -94,6 +100,8 @@ func UnreserveKind(r Reservation, timeout time.Duration, now time.Time) string {
 	switch {
 	case r.ShareExpired:
 		return UnreservedShareExpired
+	case r.ShareYielded:
+		return UnreservedShareYielded
 	case r.Reason != "":
 		return UnreservedRejected
 	case !r.WaitingSince.IsZero() && now.Sub(r.WaitingSince) >= timeout:
@@ -109,7 +117,7 @@ func UnreserveKind(r Reservation, timeout time.Duration, now time.Time) string {
 // (see UnreserveKind).
 func UnreserveReason(r Reservation, timeout time.Duration, now time.Time) string {
 	switch UnreserveKind(r, timeout, now) {
-	case UnreservedRejected, UnreservedShareExpired:
+	case UnreservedRejected, UnreservedShareExpired, UnreservedShareYielded:
 		if r.Reason == "" {
 			return "its gang's share was let go before it was allowed"
 		}

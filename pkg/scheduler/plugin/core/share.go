@@ -3,7 +3,6 @@ package core
 import (
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -35,6 +34,9 @@ type share struct {
 	// Permit are rejected there, and a member that reserves again starts
 	// a new share.
 	expired bool
+	// allowed is set once the source allowed a member: such a member may
+	// be binding, so the share is never let go for another's sake.
+	allowed bool
 }
 
 // shareKey names a share among a profile's candidates.
@@ -71,17 +73,14 @@ func shareExpiredReason(permitTimeout, bound time.Duration) string {
 // joinShare adds r, pod's new reservation, to pod's share, if it is in
 // one and shares are on. Called with m.mu held.
 func (m *Manager) joinShare(pod *v1.Pod, r *Reservation, now time.Time) {
-	if m.opts.ShareTimeout <= 0 {
+	rec := m.recordOf(pod, now)
+	if rec == nil {
 		return
 	}
-	key, ok := shareKeyOf(pod)
-	if !ok {
-		return
-	}
-	s := m.shares[key]
+	s := rec.gathering
 	if s == nil || s.expired {
-		s = &share{key: key, first: now, members: map[types.UID]struct{}{}}
-		m.shares[key] = s
+		s = &share{key: rec.key, first: now, members: map[types.UID]struct{}{}}
+		rec.gathering = s
 	}
 	s.last = now
 	s.members[pod.UID] = struct{}{}
@@ -99,9 +98,10 @@ func (m *Manager) leaveShare(uid types.UID, r *Reservation, allowed bool, now ti
 	delete(s.members, uid)
 	if allowed {
 		s.last = now
+		s.allowed = true
 	}
-	if len(s.members) == 0 && m.shares[s.key] == s {
-		delete(m.shares, s.key)
+	if rec := m.shares[s.key]; len(s.members) == 0 && rec != nil && rec.gathering == s {
+		rec.gathering = nil
 	}
 }
 
@@ -113,39 +113,82 @@ func (m *Manager) expireShares(now time.Time) int {
 	defer m.mu.Unlock()
 	reason := shareExpiredReason(m.opts.PermitTimeout, m.opts.ShareTimeout)
 	rejected := 0
-	for key, s := range m.shares {
-		if now.Before(s.deadline(m.opts.PermitTimeout, m.opts.ShareTimeout)) {
+	for _, rec := range m.shares {
+		s := rec.gathering
+		if s == nil || now.Before(s.deadline(m.opts.PermitTimeout, m.opts.ShareTimeout)) {
 			continue
 		}
-		s.expired = true
-		delete(m.shares, key)
-		for uid := range s.members {
-			r := m.reserved[uid]
-			if r == nil || r.Settled {
-				continue
-			}
-			r.ShareExpired = true
-			waiting := m.scheduler.GetWaitingPod(uid)
-			if waiting == nil {
-				// Between Reserve and Permit: Permit rejects it.
-				continue
-			}
-			r.Settled, r.Reason = true, reason
-			waiting.Reject(m.opts.PluginName, reason)
-			rejected++
-		}
+		rejected += m.letGo(rec, letGoExpired, reason)
 	}
 	return rejected
 }
 
-// ShareState is a share as the scheduler's /debug/state shows it.
+// How a share was let go, which its members' reservations report.
+const (
+	letGoExpired = iota
+	letGoYielded
+)
+
+// letGo lets rec's gathering go as one: each member waiting in Permit is
+// rejected with reason, and a member between Reserve and Permit is
+// rejected there; a member that reserves again starts a new share. The
+// share stops waiting for room: what it held is let go. It returns how
+// many members it rejected. Called with m.mu held.
+func (m *Manager) letGo(rec *shareRecord, how int, reason string) int {
+	s := rec.gathering
+	s.expired = true
+	rec.gathering = nil
+	rec.room = nil
+	rejected := 0
+	for uid := range s.members {
+		r := m.reserved[uid]
+		if r == nil || r.Settled {
+			continue
+		}
+		r.ShareExpired = how == letGoExpired
+		r.ShareYielded = how == letGoYielded
+		waiting := m.scheduler.GetWaitingPod(uid)
+		if waiting == nil {
+			// Between Reserve and Permit: Permit rejects it.
+			continue
+		}
+		r.Settled, r.Reason = true, reason
+		waiting.Reject(m.opts.PluginName, reason)
+		rejected++
+	}
+	return rejected
+}
+
+// ShareState is a share as the scheduler's /debug/state shows it: the
+// reservations it holds now, if any, and its place in this cluster's
+// order of shares.
 type ShareState struct {
 	Share   string    `json:"share"`
 	Members int       `json:"members"`
-	First   time.Time `json:"first"`
-	Last    time.Time `json:"last"`
+	First   time.Time `json:"first,omitzero"`
+	Last    time.Time `json:"last,omitzero"`
 	// Deadline is when it is let go unless allowed before.
-	Deadline time.Time `json:"deadline"`
+	Deadline time.Time `json:"deadline,omitzero"`
+	// Priority and Seen order it against the shares of other sources:
+	// the higher priority first, then the one this scheduler saw first.
+	Priority int32     `json:"priority"`
+	Seen     time.Time `json:"seen"`
+	// WaitingForRoom is set while a member failed to find a node: younger
+	// shares of other sources are let go and held back meanwhile.
+	WaitingForRoom *RoomWait `json:"waitingForRoom,omitempty"`
+	// HeldBack counts its members refused at PreFilter because an older
+	// share of another source waits for room.
+	HeldBack int `json:"heldBack,omitempty"`
+}
+
+// RoomWait is a share's wait for room, as /debug/state shows it.
+type RoomWait struct {
+	// Failed counts the members that failed to find a node and have not
+	// reserved since.
+	Failed int `json:"failed"`
+	// LastFailure is when the last of them failed; the wait ends a Permit
+	// timeout after it at the latest.
+	LastFailure time.Time `json:"lastFailure"`
 }
 
 // PermitTimeout is how long a candidate waits in Permit on its own.
@@ -154,14 +197,33 @@ func (m *Manager) PermitTimeout() time.Duration { return m.opts.PermitTimeout }
 // ShareTimeout bounds how long a share holds its members; 0: no shares.
 func (m *Manager) ShareTimeout() time.Duration { return m.opts.ShareTimeout }
 
-// Shares lists the shares held now, by name.
+// Shares lists the shares that hold reservations, wait for room or have
+// members held back, oldest first (the order in which they go).
 func (m *Manager) Shares() []ShareState {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := make([]ShareState, 0, len(m.shares))
-	for key, s := range m.shares {
-		out = append(out, ShareState{Share: key.String(), Members: len(s.members), First: s.first, Last: s.last, Deadline: s.deadline(m.opts.PermitTimeout, m.opts.ShareTimeout)})
+	recs := make([]*shareRecord, 0, len(m.shares))
+	for _, rec := range m.shares {
+		if rec.gathering != nil || rec.room != nil || len(rec.heldBack) > 0 {
+			recs = append(recs, rec)
+		}
 	}
-	slices.SortFunc(out, func(a, b ShareState) int { return strings.Compare(a.Share, b.Share) })
+	slices.SortFunc(recs, func(a, b *shareRecord) int {
+		if a.olderThan(b) {
+			return -1
+		}
+		return 1
+	})
+	out := make([]ShareState, 0, len(recs))
+	for _, rec := range recs {
+		st := ShareState{Share: rec.key.String(), Priority: rec.priority, Seen: rec.seen, HeldBack: len(rec.heldBack)}
+		if s := rec.gathering; s != nil {
+			st.Members, st.First, st.Last, st.Deadline = len(s.members), s.first, s.last, s.deadline(m.opts.PermitTimeout, m.opts.ShareTimeout)
+		}
+		if w := rec.room; w != nil {
+			st.WaitingForRoom = &RoomWait{Failed: len(w.failed), LastFailure: w.last}
+		}
+		out = append(out, st)
+	}
 	return out
 }
