@@ -243,15 +243,15 @@ func heldUntilEnded(t *testing.T, gang string, check func(), clusters ...*sandbo
 	}
 	waitFor(t, 75*time.Second, "every reservation held by "+gang+" ended", func() (bool, string) {
 		check()
-		left := 0
+		var left []string
 		for _, c := range clusters {
 			for k := range reservationsIn(t, c) {
 				if held[k] {
-					left++
+					left = append(left, c.Name+":"+k)
 				}
 			}
 		}
-		return left == 0, fmt.Sprintf("%d of %d reservations still held", left, len(held))
+		return len(left) == 0, fmt.Sprintf("%d of %d reservations still held (candidate UID/nonce): %v", len(left), len(held), left)
 	})
 }
 

@@ -16,7 +16,7 @@ import (
 // protocol.ShareAnnotation): their reservations are held together. A
 // member that waits in Permit does not time out on its own while the
 // share gathers; the share does, as one: when it was not allowed within
-// the Permit timeout of its last member's reservation (or within
+// the Permit timeout of its last new member's reservation (or within
 // ShareTimeout of its first, however many keep joining), every member
 // still waiting is rejected at once. A member the source allows or
 // denies leaves the share, and so does one whose reservation ends.
@@ -30,6 +30,12 @@ type share struct {
 	first, last time.Time
 	// members are the reservations of the share not settled yet.
 	members map[types.UID]struct{}
+	// joined are the candidates that ever reserved in this gathering: one
+	// that reserves again (its source denied it and lifted the denial, or
+	// its reservation ended) brings the share no closer to complete, so
+	// it does not put the deadline off. Otherwise members going and coming
+	// back would hold the others' nodes until the share's bound.
+	joined map[types.UID]struct{}
 	// expired is set once the share was let go: its members not yet in
 	// Permit are rejected there, and a member that reserves again starts
 	// a new share.
@@ -79,10 +85,13 @@ func (m *Manager) joinShare(pod *v1.Pod, r *Reservation, now time.Time) {
 	}
 	s := rec.gathering
 	if s == nil || s.expired {
-		s = &share{key: rec.key, first: now, members: map[types.UID]struct{}{}}
+		s = &share{key: rec.key, first: now, members: map[types.UID]struct{}{}, joined: map[types.UID]struct{}{}}
 		rec.gathering = s
 	}
-	s.last = now
+	if _, again := s.joined[pod.UID]; !again {
+		s.last = now
+		s.joined[pod.UID] = struct{}{}
+	}
 	s.members[pod.UID] = struct{}{}
 	r.share = s
 }

@@ -193,6 +193,27 @@ func TestShareHeldTogether(t *testing.T) {
 		}
 	})
 
+	t.Run("a member that leaves and reserves again does not put the deadline off", func(t *testing.T) {
+		m, sched, now := setup()
+		a, b := shareMember("a", "g1"), shareMember("b", "g1")
+		join(t, m, sched, a)
+		join(t, m, sched, b)
+		// b is denied, then its denial lifted, and it reserves again
+		// 20 s on: the share is no closer to complete than it was.
+		b.Annotations[protocol.DeniedAnnotation] = "s-b/1"
+		if d := m.Permit(ctx, b); d.Verdict != Reject {
+			t.Fatalf("denied member: %v, want Reject", d.Verdict)
+		}
+		m.Unreserve(ctx, b, "node-1")
+		delete(b.Annotations, protocol.DeniedAnnotation)
+		*now = start.Add(20 * time.Second)
+		join(t, m, sched, b)
+		*now = start.Add(permit)
+		if n := m.expireShares(*now); n != 2 {
+			t.Errorf("let go %d a Permit timeout after the last new member, want both a and b (rejected: %v)", n, sched.rejected)
+		}
+	})
+
 	t.Run("a member in Reserve when its share expires is rejected at Permit", func(t *testing.T) {
 		m, sched, now := setup()
 		join(t, m, sched, shareMember("a", "g1"))
