@@ -92,6 +92,15 @@ func TestShareHeldTogether(t *testing.T) {
 		sched.wait(pod)
 		return d
 	}
+	// deny has the source deny pod: Permit, asked again, rejects it, and
+	// it leaves its share.
+	deny := func(t *testing.T, m *Manager, pod *v1.Pod) {
+		t.Helper()
+		pod.Annotations[protocol.DeniedAnnotation] = "s-" + pod.Name + "/1"
+		if d := m.Permit(ctx, pod); d.Verdict != Reject {
+			t.Fatalf("denied member %s: %v, want Reject", pod.Name, d.Verdict)
+		}
+	}
 
 	t.Run("a share gathering is held past the Permit timeout of its first member", func(t *testing.T) {
 		m, sched, now := setup()
@@ -178,12 +187,8 @@ func TestShareHeldTogether(t *testing.T) {
 		a, b := shareMember("a", "g1"), shareMember("b", "g1")
 		join(t, m, sched, a)
 		join(t, m, sched, b)
-		// The source denies a before the deadline: Permit, asked again,
-		// rejects it, and it leaves the share.
-		a.Annotations[protocol.DeniedAnnotation] = "s-a/1"
-		if d := m.Permit(ctx, a); d.Verdict != Reject {
-			t.Fatalf("denied member: %v, want Reject", d.Verdict)
-		}
+		// The source denies a before the deadline.
+		deny(t, m, a)
 		if got := m.Shares(); len(got) != 1 || got[0].Members != 1 {
 			t.Fatalf("shares once a was denied: %+v, want one of one member", got)
 		}
@@ -200,10 +205,7 @@ func TestShareHeldTogether(t *testing.T) {
 		join(t, m, sched, b)
 		// b is denied, then its denial lifted, and it reserves again
 		// 20 s on: the share is no closer to complete than it was.
-		b.Annotations[protocol.DeniedAnnotation] = "s-b/1"
-		if d := m.Permit(ctx, b); d.Verdict != Reject {
-			t.Fatalf("denied member: %v, want Reject", d.Verdict)
-		}
+		deny(t, m, b)
 		m.Unreserve(ctx, b, "node-1")
 		delete(b.Annotations, protocol.DeniedAnnotation)
 		*now = start.Add(20 * time.Second)
