@@ -25,8 +25,8 @@ import (
 // together: how long a share holds its nodes is this cluster's setting.
 type share struct {
 	key shareKey
-	// first and last are when the first and the last member of this
-	// gathering reserved, or the last allowance came.
+	// first and last are when the first and the last new member of this
+	// gathering reserved (see joined), or the last allowance came.
 	first, last time.Time
 	// members are the reservations of the share not settled yet.
 	members map[types.UID]struct{}
@@ -73,7 +73,7 @@ func (s *share) deadline(permitTimeout, bound time.Duration) time.Time {
 
 // shareExpiredReason says why a share's member was let go.
 func shareExpiredReason(permitTimeout, bound time.Duration) string {
-	return fmt.Sprintf("its gang's share in this cluster was not allowed within %s of its last member's reservation (at most %s from its first): every member waiting was let go together", permitTimeout, bound)
+	return fmt.Sprintf("its gang's share in this cluster was not allowed within %s of its last new member's reservation (at most %s from its first): every member waiting was let go together", permitTimeout, bound)
 }
 
 // joinShare adds r, pod's new reservation, to pod's share, if it is in
