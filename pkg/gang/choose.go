@@ -2,6 +2,7 @@ package gang
 
 import (
 	"fmt"
+	"math"
 	"sort"
 
 	"github.com/flotilla-dev/flotilla/pkg/draw"
@@ -33,9 +34,12 @@ type Choice struct {
 	// OneCluster every member gets a candidate in each of them; under
 	// AnyClusters each member draws its own among them.
 	Targets []string
-	// Fits is false when no target the choice knows of can hold the gang
-	// under OneCluster (by their published room): the gang waits in the
-	// roomiest ones.
+	// Fits is false when the targets the choice knows of cannot hold the
+	// gang by their published room: under OneCluster no one of them can
+	// (the gang waits in the roomiest ones), under AnyClusters not all of
+	// them together can (whole members a target, every target's room
+	// known). A gang that does not fit stands first only briefly
+	// (Queue.NoFitHeadFor).
 	Fits bool
 }
 
@@ -66,7 +70,8 @@ func (c Choice) Has(target string) bool {
 // is likeliest to fit (and its candidates tell an autoscaler there what
 // it lacks). Under AnyClusters every target is chosen, and each member
 // draws limit of them as any pod does, in proportion to their room: the
-// gang is split over the targets by their room.
+// gang is split over the targets by their room; it fits when their whole
+// members of room add up to MinMember.
 //
 // Targets that reach one cluster count once: the first of them in the
 // order stands for the cluster. Unreachable targets are chosen only when
@@ -93,10 +98,15 @@ func Choose(spec Spec, draw string, pinned string, places []Place, limit int) Ch
 		// Each member draws its own among them, in proportion to their
 		// room: the gang is split over the targets by their room.
 		out := make([]string, len(ordered))
+		room, known := 0.0, true
 		for i, p := range ordered {
 			out[i] = p.Name
+			if p.Room < 0 {
+				known = false
+			}
+			room += math.Floor(p.Room)
 		}
-		return Choice{Targets: out, Fits: true}
+		return Choice{Targets: out, Fits: !known || room >= float64(spec.MinMember)}
 	}
 	need := float64(spec.MinMember)
 	var fit, unknown, small []Place

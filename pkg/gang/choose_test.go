@@ -75,8 +75,38 @@ func TestChoose(t *testing.T) {
 		{
 			name:   "anyClusters: every target, once per cluster; each member draws its own",
 			spec:   anyc,
-			places: []Place{{Name: "a", Room: 1}, {Name: "b", Room: 1, Cluster: "x"}, {Name: "c", Room: 1, Cluster: "x"}, {Name: "d", Room: 1}},
+			places: []Place{{Name: "a", Room: 2}, {Name: "b", Room: 1, Cluster: "x"}, {Name: "c", Room: 1, Cluster: "x"}, {Name: "d", Room: 1}},
 			limit:  2, want: []string{"?", "?", "?"}, wantFits: true,
+		},
+		{
+			name:   "anyClusters: the targets together hold too few members: the gang does not fit",
+			spec:   anyc,
+			places: []Place{{Name: "a", Room: 2}, {Name: "b", Room: 1}},
+			limit:  2, want: []string{"a", "b"}, sorted: true,
+		},
+		{
+			name:   "anyClusters: a target holds whole members only",
+			spec:   anyc,
+			places: []Place{{Name: "a", Room: 1.5}, {Name: "b", Room: 1.5}, {Name: "c", Room: 1.5}},
+			limit:  2, want: []string{"a", "b", "c"}, sorted: true,
+		},
+		{
+			name:   "anyClusters: a target of one cluster already counted adds no room",
+			spec:   anyc,
+			places: []Place{{Name: "a", Room: 2, Cluster: "x"}, {Name: "b", Room: 2, Cluster: "x"}, {Name: "c", Room: 1}},
+			limit:  2, want: []string{"?", "?"},
+		},
+		{
+			name:   "anyClusters: an unreachable target's room does not count while another answers",
+			spec:   anyc,
+			places: []Place{{Name: "a", Room: 8, Unreachable: true}, {Name: "b", Room: 2}},
+			limit:  2, want: []string{"b"},
+		},
+		{
+			name:   "anyClusters: a target that publishes no room may hold the rest",
+			spec:   anyc,
+			places: []Place{{Name: "a", Room: 1}, {Name: "b", Room: -1}},
+			limit:  2, want: []string{"a", "b"}, sorted: true, wantFits: true,
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -27,10 +27,10 @@ func (o Order) before(p Order, key, other string) bool {
 // the others' candidates hold no node meanwhile, so two gangs never each
 // hold half of what both need. A gang stands first until HeadFor has
 // passed since its turn began or since it last held more places than
-// before in this turn, and for MaxHeadFor at most; a gang that no target
-// publishes room for (its last look while it held nothing said so) stands
-// first for NoFitHeadFor only, so that gangs that cannot be placed now do
-// not keep one that can waiting a minute each. One that makes no
+// before in this turn, and for MaxHeadFor at most; a gang that the
+// targets publish too little room for (its last look said so) stands
+// first for NoFitHeadFor after its last progress only, so that gangs that
+// cannot be placed now do not keep one that can waiting a minute each. One that makes no
 // progress yields: it holds nothing for its backoff (Backoff, doubled at
 // each yield up to MaxBackoff, plus up to a fifth at random) and the next
 // gang goes first. The zero Queue is not usable: set the durations.
@@ -52,9 +52,9 @@ type Queue struct {
 type waiting struct {
 	order Order
 	seen  time.Time
-	// noFit is set when its last look while it held no place found no
-	// target that publishes room for it (its own reservations, once it
-	// holds some, take room that is its own).
+	// noFit is set when its last look found that the targets publish too
+	// little room for it (Choice.Fits). Its own reservations take none of
+	// the room a target publishes, which counts bound pods only.
 	noFit bool
 	// held is the places the gang holds, as its last look counted them.
 	held int
@@ -75,8 +75,8 @@ type waiting struct {
 const forgetAfter = time.Minute
 
 // Turn says whether gang key, waiting and holding held places toward its
-// size, may hold reservations now (fits: some target publishes room for
-// the whole of it, or room it cannot know); when not, head is the gang that goes
+// size, may hold reservations now (fits: the targets publish room for the
+// whole of it, or room it cannot know: Choice.Fits); when not, head is the gang that goes
 // first ("" when key backs off with none ahead). again is when the answer
 // may change. Each member's look at its gang calls it.
 func (q *Queue) Turn(key string, o Order, held int, fits bool, now time.Time) (mine bool, head string, again time.Duration) {
@@ -90,10 +90,7 @@ func (q *Queue) Turn(key string, o Order, held int, fits bool, now time.Time) (m
 		w = &waiting{backoff: q.Backoff}
 		q.gangs[key] = w
 	}
-	w.order, w.seen, w.held = o, now, held
-	if held == 0 {
-		w.noFit = !fits
-	}
+	w.order, w.seen, w.held, w.noFit = o, now, held, !fits
 	for k, g := range q.gangs {
 		if now.Sub(g.seen) > forgetAfter {
 			delete(q.gangs, k)

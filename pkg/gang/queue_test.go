@@ -178,8 +178,7 @@ func TestQueueAttempts(t *testing.T) {
 // TestQueueLetsAGangThatFitsGoBeforeOnesThatDoNot: two older gangs that no
 // target publishes room for stand first for NoFitHeadFor each, not
 // HeadFor, and the younger one that fits goes first after them; the
-// reading of fit is the one made while a gang held nothing (once it holds
-// places, its own reservations take the room it reads).
+// reading of fit is the last look's, whatever the gang holds.
 func TestQueueLetsAGangThatFitsGoBeforeOnesThatDoNot(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	q := &Queue{HeadFor: time.Minute, NoFitHeadFor: 10 * time.Second, Backoff: 30 * time.Second, MaxBackoff: 5 * time.Minute}
@@ -200,12 +199,25 @@ func TestQueueLetsAGangThatFitsGoBeforeOnesThatDoNot(t *testing.T) {
 	if at > 21*time.Second {
 		t.Fatalf("the gang that fits went first only after %s (or never)", at)
 	}
-	// A gang that fit when it held nothing keeps its reading while its
-	// own reservations take the room: it stands first for HeadFor.
+	// A gang that fit when it held nothing and holds places now, when the
+	// targets come to publish too little room for it (the room of its own
+	// reservations is not taken from what they publish: room went to
+	// others), stands first NoFitHeadFor after its last progress, not
+	// HeadFor.
 	q2 := &Queue{HeadFor: time.Minute, NoFitHeadFor: 10 * time.Second, Backoff: 30 * time.Second, MaxBackoff: 5 * time.Minute}
 	q2.Turn("g", big, 0, true, t0)
 	q2.Turn("g", big, 3, false, t0.Add(time.Second))
-	if mine, _, again := q2.Turn("g", big, 3, false, t0.Add(20*time.Second)); !mine || again < 30*time.Second {
-		t.Fatalf("a gang holding places it fit with: mine %v, again %s; want its turn for HeadFor", mine, again)
+	if mine, _, again := q2.Turn("g", big, 3, false, t0.Add(5*time.Second)); !mine || again > 6*time.Second {
+		t.Fatalf("a gang holding places that no longer fits: mine %v, again %s; want its turn for NoFitHeadFor after its progress", mine, again)
+	}
+	if mine, _, _ := q2.Turn("g", big, 3, false, t0.Add(12*time.Second)); mine {
+		t.Fatal("a gang holding places that no longer fits kept its turn past NoFitHeadFor")
+	}
+	// One that reads fit again while it holds places keeps HeadFor.
+	q3 := &Queue{HeadFor: time.Minute, NoFitHeadFor: 10 * time.Second, Backoff: 30 * time.Second, MaxBackoff: 5 * time.Minute}
+	q3.Turn("g", big, 0, false, t0)
+	q3.Turn("g", big, 3, true, t0.Add(time.Second))
+	if mine, _, again := q3.Turn("g", big, 3, true, t0.Add(20*time.Second)); !mine || again < 30*time.Second {
+		t.Fatalf("a gang holding places that fits: mine %v, again %s; want its turn for HeadFor", mine, again)
 	}
 }

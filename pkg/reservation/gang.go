@@ -279,7 +279,11 @@ func (c *Controller) gangGate(ctx context.Context, r *round) *GangGate {
 	v := gang.Decide(spec, members)
 	g.verdict, g.why = v, v.Missing
 	if !v.Complete && g.choice != nil && !g.choice.Fits {
-		g.why = fmt.Sprintf("%s; no target publishes room for %d of its members", v.Missing, spec.MinMember)
+		if spec.Mode == gang.AnyClusters {
+			g.why = fmt.Sprintf("%s; the targets together publish room for fewer than %d of its members", v.Missing, spec.MinMember)
+		} else {
+			g.why = fmt.Sprintf("%s; no target publishes room for %d of its members", v.Missing, spec.MinMember)
+		}
 	}
 	gate := &GangGate{Target: self.Placed, Allow: v.MayBind(self), Why: g.why}
 	if gate.Target == "" {
