@@ -45,12 +45,20 @@ import (
 // namespace (the invited ones change without a restart).
 // +kubebuilder:rbac:groups="",resources=pods,verbs=list;watch
 
-// streamsCoalesce: a change of a namespace's delegates is written at once
-// when its Role was not queued for this long, and otherwise waits this long
-// for more, so that a lone delegate is granted as soon as it binds and a
-// burst of delegates starting or stopping together costs a write per
-// interval, not one each.
-const streamsCoalesce = 100 * time.Millisecond
+// streamsCoalesce and streamsCoalesceMax bound how long a change of a
+// namespace's delegates waits for more before its streams Role is written
+// (streamsCoalescer.delay). A change after a quiet spell is written at
+// once, so that a lone delegate is granted as soon as it binds. While
+// changes keep coming, each write they schedule waits twice as long as the
+// one before, from streamsCoalesce up to streamsCoalesceMax: every write
+// carries the whole list of names and makes the API server's authorizer
+// recompute, so a burst of delegates starting or stopping together costs
+// about a write a second, not one every 100 ms, and no delegate waits more
+// than a second for its grant.
+const (
+	streamsCoalesce    = 100 * time.Millisecond
+	streamsCoalesceMax = time.Second
+)
 
 // streamsWorkers write Roles concurrently; one invitation's are written one
 // at a time.
@@ -196,8 +204,8 @@ type streamGrants struct {
 
 	mu     sync.Mutex
 	grants map[string]*streamGrant // by invitation ID
-	// queued is when a Role was last queued for a change of delegates.
-	queued map[streamsKey]time.Time
+	// queued says when a Role is written for a change of delegates.
+	queued streamsCoalescer
 }
 
 // streamGrant is one invitation's.
@@ -231,7 +239,7 @@ func newStreamGrants(kube kubernetes.Interface, c client.Client, reader client.R
 			workqueue.TypedRateLimitingQueueConfig[streamsKey]{Name: "flotilla_invitation_streams"}),
 		work:   make(chan struct{}),
 		grants: map[string]*streamGrant{},
-		queued: map[streamsKey]time.Time{},
+		queued: streamsCoalescer{},
 	}
 	s.pods = newBoundCandidateInformer(kube)
 	_, _ = s.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -309,12 +317,11 @@ func (s *streamGrants) podChanged(obj any) {
 			continue
 		}
 		key := streamsKey{id: id, namespace: p.Namespace}
-		if last, ok := s.queued[key]; ok && now.Sub(last) < streamsCoalesce {
-			s.queue.AddAfter(key, streamsCoalesce)
-			continue
+		if wait := s.queued.delay(key, now); wait > 0 {
+			s.queue.AddAfter(key, wait)
+		} else {
+			s.queue.Add(key)
 		}
-		s.queued[key] = now
-		s.queue.Add(key)
 	}
 }
 
@@ -331,6 +338,7 @@ func (s *streamGrants) set(inv Invitation, namespaces []string) {
 		s.grants[id] = g
 	}
 	g.inv, g.namespaces = inv, slices.Clone(namespaces)
+	s.queued.prune(id, namespaces, time.Now())
 	s.mu.Unlock()
 
 	g.write.Lock()
@@ -353,16 +361,62 @@ func (s *streamGrants) forget(id string) {
 	if g != nil {
 		g.forgotten = true
 	}
-	for key := range s.queued {
-		if key.id == id {
-			delete(s.queued, key)
-		}
-	}
+	s.queued.prune(id, nil, time.Time{}) // covers no namespace: all go
 	s.mu.Unlock()
 	if g != nil {
 		g.write.Lock()
 		clear(g.known)
 		g.write.Unlock()
+	}
+}
+
+// streamsCoalescer is, per invitation and namespace whose delegates
+// changed lately, when its streams Role is written next. streamGrants.mu
+// guards it.
+type streamsCoalescer map[streamsKey]streamsWindow
+
+// streamsWindow is one key's: when the write last queued for it was to
+// start, and how long the next coalesced write waits.
+type streamsWindow struct {
+	due  time.Time
+	wait time.Duration
+}
+
+// quiet reports whether no change came for a whole wait since the key's
+// last write was due: the key is then as one never seen.
+func (w streamsWindow) quiet(now time.Time) bool { return now.Sub(w.due) >= w.wait }
+
+// delay says how long from now a change of key's delegates waits before
+// its Role is written, and notes the write. The rule:
+//   - a key never seen or quiet is written at once (0), and its next
+//     coalesced write will wait streamsCoalesce;
+//   - a key whose write is still to come (due after now) waits for that
+//     write, which will read this change too;
+//   - otherwise (written less than a wait ago) the change waits the key's
+//     wait, and the wait after it doubles, up to streamsCoalesceMax.
+func (c streamsCoalescer) delay(key streamsKey, now time.Time) time.Duration {
+	w, ok := c[key]
+	switch {
+	case !ok || w.quiet(now):
+		c[key] = streamsWindow{due: now, wait: streamsCoalesce}
+		return 0
+	case now.Before(w.due):
+		return w.due.Sub(now)
+	default:
+		c[key] = streamsWindow{due: now.Add(w.wait), wait: min(2*w.wait, streamsCoalesceMax)}
+		return w.wait
+	}
+}
+
+// prune drops the invitation id's keys of namespaces not in covered, and
+// those quiet at now, which delay treats as keys never seen. So a key is
+// one small struct, and a namespace that stopped changing loses its key at
+// the invitation's next set (a resync at most).
+func (c streamsCoalescer) prune(id string, covered []string, now time.Time) {
+	for key, w := range c {
+		if key.id == id && (w.quiet(now) || !slices.Contains(covered, key.namespace)) {
+			delete(c, key)
+		}
 	}
 }
 
