@@ -42,11 +42,29 @@ type Queue struct {
 	// by up to a fifth of it, so that yielded gangs do not come back
 	// together.
 	Jitter func() float64
-	// Yielded, when set, is called for each yield.
-	Yielded func(key string)
+	// Yielded, when set, is called for each yield, under the queue's lock.
+	Yielded func(key string, y Yield)
+	// Live, when set, reports whether gang key still has a member waiting
+	// for its place. A gang that has none (its pods deleted, or all of
+	// them placed without a look that said so) leaves the queue when it
+	// would go first, rather than stand first until forgotten. Called
+	// under the queue's lock.
+	Live func(key string) bool
 
 	mu    sync.Mutex
 	gangs map[string]*waiting
+}
+
+// Yield is what a gang that gave up its turn held then.
+type Yield struct {
+	// Held is the places it held at its last look, Most the most it held
+	// in the turn.
+	Held, Most int
+	// NoFit is set when its last look found too little room for it.
+	NoFit bool
+	// For is how long it backs off; Attempt counts its yields so far.
+	For     time.Duration
+	Attempt int
 }
 
 type waiting struct {
@@ -123,7 +141,7 @@ func (q *Queue) Turn(key string, o Order, held int, fits bool, now time.Time) (m
 		h.backoff = min(2*h.backoff, q.MaxBackoff)
 		h.yields++
 		if q.Yielded != nil {
-			q.Yielded(head)
+			q.Yielded(head, Yield{Held: h.held, Most: h.most, NoFit: h.noFit, For: wait, Attempt: h.yields})
 		}
 	}
 	left := q.left(q.gangs[head], now)
@@ -149,18 +167,24 @@ func (q *Queue) left(h *waiting, now time.Time) time.Duration {
 	return left
 }
 
-// head is the first gang not backing off; "" when every one does.
+// head is the first gang not backing off; "" when every one does. A gang
+// that would go first and is no longer live leaves the queue.
 func (q *Queue) head(now time.Time) string {
-	head := ""
-	for k, g := range q.gangs {
-		if g.yieldUntil.After(now) {
-			continue
+	for {
+		head := ""
+		for k, g := range q.gangs {
+			if g.yieldUntil.After(now) {
+				continue
+			}
+			if head == "" || g.order.before(q.gangs[head].order, k, head) {
+				head = k
+			}
 		}
-		if head == "" || g.order.before(q.gangs[head].order, k, head) {
-			head = k
+		if head == "" || q.Live == nil || q.Live(head) {
+			return head
 		}
+		delete(q.gangs, head)
 	}
-	return head
 }
 
 func (q *Queue) jitter() float64 {

@@ -8,7 +8,7 @@ import (
 func TestQueue(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	yields := map[string]int{}
-	q := &Queue{HeadFor: time.Minute, Backoff: 30 * time.Second, MaxBackoff: 5 * time.Minute, Yielded: func(k string) { yields[k]++ }}
+	q := &Queue{HeadFor: time.Minute, Backoff: 30 * time.Second, MaxBackoff: 5 * time.Minute, Yielded: func(k string, _ Yield) { yields[k]++ }}
 	older := Order{Created: t0}
 	younger := Order{Created: t0.Add(time.Second)}
 	urgent := Order{Priority: 10, Created: t0.Add(2 * time.Second)}
@@ -219,5 +219,27 @@ func TestQueueLetsAGangThatFitsGoBeforeOnesThatDoNot(t *testing.T) {
 	q3.Turn("g", big, 3, true, t0.Add(time.Second))
 	if mine, _, again := q3.Turn("g", big, 3, true, t0.Add(20*time.Second)); !mine || again < 30*time.Second {
 		t.Fatalf("a gang holding places that fits: mine %v, again %s; want its turn for HeadFor", mine, again)
+	}
+}
+
+// TestQueueDropsAGangThatNoLongerWaits: an older gang whose members are
+// gone (deleted while it waited, or placed) does not stand first until it
+// is forgotten: the younger one goes first at its next look, and the
+// older leaves the queue.
+func TestQueueDropsAGangThatNoLongerWaits(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	live := map[string]bool{"old": true, "young": true}
+	q := &Queue{HeadFor: time.Minute, Backoff: 30 * time.Second, MaxBackoff: 5 * time.Minute, Live: func(k string) bool { return live[k] }}
+	old, young := Order{Created: t0}, Order{Created: t0.Add(time.Second)}
+	q.Turn("old", old, 2, true, t0)
+	if mine, head, _ := q.Turn("young", young, 0, true, t0.Add(time.Second)); mine || head != "old" {
+		t.Fatalf("while the older gang waits: mine %v, head %q; want the older first", mine, head)
+	}
+	live["old"] = false
+	if mine, _, _ := q.Turn("young", young, 0, true, t0.Add(2*time.Second)); !mine {
+		t.Fatal("the younger gang does not go first once the older has no member waiting")
+	}
+	if n := q.Len(); n != 1 {
+		t.Fatalf("%d gangs queued, want 1: the older left", n)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
 
 	"github.com/flotilla-dev/flotilla/pkg/candidate"
 	"github.com/flotilla-dev/flotilla/pkg/gang"
@@ -158,6 +159,24 @@ func (c *Controller) gangMembers(pod *corev1.Pod, spec gang.Spec) []*corev1.Pod 
 		members = append(members, m)
 	}
 	return members
+}
+
+// gangWaits reports whether the gang of key (gang.Spec.Key) has a member
+// in the cache that waits for its place: one that counts (gangCounts) and
+// is not bound. A gang whose pods were deleted while it waited, or that
+// runs, must not stand first in the queue until it is forgotten.
+func (c *Controller) gangWaits(key string) bool {
+	if c.SourcePods == nil {
+		return true
+	}
+	objs, err := c.SourcePods.ByIndex(gang.MemberIndex, key)
+	if err != nil {
+		return true
+	}
+	return slices.ContainsFunc(objs, func(obj any) bool {
+		m, ok := obj.(*corev1.Pod)
+		return ok && m.Spec.NodeName == "" && gangCounts(m)
+	})
 }
 
 // reportGangProblem writes a Warning Event on the member, once per
@@ -404,7 +423,12 @@ func (c *Controller) takeTurn(r *round, members []gang.Member, g *GangGate) {
 func (c *Controller) gangs() *gang.Queue {
 	c.gangQueueOnce.Do(func() {
 		c.gangQueue = &gang.Queue{HeadFor: gangHeadFor, MaxHeadFor: gangMaxHeadFor, NoFitHeadFor: gangNoFitHeadFor, Backoff: gangBackoff, MaxBackoff: gangMaxBackoff, Jitter: rand.Float64,
-			Yielded: func(string) { gangYields.Inc() }}
+			Yielded: func(key string, y gang.Yield) {
+				gangYields.Inc()
+				klog.V(2).InfoS("Gang gives up its turn", "gang", key, "held", y.Held, "mostHeld", y.Most, "tooLittleRoom", y.NoFit, "backsOffFor", y.For.Round(time.Second), "attempt", y.Attempt)
+			},
+			Live: c.gangWaits,
+		}
 	})
 	return c.gangQueue
 }

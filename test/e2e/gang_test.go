@@ -279,6 +279,86 @@ func onlyKey(m map[string]int) string {
 	return ""
 }
 
+// TestADeletedGangGivesUpItsTurn: a gang whose pods are deleted while it
+// stands first does not keep the next one waiting. "first" (three pods of
+// a gang of four, in a target of four CPUs) stands first holding three
+// places, its turn a minute from its last progress; "second", made after,
+// waits, its candidates denied. Once first's pods are deleted, second goes first at its next look
+// and runs whole within 35 s. Before, the deleted gang stood first until
+// its turn ran out or the queue forgot it (a minute unseen): second waited
+// about a minute, and so did every gang of the source after a deleted one.
+func TestADeletedGangGivesUpItsTurn(t *testing.T) {
+	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
+		{Name: "src", WithoutScheduler: true},
+		{Name: "c2", Nodes: []sandbox.NodeSpec{{CPU: "4"}}},
+	}})
+	src, c2 := s.Cluster("src"), s.Cluster("c2")
+	ctx := t.Context()
+	for _, c := range s.Clusters {
+		createNamespace(t, c.Client(), placementNS)
+	}
+	if _, err := sandbox.StartAgent(ctx, src, []*sandbox.Cluster{c2}); err != nil {
+		t.Fatal(err)
+	}
+	pods := src.Client().CoreV1().Pods(placementNS)
+	g := watchGangs(t, src, placementNS, map[string]int{"first": 4, "second": 2})
+	// Made first, and first by name where creation times tie.
+	first, second := gangPods("first", 3, 4, ""), gangPods("second", 2, 2, "")
+	create := func(ps []*corev1.Pod) {
+		for _, p := range ps {
+			if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	create(first)
+	waitFor(t, time.Minute, "three places held by the first gang", func() (bool, string) {
+		n := reservedIn(t, c2)
+		return n == 3, fmt.Sprintf("%d candidates reserved in c2", n)
+	})
+	create(second)
+	waitFor(t, time.Minute, "the second gang waiting for the first", func() (bool, string) {
+		_, waiting, err := gangState(ctx, pods, second, "pod group first goes first")
+		if err != nil {
+			return false, err.Error()
+		}
+		return waiting == len(second), fmt.Sprintf("%d of %d waiting for first", waiting, len(second))
+	})
+	// Its candidates denied (placement.denyAfter): it holds no node, and
+	// only its turn lets it reserve again, not room alone.
+	waitFor(t, time.Minute, "the second gang's candidates denied", func() (bool, string) {
+		l, err := c2.Client().CoreV1().Pods(placementNS).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		denied := 0
+		for _, p := range l.Items {
+			if strings.HasPrefix(p.Labels[protocol.SourceNameLabel], "second-") {
+				if p.Annotations[protocol.DeniedAnnotation] != "" {
+					denied++
+				}
+			}
+		}
+		return denied == len(second), fmt.Sprintf("%d of %d denied", denied, len(second))
+	})
+	for _, p := range first {
+		if err := pods.Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deleted := time.Now()
+	waitFor(t, 35*time.Second, "the second gang bound whole once the first was deleted", func() (bool, string) {
+		on, _, err := gangState(ctx, pods, second, "")
+		if err != nil {
+			return false, err.Error()
+		}
+		n := podsOn(on)
+		return n == len(second), fmt.Sprintf("second %d bound", n)
+	})
+	t.Logf("the second gang bound whole %.1f s after the first was deleted", time.Since(deleted).Seconds())
+	g.check(t)
+}
+
 // TestGangsTakeTurns: two gangs of four one-CPU pods, one target of four
 // CPUs, the members created alternately, so that each gang could hold
 // half of the target's room and wait for ever for the other half. The

@@ -127,7 +127,14 @@ func runGangSeed(t *testing.T, seed uint64) {
 		if c.Name == OracleCluster {
 			continue
 		}
-		if _, err := sandbox.StartAgent(ctx, c, nil); err != nil {
+		// The source's agent logs each election and each gang that gives
+		// up its turn (verbosity 2), so that a slow or breached run can be
+		// read after the fact (its logs are kept when the test fails).
+		var values []string
+		if c.Name == SourceCluster {
+			values = append(values, "agent.verbosity=2")
+		}
+		if _, err := sandbox.StartAgent(ctx, c, nil, values...); err != nil {
 			t.Fatal(err)
 		}
 	}
