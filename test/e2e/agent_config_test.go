@@ -170,15 +170,8 @@ func TestChartRendersTheAgentConfiguration(t *testing.T) {
 // Setup, as cmd/agent runs them) with its ServiceAccount's token: it
 // admits an opted-in pod and places it in the target.
 func TestAgentInProcess(t *testing.T) {
-	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
-		{Name: "src", WithoutScheduler: true},
-		{Name: "c2", Nodes: []sandbox.NodeSpec{{CPU: "4"}}},
-	}})
-	src, c2 := s.Cluster("src"), s.Cluster("c2")
+	src, c2 := twoClusters(t, "4")
 	ctx := t.Context()
-	for _, c := range s.Clusters {
-		createNamespace(t, c.Client(), placementNS)
-	}
 	if _, err := sandbox.StartAgentWith(ctx, src, []*sandbox.Cluster{c2}, sandbox.ReleaseOptions{InProcess: true}); err != nil {
 		t.Fatal(err)
 	}

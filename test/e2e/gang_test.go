@@ -288,15 +288,8 @@ func onlyKey(m map[string]int) string {
 // its turn ran out or the queue forgot it (a minute unseen): second waited
 // about a minute, and so did every gang of the source after a deleted one.
 func TestADeletedGangGivesUpItsTurn(t *testing.T) {
-	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
-		{Name: "src", WithoutScheduler: true},
-		{Name: "c2", Nodes: []sandbox.NodeSpec{{CPU: "4"}}},
-	}})
-	src, c2 := s.Cluster("src"), s.Cluster("c2")
+	src, c2 := twoClusters(t, "4")
 	ctx := t.Context()
-	for _, c := range s.Clusters {
-		createNamespace(t, c.Client(), placementNS)
-	}
 	if _, err := sandbox.StartAgent(ctx, src, []*sandbox.Cluster{c2}); err != nil {
 		t.Fatal(err)
 	}
@@ -367,15 +360,8 @@ func TestADeletedGangGivesUpItsTurn(t *testing.T) {
 // The watch checks throughout that no member binds before its whole gang
 // stood elected.
 func TestGangsTakeTurns(t *testing.T) {
-	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
-		{Name: "src", WithoutScheduler: true},
-		{Name: "c2", Nodes: []sandbox.NodeSpec{{CPU: "4"}}},
-	}})
-	src, c2 := s.Cluster("src"), s.Cluster("c2")
+	src, c2 := twoClusters(t, "4")
 	ctx := t.Context()
-	for _, c := range s.Clusters {
-		createNamespace(t, c.Client(), placementNS)
-	}
 	agent, err := sandbox.StartAgent(ctx, src, []*sandbox.Cluster{c2})
 	if err != nil {
 		t.Fatal(err)

@@ -168,14 +168,7 @@ current-context: hole
 // CPUs) with c2's admin kubeconfig, with placementNS opted in in both.
 func sourceAndTarget(t *testing.T, cpu string) (src, c2 *sandbox.Cluster) {
 	t.Helper()
-	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
-		{Name: "src", WithoutScheduler: true},
-		{Name: "c2", Nodes: []sandbox.NodeSpec{{CPU: cpu}}},
-	}})
-	src, c2 = s.Cluster("src"), s.Cluster("c2")
-	for _, c := range []*sandbox.Cluster{src, c2} {
-		createNamespace(t, c.Client(), placementNS)
-	}
+	src, c2 = twoClusters(t, cpu)
 	if _, err := sandbox.StartAgent(t.Context(), src, []*sandbox.Cluster{c2}); err != nil {
 		t.Fatal(err)
 	}
@@ -459,15 +452,8 @@ func reportReserved(t *testing.T, pods corev1client.PodInterface, name, nonce st
 // the live read, the agent deletes the candidate during the cut, and the
 // pod ends up on another one.
 func TestStaleCacheKeepsTheLivePod(t *testing.T) {
-	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
-		{Name: "src", WithoutScheduler: true},
-		{Name: "c2", Nodes: []sandbox.NodeSpec{{CPU: "4"}}},
-	}})
-	src, c2 := s.Cluster("src"), s.Cluster("c2")
+	src, c2 := twoClusters(t, "4")
 	ctx := t.Context()
-	for _, c := range s.Clusters {
-		createNamespace(t, c.Client(), placementNS)
-	}
 	cut, err := sandbox.NewForwarder(strings.TrimPrefix(src.Host, "https://"))
 	if err != nil {
 		t.Fatal(err)

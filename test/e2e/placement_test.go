@@ -298,6 +298,21 @@ func optedInPod(name, cpu string) *corev1.Pod {
 	}
 }
 
+// twoClusters starts the fleet most tests need: a source without a
+// scheduler and one target, c2, of one node of cpu CPUs, each with the
+// namespace placementNS. No agent runs yet (sourceAndTarget starts one).
+func twoClusters(t *testing.T, cpu string) (src, c2 *sandbox.Cluster) {
+	t.Helper()
+	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
+		{Name: "src", WithoutScheduler: true},
+		{Name: "c2", Nodes: []sandbox.NodeSpec{{CPU: cpu}}},
+	}})
+	for _, c := range s.Clusters {
+		createNamespace(t, c.Client(), placementNS)
+	}
+	return s.Cluster("src"), s.Cluster("c2")
+}
+
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
 	var last string
