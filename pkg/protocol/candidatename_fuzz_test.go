@@ -42,3 +42,12 @@ func FuzzCandidateNameTargets(f *testing.F) {
 		}
 	})
 }
+
+// TestCandidateNameIsStable pins a candidate's name: an agent upgraded
+// must find the candidates its predecessor made, so the name is part of
+// the protocol and no rewrite of CandidateName may change it.
+func TestCandidateNameIsStable(t *testing.T) {
+	if got := CandidateName("src", "t1", "ns", "web-0", "0b6f1c2e-uid"); got != "web-0-9a52bba584" {
+		t.Fatalf("CandidateName = %q, want web-0-9a52bba584", got)
+	}
+}

@@ -305,8 +305,19 @@ func TargetLabelValue(target string) string {
 // two candidates for one source pod; two targets of one source that reach
 // the same cluster and namespace name theirs apart.
 func CandidateName(sourceCluster, target, namespace, name, uid string) string {
-	sum := sha256.Sum256([]byte(sourceCluster + "\x00" + target + "\x00" + namespace + "\x00" + name + "\x00" + uid))
-	suffix := hex.EncodeToString(sum[:])[:10]
+	// One allocation for the input and one for the name: every look at a
+	// gang's members names each member's candidate in each target.
+	in := make([]byte, 0, len(sourceCluster)+len(target)+len(namespace)+len(name)+len(uid)+4)
+	for i, part := range [...]string{sourceCluster, target, namespace, name, uid} {
+		if i > 0 {
+			in = append(in, 0)
+		}
+		in = append(in, part...)
+	}
+	sum := sha256.Sum256(in)
+	var hexSum [10]byte
+	hex.Encode(hexSum[:], sum[:5])
+	suffix := string(hexSum[:])
 	const maxLen = 63
 	if len(name) > maxLen-len(suffix)-1 {
 		name = strings.TrimRight(name[:maxLen-len(suffix)-1], "-.")

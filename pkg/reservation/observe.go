@@ -2,7 +2,6 @@ package reservation
 
 import (
 	"context"
-	"encoding/json"
 	"slices"
 	"strings"
 
@@ -147,8 +146,7 @@ func observe(p candidate.Placement) Observed {
 	o.Allowed = cand.Annotations[protocol.AllowedAnnotation]
 	o.Denied = cand.Annotations[protocol.DeniedAnnotation]
 	if raw := cand.Annotations[protocol.StateAnnotation]; raw != "" {
-		var s protocol.State
-		if json.Unmarshal([]byte(raw), &s) == nil {
+		if s, err := protocol.ParseState(raw); err == nil {
 			o.State = s
 		}
 	}

@@ -2,7 +2,6 @@ package target
 
 import (
 	"container/list"
-	"encoding/json"
 	"math"
 	"strings"
 	"sync"
@@ -187,8 +186,8 @@ func ReservedOrBound(c *corev1.Pod) bool {
 	if raw == "" {
 		return false
 	}
-	var s protocol.State
-	return json.Unmarshal([]byte(raw), &s) == nil && (s.Phase == protocol.PhaseReserved || s.Phase == protocol.PhaseBound)
+	s, err := protocol.ParseState(raw)
+	return err == nil && (s.Phase == protocol.PhaseReserved || s.Phase == protocol.PhaseBound)
 }
 
 // Unschedulable is the target scheduler's reason for finding no node for a
