@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
@@ -23,6 +24,7 @@ import (
 	"github.com/flotilla-dev/flotilla/pkg/invitation"
 	"github.com/flotilla-dev/flotilla/pkg/kubelet"
 	"github.com/flotilla-dev/flotilla/pkg/local"
+	"github.com/flotilla-dev/flotilla/pkg/memtrim"
 	"github.com/flotilla-dev/flotilla/pkg/objects"
 	"github.com/flotilla-dev/flotilla/pkg/policy"
 	"github.com/flotilla-dev/flotilla/pkg/reservation"
@@ -33,6 +35,13 @@ import (
 	"github.com/flotilla-dev/flotilla/pkg/workload"
 )
 
+// trimFirst and trimEvery are when the agent lets go of its executable's
+// unused pages: once its caches are filled, then every ten minutes.
+const (
+	trimFirst = 30 * time.Second
+	trimEvery = 10 * time.Minute
+)
+
 // Setup adds the agent to mgr (made by NewManager from the same
 // configuration): the pod webhook on every replica; on the leader the
 // targets and their virtual nodes, placement, the invitations and the
@@ -40,6 +49,12 @@ import (
 func Setup(mgr manager.Manager, c *Config) error {
 	if err := Validate(c); err != nil {
 		return err
+	}
+	// The agent runs a small part of its binary but its initializers touch
+	// all of it: its read-only pages are let go once it runs, and again
+	// every ten minutes (pkg/memtrim).
+	if err := mgr.Add(memtrim.Periodic{First: trimFirst, Interval: trimEvery}); err != nil {
+		return fmt.Errorf("adding the trimming of the executable's pages: %w", err)
 	}
 	// Pods travel as protobuf, as they do for kube-scheduler and the
 	// controller manager: cheaper to encode for the API servers, cheaper to
