@@ -11,7 +11,7 @@ var coalesceStart = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 // delegates waits before its streams Role is written. A change after a
 // quiet spell is written at once; while changes keep coming, each write
 // they schedule waits twice the one before, 100 ms up to 1 s; a change
-// while a write is still to come waits for that one; and a whole wait
+// while a write is still to come waits for that one; and a second
 // without a change after the last write brings the wait back to 100 ms.
 func TestStreamsCoalesceWaits(t *testing.T) {
 	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
@@ -39,20 +39,33 @@ func TestStreamsCoalesceWaits(t *testing.T) {
 			},
 		},
 		{
-			name: "a whole wait quiet after a write: at once, then 100 ms again",
+			name: "a second quiet after a write: at once, then 100 ms again",
 			changes: []change{
 				{0, 0},
-				{ms(10), ms(100)},  // written at 110, next wait 200
-				{ms(310), 0},       // 200 quiet after 110
-				{ms(320), ms(100)}, // not 200
+				{ms(10), ms(100)},   // written at 110, next wait 200
+				{ms(1110), 0},       // 1 s quiet after 110
+				{ms(1120), ms(100)}, // not 200
 			},
 		},
 		{
-			name: "not quite a whole wait quiet: coalesced, the wait grows",
+			name: "not quite a second quiet: coalesced, the wait grows",
 			changes: []change{
 				{0, 0},
 				{ms(10), ms(100)},
-				{ms(309), ms(200)},
+				{ms(1109), ms(200)},
+			},
+		},
+		{
+			name: "a trickle, changes 500 ms apart: they share writes up to 1 s apart",
+			changes: []change{
+				{0, 0},
+				{ms(500), ms(100)},   // at 600, next wait 200
+				{ms(1000), ms(200)},  // at 1200
+				{ms(1500), ms(400)},  // at 1900
+				{ms(2000), ms(800)},  // at 2800
+				{ms(2500), ms(300)},  // with the write at 2800
+				{ms(3000), ms(1000)}, // at 4000
+				{ms(3500), ms(500)},  // with it
 			},
 		},
 		{
@@ -74,7 +87,7 @@ func TestStreamsCoalesceWaits(t *testing.T) {
 			changes: []change{
 				{0, 0},
 				{ms(10), ms(100)},
-				{ms(1000), 0},
+				{ms(1200), 0},
 				{ms(5000), 0},
 				{ms(9000), 0},
 			},
