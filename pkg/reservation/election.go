@@ -41,6 +41,10 @@ type Observed struct {
 	// Excluded, when set, is why the placement policy does not let this
 	// reservation be elected (a DoNotSchedule spread it would break).
 	Excluded string
+	// DeniedHere is set on a reservation this process denied (its nonce),
+	// though the denial may have been lifted since: its target may have
+	// let it go, so it is never elected nor counted as a gang's place.
+	DeniedHere bool
 	// Domain is the spread domain the reservation counts in: the values,
 	// in the policy's key order, of the node its target reserved ("" for a
 	// key the node lacks); nil when not known.
@@ -233,7 +237,7 @@ func find(observed []Observed, target string) (Observed, bool) {
 func best(sourceUID string, observed []Observed, except string) (Observed, bool) {
 	var reserved []Observed
 	for _, o := range observed {
-		if o.Exists && o.Target != except && o.State.Phase == protocol.PhaseReserved && protocol.ValidNonce(o.State.Nonce) && o.Excluded == "" && !deniedBy(sourceUID, o.Denied) {
+		if o.Exists && o.Target != except && o.State.Phase == protocol.PhaseReserved && protocol.ValidNonce(o.State.Nonce) && o.Excluded == "" && !o.DeniedHere && !deniedBy(sourceUID, o.Denied) {
 			reserved = append(reserved, o)
 		}
 	}

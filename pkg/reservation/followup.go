@@ -66,6 +66,9 @@ func (c *Controller) applyDenials(ctx context.Context, pod *corev1.Pod, election
 	value := protocol.Denial{SourceUID: string(pod.UID), Generation: election.Generation}.Encode()
 	for _, target := range deny {
 		write(target, &value)
+		if o, ok := find(observed, target); ok && o.State.Phase == protocol.PhaseReserved {
+			c.memory.noteDenied(pod.UID, target, o.State.Nonce, c.now())
+		}
 	}
 	if byGang {
 		gangReleased.Add(float64(len(deny)))

@@ -514,7 +514,7 @@ func gangMember(name string, e protocol.Election, boundTo string, observed []Obs
 			m.Placed = o.Target
 			continue
 		}
-		if o.State.Phase == protocol.PhaseReserved && o.Excluded == "" && o.Err == nil {
+		if o.State.Phase == protocol.PhaseReserved && o.Excluded == "" && !o.DeniedHere && o.Err == nil {
 			m.Reserved = append(m.Reserved, o.Target)
 		}
 	}
@@ -554,7 +554,9 @@ func (c *Controller) observeMember(pod *corev1.Pod, targets []*target.Target) ga
 		if !ok {
 			continue
 		}
-		observed = append(observed, observe(candidate.Placement{Target: t, Candidate: cand}))
+		o := observe(candidate.Placement{Target: t, Candidate: cand})
+		o.DeniedHere = c.memory.deniedHere(pod.UID, o)
+		observed = append(observed, o)
 	}
 	return gangMember(pod.Name, e, boundTo, observed)
 }

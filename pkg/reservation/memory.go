@@ -1,6 +1,7 @@
 package reservation
 
 import (
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
 	"maps"
 	"sync"
 	"time"
@@ -58,6 +59,11 @@ type podMemo struct {
 	// is pinned to another domain the spread allows, as kube-scheduler
 	// tries a pod on the nodes of every allowed domain.
 	full map[string]map[string]time.Time
+	// denied is, per target, the nonce of the reservation this process
+	// last denied there and when: its target may have let it go already,
+	// so it is never elected nor counted as a gang's place, even once the
+	// denial is lifted; the target's next reservation has a new nonce.
+	denied *deniedNonces
 	// steady is since when the pod has been in the state each clock
 	// watches.
 	steady [steadyClocks]*steadySince
@@ -156,7 +162,7 @@ func (p *podMemo) empty() bool {
 		}
 	}
 	return p.firstReserved == nil && p.policyProblem == nil && p.gangProblem == nil && p.bound == nil &&
-		p.election == nil && p.electedDomain == nil && p.full == nil
+		p.election == nil && p.electedDomain == nil && p.full == nil && p.denied == nil
 }
 
 // forget drops everything remembered of a pod: it is placed.
@@ -197,6 +203,10 @@ func (m *memory) sweep(now time.Time) {
 		}
 		if p.full != nil && fullStale(p.full, now) {
 			p.full = nil
+		}
+		// By then its target has acted on the denial.
+		if p.denied != nil && older(p.denied.at, staleWindow) {
+			p.denied = nil
 		}
 		for i, s := range p.steady {
 			if s != nil && older(s.at, rememberStateFor) {
@@ -324,6 +334,36 @@ func recalled[T any](m *memory, uid types.UID, part func(*podMemo) *T) (T, bool)
 		return zero, false
 	}
 	return *v, true
+}
+
+// deniedNonces are the reservations a pod's denials were written for.
+type deniedNonces struct {
+	at     time.Time
+	nonces map[string]string // target -> nonce
+}
+
+// noteDenied records that this process denied the pod's reservation of
+// nonce in target.
+func (m *memory) noteDenied(uid types.UID, target, nonce string, now time.Time) {
+	m.note(uid, func(p *podMemo) {
+		if p.denied == nil {
+			p.denied = &deniedNonces{nonces: map[string]string{}}
+		}
+		p.denied.at = now
+		p.denied.nonces[target] = nonce
+	})
+}
+
+// deniedHere reports whether o is a reservation of the pod that this
+// process denied (deniedNonces), whatever its denial annotation says now.
+func (m *memory) deniedHere(uid types.UID, o Observed) bool {
+	if o.State.Phase != protocol.PhaseReserved || o.State.Nonce == "" {
+		return false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := m.memoOf(uid, false)
+	return p != nil && p.denied != nil && p.denied.nonces[o.Target] == o.State.Nonce
 }
 
 // noteFull records that the pod's candidate in target, pinned to the

@@ -202,6 +202,7 @@ func (c *Controller) look(ctx context.Context, r *round) {
 		if why, ok := r.pl.leftOut[p.Target.Name]; ok {
 			o.Excluded = why
 		}
+		o.DeniedHere = c.memory.deniedHere(r.pod.UID, o)
 		if o.Err != nil && r.missing == nil {
 			r.retry(retryTargetFailed)
 		}

@@ -35,20 +35,7 @@ import (
 // stands elected.
 func TestGangsOfTwoSourcesMeetThroughNamespacedTargets(t *testing.T) {
 	ctx := t.Context()
-	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
-		{Name: "s1", WithoutScheduler: true},
-		{Name: "s2", WithoutScheduler: true},
-		{Name: "tg", Nodes: []sandbox.NodeSpec{{CPU: "6"}}},
-	}})
-	s1, s2, tg := s.Cluster("s1"), s.Cluster("s2"), s.Cluster("tg")
-	for _, c := range []*sandbox.Cluster{s1, s2} {
-		createNamespace(t, c.Client(), placementNS)
-	}
-	for _, c := range s.Clusters {
-		if _, err := sandbox.StartAgent(ctx, c, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
+	s1, s2, tg := twoSourcesAndATarget(t)
 	node1 := joinThroughSource(t, s1, tg, placementNS)
 	if err := s2.Invite(ctx, tg, placementNS); err != nil {
 		t.Fatal(err)
@@ -58,68 +45,7 @@ func TestGangsOfTwoSourcesMeetThroughNamespacedTargets(t *testing.T) {
 	}
 	node2 := protocol.VirtualNodeName("", tg.Name)
 
-	w1 := watchGangs(t, s1, placementNS, map[string]int{"first": 4})
-	w2 := watchGangs(t, s2, placementNS, map[string]int{"second": 4})
-	first, second := gangPods("first", 4, 4, protocol.GangOneCluster), gangPods("second", 4, 4, protocol.GangOneCluster)
-	create := func(c *sandbox.Cluster, members ...*corev1.Pod) {
-		for _, p := range members {
-			if _, err := c.Client().CoreV1().Pods(placementNS).Create(ctx, p, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	check := func() {
-		w1.check(t)
-		w2.check(t)
-	}
-
-	create(s1, first[:3]...)
-	waitFor(t, 60*time.Second, "three places of the first gang held in the target", func() (bool, string) {
-		r := reservedBySource(t, tg)
-		return r["s1"] == 3, fmt.Sprintf("reserved by source: %v", r)
-	})
-	create(s2, second[:3]...)
-	waitFor(t, 60*time.Second, "three places of each gang held: the target is full", func() (bool, string) {
-		r := reservedBySource(t, tg)
-		return r["s1"] == 3 && r["s2"] == 3, fmt.Sprintf("reserved by source: %v", r)
-	})
-	check()
-
-	// Well within the Permit timeout after the last reservation (30 s), at
-	// which both shares would otherwise be let go together.
-	create(s1, first[3])
-	create(s2, second[3])
-	waitFor(t, 20*time.Second, "the first source's gang, seen first by the target, bound whole through its namespaced Target", func() (bool, string) {
-		check()
-		on, _, err := gangState(ctx, s1.Client().CoreV1().Pods(placementNS), first, "")
-		if err != nil {
-			return false, err.Error()
-		}
-		return on[node1] == 4, fmt.Sprintf("bound: %v", on)
-	})
-	on, _, err := gangState(ctx, s2.Client().CoreV1().Pods(placementNS), second, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if podsOn(on) != 0 {
-		t.Fatalf("members of the second gang bound while the first ran in a target that holds one of them: %v", on)
-	}
-	check()
-
-	for _, p := range first {
-		if err := s1.Client().CoreV1().Pods(placementNS).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	waitFor(t, 90*time.Second, "the second source's gang bound whole through its ClusterTarget once the first is gone", func() (bool, string) {
-		check()
-		on, _, err := gangState(ctx, s2.Client().CoreV1().Pods(placementNS), second, "")
-		if err != nil {
-			return false, err.Error()
-		}
-		return on[node2] == 4, fmt.Sprintf("bound: %v", on)
-	})
-	check()
+	gangsOfTwoSourcesMeet(t, s1, s2, tg, node1, node2)
 }
 
 // joinThroughSource lets namespace of src reach tgt as that namespace's

@@ -28,20 +28,7 @@ import (
 // elected.
 func TestGangsOfTwoSourcesMeetInOneTarget(t *testing.T) {
 	ctx := t.Context()
-	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
-		{Name: "s1", WithoutScheduler: true},
-		{Name: "s2", WithoutScheduler: true},
-		{Name: "tg", Nodes: []sandbox.NodeSpec{{CPU: "6"}}},
-	}})
-	s1, s2, tg := s.Cluster("s1"), s.Cluster("s2"), s.Cluster("tg")
-	for _, c := range []*sandbox.Cluster{s1, s2} {
-		createNamespace(t, c.Client(), placementNS)
-	}
-	for _, c := range s.Clusters {
-		if _, err := sandbox.StartAgent(ctx, c, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
+	s1, s2, tg := twoSourcesAndATarget(t)
 	for _, c := range []*sandbox.Cluster{s1, s2} {
 		if err := c.Invite(ctx, tg, placementNS); err != nil {
 			t.Fatal(err)
@@ -50,6 +37,42 @@ func TestGangsOfTwoSourcesMeetInOneTarget(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	tgNode := protocol.VirtualNodeName("", tg.Name)
+	gangsOfTwoSourcesMeet(t, s1, s2, tg, tgNode, tgNode)
+}
+
+// twoSourcesAndATarget starts two sources, s1 and s2, with placementNS,
+// and a target tg of one node of six CPUs, each with its agent; nothing
+// invites anyone yet.
+func twoSourcesAndATarget(t *testing.T) (s1, s2, tg *sandbox.Cluster) {
+	t.Helper()
+	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
+		{Name: "s1", WithoutScheduler: true},
+		{Name: "s2", WithoutScheduler: true},
+		{Name: "tg", Nodes: []sandbox.NodeSpec{{CPU: "6"}}},
+	}})
+	s1, s2, tg = s.Cluster("s1"), s.Cluster("s2"), s.Cluster("tg")
+	for _, c := range []*sandbox.Cluster{s1, s2} {
+		createNamespace(t, c.Client(), placementNS)
+	}
+	for _, c := range s.Clusters {
+		if _, err := sandbox.StartAgent(t.Context(), c, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s1, s2, tg
+}
+
+// gangsOfTwoSourcesMeet is the body of the tests of two sources' gangs in
+// one target tg of six CPUs, whichever way each source reaches it: a gang
+// of four one-CPU oneCluster members in each source, three of each made
+// and reserved first (tg full), then the fourth of each. The share tg saw
+// first (s1's) runs whole on node1 (s1's virtual node of tg) within 20 s,
+// s2's binds nothing meanwhile and runs whole on node2 once s1's gang is
+// deleted; watches of both sources check every step.
+func gangsOfTwoSourcesMeet(t *testing.T, s1, s2, tg *sandbox.Cluster, node1, node2 string) {
+	t.Helper()
+	ctx := t.Context()
 	w1 := watchGangs(t, s1, placementNS, map[string]int{"first": 4})
 	w2 := watchGangs(t, s2, placementNS, map[string]int{"second": 4})
 	first, second := gangPods("first", 4, 4, protocol.GangOneCluster), gangPods("second", 4, 4, protocol.GangOneCluster)
@@ -81,13 +104,13 @@ func TestGangsOfTwoSourcesMeetInOneTarget(t *testing.T) {
 	// which both shares would otherwise be let go together.
 	create(s1, first[3])
 	create(s2, second[3])
-	waitFor(t, 20*time.Second, "the first source's gang, seen first by the target, bound whole", func() (bool, string) {
+	waitFor(t, 20*time.Second, "the first source's gang, seen first by the target, bound whole on "+node1, func() (bool, string) {
 		check()
 		on, _, err := gangState(ctx, s1.Client().CoreV1().Pods(placementNS), first, "")
 		if err != nil {
 			return false, err.Error()
 		}
-		return podsOn(on) == 4, fmt.Sprintf("bound: %v", on)
+		return on[node1] == 4, fmt.Sprintf("bound: %v", on)
 	})
 	on, _, err := gangState(ctx, s2.Client().CoreV1().Pods(placementNS), second, "")
 	if err != nil {
@@ -103,13 +126,13 @@ func TestGangsOfTwoSourcesMeetInOneTarget(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, 90*time.Second, "the second source's gang bound whole once the first is gone", func() (bool, string) {
+	waitFor(t, 90*time.Second, "the second source's gang bound whole on "+node2+" once the first is gone", func() (bool, string) {
 		check()
 		on, _, err := gangState(ctx, s2.Client().CoreV1().Pods(placementNS), second, "")
 		if err != nil {
 			return false, err.Error()
 		}
-		return podsOn(on) == 4, fmt.Sprintf("bound: %v", on)
+		return on[node2] == 4, fmt.Sprintf("bound: %v", on)
 	})
 	check()
 }

@@ -415,9 +415,12 @@ func TestGangsTakeTurns(t *testing.T) {
 		m := parseMetrics(body)
 		placed, _ := m.value("flotilla_gang_placed_seconds_count")
 		waiting, _ := m.value("flotilla_gangs_waiting")
-		// The younger gang's four members were denied in the target
-		// while the older went first.
+		// The younger gang's members were denied in the target while the
+		// older went first: each once it had waited placement.denyAfter
+		// (10 s), so how many depends on when the older completed (once
+		// the older runs, no member of it waits, and the younger goes
+		// first with no denial to write; a CI run counted 3 of 4).
 		released, _ := m.value("flotilla_gang_reservations_released_total")
-		return placed == 2 && waiting == 0 && released >= 4, fmt.Sprintf("%v gangs placed, %v waiting, %v reservations released", placed, waiting, released)
+		return placed == 2 && waiting == 0 && released >= 1, fmt.Sprintf("%v gangs placed, %v waiting, %v reservations released", placed, waiting, released)
 	})
 }
