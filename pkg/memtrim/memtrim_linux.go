@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -24,7 +25,7 @@ import (
 // is.
 func Trim() (before, after int64, err error) {
 	before = rssFile()
-	ranges, err := readOnlySegments("/proc/self/exe")
+	ranges, err := ownSegments()
 	if err != nil {
 		return before, before, err
 	}
@@ -37,6 +38,10 @@ func Trim() (before, after int64, err error) {
 }
 
 type span struct{ start, end uintptr }
+
+// ownSegments are the process's own readOnlySegments, read from its
+// executable once: they do not change while it runs.
+var ownSegments = sync.OnceValues(func() ([]span, error) { return readOnlySegments("/proc/self/exe") })
 
 // readOnlySegments are the page-aligned address ranges of the executable
 // at path that may be trimmed: none for a position-independent one.

@@ -146,37 +146,37 @@ func (c *Controller) gangOf(ctx context.Context, r *round) {
 // gangMembers are the members of pod's gang other than pod, as the cache
 // holds them now.
 func (c *Controller) gangMembers(pod *corev1.Pod, spec gang.Spec) []*corev1.Pod {
-	if c.SourcePods == nil {
-		return nil
-	}
-	var members []*corev1.Pod
-	objs, _ := c.SourcePods.ByIndex(gang.MemberIndex, spec.Key(pod.Namespace))
-	for _, obj := range objs {
-		m, ok := obj.(*corev1.Pod)
-		if !ok || m.UID == pod.UID || !gangCounts(m) {
-			continue
-		}
-		members = append(members, m)
-	}
-	return members
+	members, _ := c.countingMembers(spec.Key(pod.Namespace))
+	return slices.DeleteFunc(members, func(m *corev1.Pod) bool { return m.UID == pod.UID })
 }
 
 // gangWaits reports whether the gang of key (gang.Spec.Key) has a member
 // in the cache that waits for its place: one that counts (gangCounts) and
 // is not bound. A gang whose pods were deleted while it waited, or that
-// runs, must not stand first in the queue until it is forgotten.
+// runs, must not stand first in the queue until it is forgotten. Without
+// a cache to read, it says yes.
 func (c *Controller) gangWaits(key string) bool {
+	members, read := c.countingMembers(key)
+	return !read || slices.ContainsFunc(members, func(m *corev1.Pod) bool { return m.Spec.NodeName == "" })
+}
+
+// countingMembers are the pods of the gang of key that count in it
+// (gangCounts), as the cache holds them now; read is false when the cache
+// could not be read.
+func (c *Controller) countingMembers(key string) (members []*corev1.Pod, read bool) {
 	if c.SourcePods == nil {
-		return true
+		return nil, false
 	}
 	objs, err := c.SourcePods.ByIndex(gang.MemberIndex, key)
 	if err != nil {
-		return true
+		return nil, false
 	}
-	return slices.ContainsFunc(objs, func(obj any) bool {
-		m, ok := obj.(*corev1.Pod)
-		return ok && m.Spec.NodeName == "" && gangCounts(m)
-	})
+	for _, obj := range objs {
+		if m, ok := obj.(*corev1.Pod); ok && gangCounts(m) {
+			members = append(members, m)
+		}
+	}
+	return members, true
 }
 
 // reportGangProblem writes a Warning Event on the member, once per
