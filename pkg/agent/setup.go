@@ -182,7 +182,7 @@ func setupPlacement(mgr manager.Manager, cfg *rest.Config, kube kubernetes.Inter
 	if err := metrics.Registry.Register(target.Collector{Set: targets}); err != nil && !errors.As(err, &prometheus.AlreadyRegisteredError{}) {
 		return fmt.Errorf("registering the targets' metrics: %w", err)
 	}
-	if err := metrics.Registry.Register(reservation.WaitingCollector{Reader: mgr.GetCache(), Leading: mgr.Elected()}); err != nil && !errors.As(err, &prometheus.AlreadyRegisteredError{}) {
+	if err := metrics.Registry.Register(reservation.WaitingCollector{Pods: sourcePods.GetStore(), Leading: mgr.Elected()}); err != nil && !errors.As(err, &prometheus.AlreadyRegisteredError{}) {
 		return fmt.Errorf("registering the waiting pods' metrics: %w", err)
 	}
 	state.Register("targets", targets.DebugState(debugstate.DefaultLimit))
