@@ -1,6 +1,7 @@
 package protocol
 
 import (
+	"strconv"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -49,5 +50,23 @@ func FuzzCandidateNameTargets(f *testing.F) {
 func TestCandidateNameIsStable(t *testing.T) {
 	if got := CandidateName("src", "t1", "ns", "web-0", "0b6f1c2e-uid"); got != "web-0-9a52bba584" {
 		t.Fatalf("CandidateName = %q, want web-0-9a52bba584", got)
+	}
+}
+
+// A remembered name is the name made, before and after the memory is
+// full and forgotten, and the memory stays within its bound.
+func TestCandidateNamesRemembered(t *testing.T) {
+	for i := range maxCandidateNames + 10 {
+		uid := "uid-" + strconv.Itoa(i)
+		for range 2 {
+			if got, want := CandidateName("src", "t1", "ns", "web", uid), candidateName("src", "t1", "ns", "web", uid); got != want {
+				t.Fatalf("CandidateName of %s = %q, want %q", uid, got, want)
+			}
+		}
+	}
+	candidateNames.RLock()
+	defer candidateNames.RUnlock()
+	if n := len(candidateNames.m); n > maxCandidateNames {
+		t.Fatalf("%d names remembered, want at most %d", n, maxCandidateNames)
 	}
 }

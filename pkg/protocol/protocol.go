@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // Prefix of every Flotilla label and annotation.
@@ -304,9 +305,41 @@ func TargetLabelValue(target string) string {
 // and UID. A retry always computes the same name, so a target never gets
 // two candidates for one source pod; two targets of one source that reach
 // the same cluster and namespace name theirs apart.
+//
+// Every look at a gang's members names each member's candidate in each
+// target, so names made are remembered, up to maxCandidateNames of them
+// (all are forgotten when more come).
 func CandidateName(sourceCluster, target, namespace, name, uid string) string {
-	// One allocation for the input and one for the name: every look at a
-	// gang's members names each member's candidate in each target.
+	key := candidateNameKey{sourceCluster, target, namespace, name, uid}
+	candidateNames.RLock()
+	v, ok := candidateNames.m[key]
+	candidateNames.RUnlock()
+	if ok {
+		return v
+	}
+	v = candidateName(sourceCluster, target, namespace, name, uid)
+	candidateNames.Lock()
+	if len(candidateNames.m) >= maxCandidateNames {
+		clear(candidateNames.m)
+	}
+	candidateNames.m[key] = v
+	candidateNames.Unlock()
+	return v
+}
+
+// maxCandidateNames bounds CandidateName's memory: an entry is about 200
+// bytes, so under a megabyte; a gang of 64 over ten targets names 640.
+const maxCandidateNames = 4096
+
+type candidateNameKey struct{ sourceCluster, target, namespace, name, uid string }
+
+var candidateNames = struct {
+	sync.RWMutex
+	m map[candidateNameKey]string
+}{m: map[candidateNameKey]string{}}
+
+// candidateName makes CandidateName's name.
+func candidateName(sourceCluster, target, namespace, name, uid string) string {
 	in := make([]byte, 0, len(sourceCluster)+len(target)+len(namespace)+len(name)+len(uid)+4)
 	for i, part := range [...]string{sourceCluster, target, namespace, name, uid} {
 		if i > 0 {
