@@ -3,6 +3,8 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -32,7 +34,7 @@ type GangWatch struct {
 	breach  string
 }
 
-type gangMemberSeen struct{ elected, live bool }
+type gangMemberSeen struct{ elected, live, bound bool }
 
 // WatchGangs starts a GangWatch of namespace ns, size giving each gang's
 // size by its name (GangOf); it stops with ctx.
@@ -75,6 +77,7 @@ func (g *GangWatch) observe(p *corev1.Pod, deleted bool) {
 	g.members[group][p.Name] = gangMemberSeen{
 		elected: err == nil && e.Elected(),
 		live:    !deleted && p.DeletionTimestamp == nil && p.Status.Phase != corev1.PodFailed,
+		bound:   p.Spec.NodeName != "",
 	}
 	n := 0
 	for _, m := range g.members[group] {
@@ -96,6 +99,30 @@ func (g *GangWatch) Breach() string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.breach
+}
+
+// Partial names a gang that some live member of is bound while fewer than
+// its size are, "" for none. It is no breach while members bind one after
+// another (or one is elected again on its own): call it once the run is
+// meant to have settled. It catches what Breach cannot, a gang that stood
+// whole in elections and then lost members before they bound (a target
+// let a reservation go that the source elected on), left running in part
+// with nothing to complete it.
+func (g *GangWatch) Partial() string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, group := range slices.Sorted(maps.Keys(g.members)) {
+		bound := 0
+		for _, m := range g.members[group] {
+			if m.bound && m.live {
+				bound++
+			}
+		}
+		if bound > 0 && bound < g.size[group] {
+			return fmt.Sprintf("gang %s runs %d of its %d members", group, bound, g.size[group])
+		}
+	}
+	return ""
 }
 
 // GangOf names a pod's gang as the watch keys it: the pod-group label's

@@ -30,6 +30,9 @@ func TestGangWatch(t *testing.T) {
 	if b := g.Breach(); b != "" {
 		t.Fatalf("a whole gang's member bound: breach %q", b)
 	}
+	if p := g.Partial(); !strings.Contains(p, "runs 1 of its 3") {
+		t.Fatalf("one of three bound: partial %q", p)
+	}
 	// c is deleted; its replacement d is elected; b binds with two live
 	// members elected (b and d) of three.
 	g.observe(member("c", true, ""), true)
@@ -46,6 +49,14 @@ func TestGangWatch(t *testing.T) {
 	g.observe(member("f", false, "flotilla-t"), false)
 	if b := g.Breach(); !strings.Contains(b, "f bound") || !strings.Contains(b, "while 2 of") {
 		t.Fatalf("f bound with two of three elected: breach %q", b)
+	}
+	if p := g.Partial(); !strings.Contains(p, "runs 1 of its 3") {
+		t.Fatalf("f alone bound of e, d, f: partial %q", p)
+	}
+	g.observe(member("d", true, "flotilla-t"), false)
+	g.observe(member("e", true, "flotilla-t"), false)
+	if p := g.Partial(); p != "" {
+		t.Fatalf("d, e, f bound: partial %q", p)
 	}
 	if GangOf(&corev1.Pod{}) != "" {
 		t.Error("a pod of no gang has a gang")

@@ -259,6 +259,19 @@ func runGangMode(t *testing.T, sb *sandbox.Sandbox, f gangFleet, mode string) {
 	if b := watch.Breach(); b != "" {
 		t.Fatalf("partial gang: %s", b)
 	}
+	// No gang is left running in part: a member elected with the rest of
+	// its gang whose target then let its reservation go leaves its gang
+	// short for good (the started count alone misses it when another
+	// gang starts in its place). Members still binding finish within
+	// seconds.
+	var partial string
+	err = wait.PollUntilContextTimeout(ctx, time.Second, 30*time.Second, true, func(context.Context) (bool, error) {
+		partial = watch.Partial()
+		return partial == "", nil
+	})
+	if err != nil {
+		t.Fatalf("a gang stays partial: %s", partial)
+	}
 	if mode == protocol.GangOneCluster {
 		// A source pod's node is its target's virtual node.
 		if split := splitGangs(ctx, t, src.Client(), got, func(p *corev1.Pod) string { return p.Spec.NodeName }); split != "" {
