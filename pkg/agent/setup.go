@@ -273,7 +273,7 @@ func setupPlacement(mgr manager.Manager, cfg *rest.Config, kube kubernetes.Inter
 		Objects:         copier,
 		Policies:        &policy.Resolver{Reader: mgr.GetClient()},
 		SourcePods:      sourcePods.GetIndexer(),
-		SelfFree:        view.Free,
+		SelfFree:        view.Weigh,
 		SelfTopology:    selfTopology.Of,
 	}).SetupWithManager(mgr)
 }

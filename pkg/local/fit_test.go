@@ -363,3 +363,36 @@ func TestNewViewCountsWhatItLists(t *testing.T) {
 		t.Errorf("cpu free = %s, want 2.5 (4 on n1, less 1 bound and 0.5 pending)", got.String())
 	}
 }
+
+// TestWeighStartsTheView: placement weighing a self target asks for the
+// view, localFirst or not: its room is unknown until the view has listed
+// the cluster, and known after, where a view nothing asked for stayed
+// unknown for good.
+func TestWeighStartsTheView(t *testing.T) {
+	kube := fake.NewClientset(node("n1", "4"), pod("ns", "bound", "1", "n1"))
+	v := NewView(kube)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = v.Start(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	if v.Wanted() {
+		t.Fatal("a new view is wanted before anything asked")
+	}
+	var free corev1.ResourceList
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		var ok bool
+		free, ok = v.Weigh()
+		return ok, nil
+	}); err != nil {
+		t.Fatal("the room of a self target weighed by placement stayed unknown")
+	}
+	if got := free[corev1.ResourceCPU]; got.MilliValue() != 3000 {
+		t.Errorf("cpu free = %s, want 3 (4 on n1, less 1 bound)", got.String())
+	}
+}

@@ -47,8 +47,9 @@ const DefaultClaimTTL = 30 * time.Second
 // pods bound to each take of it, what the pods not bound yet ask, and the
 // claims of the pods it admitted whose creation it has not seen yet. Its
 // informers start the first time Want is called (the cluster has a self
-// target with localFirst), so that a cluster that never keeps a pod does
-// not watch every pod. It runs on every replica of the agent, as the
+// target with localFirst, or placement weighs a self target: Weigh), so
+// that a cluster that never keeps a pod nor targets itself does not watch
+// every pod. It runs on every replica of the agent, as the
 // webhook does.
 type View struct {
 	nodes, pods cache.SharedIndexInformer
@@ -361,6 +362,17 @@ func (v *View) Free() (free corev1.ResourceList, ok bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	return v.free.Less(v.claimedLocked(v.clock.Now())).List(), true
+}
+
+// Weigh is Free for placement weighing a self target: it asks for the
+// view first (Want), so that a cluster that targets itself, with
+// localFirst or not, has its room known once the view has listed it (ok
+// is false until then). A self target's room left unknown counted as
+// room enough: a gang that could not be completed held its turn for as
+// long as a gang still gathering.
+func (v *View) Weigh() (free corev1.ResourceList, ok bool) {
+	v.Want()
+	return v.Free()
 }
 
 // roomsLocked yields every node that takes pods with what its bound pods

@@ -109,8 +109,8 @@ type Controller struct {
 	// pod's siblings there, without the copy of each that a List makes.
 	SourcePods toolscache.Indexer
 	// SelfFree is what this cluster has free, weighing a self target as a
-	// ClusterSummary weighs the others (local.View.Free); ok false, or nil,
-	// leaves its room unknown.
+	// ClusterSummary weighs the others (local.View.Weigh); ok false, or
+	// nil, leaves its room unknown.
 	SelfFree func() (free corev1.ResourceList, ok bool)
 	// SelfTopology is, per key, the values this cluster's nodes carry and
 	// the combinations of them (local.Topology.Of), for the spread of a

@@ -65,7 +65,8 @@ func WatchGangs(ctx context.Context, c kubernetes.Interface, ns string, size map
 
 func (g *GangWatch) observe(p *corev1.Pod, deleted bool) {
 	group := GangOf(p)
-	if group == "" {
+	if group == "" || p.Labels[protocol.CandidateLabel] != "" {
+		// A self target's candidates share their source pods' namespace.
 		return
 	}
 	g.mu.Lock()

@@ -1,16 +1,9 @@
 package e2e
 
 import (
-	"fmt"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	"github.com/flotilla-dev/flotilla/api/v1alpha1"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
 	"github.com/flotilla-dev/flotilla/test/sandbox"
 )
@@ -48,51 +41,13 @@ func TestGangsOfTwoSourcesMeetThroughNamespacedTargets(t *testing.T) {
 	gangsOfTwoSourcesMeet(t, s1, s2, tg, node1, node2)
 }
 
-// joinThroughSource lets namespace of src reach tgt as that namespace's
-// owners would, with no cluster-wide object in either cluster: a Source
-// of the namespace in tgt invites src with a managed ServiceAccount, and a
-// Target of the namespace in src, named tgt.Name, names a copy of the
-// invitation's kubeconfig Secret (both its keys, the kubeconfig and the
-// summary's name). Both agents must run. It returns the Target's virtual
-// node once the Target is Ready with it.
+// joinThroughSource is sandbox's JoinThroughSource for a test, the
+// namespace made in tgt first.
 func joinThroughSource(t *testing.T, src, tgt *sandbox.Cluster, namespace string) string {
 	t.Helper()
-	ctx := t.Context()
-	tcl := tgt.CRClient()
 	createNamespace(t, tgt.Client(), namespace)
-	inv := &v1alpha1.Source{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: src.Name}}
-	inv.Spec.ClusterName = src.Name
-	inv.Spec.Identity.ManagedServiceAccount = &v1alpha1.ManagedServiceAccount{}
-	if err := tcl.Create(ctx, inv); err != nil {
-		t.Fatal(err)
-	}
-	var status v1alpha1.SourceStatus
-	waitFor(t, 60*time.Second, "the Source of "+src.Name+" Ready in "+tgt.Name, func() (bool, string) {
-		got := &v1alpha1.Source{}
-		if err := tcl.Get(ctx, client.ObjectKeyFromObject(inv), got); err != nil {
-			return false, err.Error()
-		}
-		status = got.Status
-		return meta.IsStatusConditionTrue(status.Conditions, v1alpha1.SourceReady) && status.KubeconfigSecret != "",
-			fmt.Sprintf("kubeconfigSecret %q, conditions %+v", status.KubeconfigSecret, status.Conditions)
-	})
-	secret, err := tgt.Client().CoreV1().Secrets(namespace).Get(ctx, status.KubeconfigSecret, metav1.GetOptions{})
+	node, err := src.JoinThroughSource(t.Context(), tgt, namespace, time.Minute)
 	if err != nil {
-		t.Fatal(err)
-	}
-	copied := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "flotilla-target-" + tgt.Name}, Data: secret.Data}
-	if _, err := src.Client().CoreV1().Secrets(namespace).Create(ctx, copied, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	target := &v1alpha1.Target{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: tgt.Name}}
-	target.Spec.KubeconfigSecretRef = &v1alpha1.LocalSecretKeyRef{Name: copied.Name}
-	if err := src.CRClient().Create(ctx, target); err != nil {
-		t.Fatal(err)
-	}
-	node := protocol.VirtualNodeName(namespace, tgt.Name)
-	if err := src.WaitTarget(ctx, client.ObjectKeyFromObject(target), time.Minute, func(st *v1alpha1.TargetStatus) bool {
-		return meta.IsStatusConditionTrue(st.Conditions, v1alpha1.TargetReady) && st.VirtualNode == node
-	}); err != nil {
 		t.Fatal(err)
 	}
 	return node

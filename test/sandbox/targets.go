@@ -168,3 +168,52 @@ func (c *Cluster) SetLocalFirst(ctx context.Context, name, namespace string) err
 	}
 	return nil
 }
+
+// JoinThroughSource lets namespace of c reach t as that namespace's owners
+// would, with no cluster-wide object in either cluster: a Source of the
+// namespace in t invites c with a managed ServiceAccount, and a Target of
+// the namespace in c, named t.Name, names a copy of the invitation's
+// kubeconfig Secret (both its keys, the kubeconfig and the summary's
+// name). Both agents must run, and the namespace must be in t. It returns
+// the Target's virtual node once the Target is Ready with it.
+func (c *Cluster) JoinThroughSource(ctx context.Context, t *Cluster, namespace string, timeout time.Duration) (string, error) {
+	tcl := t.CRClient()
+	inv := &v1alpha1.Source{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: c.Name}}
+	inv.Spec.ClusterName = c.Name
+	inv.Spec.Identity.ManagedServiceAccount = &v1alpha1.ManagedServiceAccount{}
+	if err := tcl.Create(ctx, inv); err != nil {
+		return "", fmt.Errorf("creating Source %s/%s in %s: %w", namespace, c.Name, t.Name, err)
+	}
+	var status v1alpha1.SourceStatus
+	err := poll(ctx, timeout, func() (bool, error) {
+		got := &v1alpha1.Source{}
+		if err := tcl.Get(ctx, client.ObjectKeyFromObject(inv), got); err != nil {
+			return false, nil
+		}
+		status = got.Status
+		return meta.IsStatusConditionTrue(status.Conditions, v1alpha1.SourceReady) && status.KubeconfigSecret != "", nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("the Source of %s in %s never Ready with a kubeconfig Secret (status %+v): %w", c.Name, t.Name, status, err)
+	}
+	secret, err := t.Client().CoreV1().Secrets(namespace).Get(ctx, status.KubeconfigSecret, metav1.GetOptions{})
+	if err != nil {
+		return "", err
+	}
+	copied := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "flotilla-target-" + t.Name}, Data: secret.Data}
+	if _, err := c.Client().CoreV1().Secrets(namespace).Create(ctx, copied, metav1.CreateOptions{}); err != nil {
+		return "", err
+	}
+	target := &v1alpha1.Target{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: t.Name}}
+	target.Spec.KubeconfigSecretRef = &v1alpha1.LocalSecretKeyRef{Name: copied.Name}
+	if err := c.CRClient().Create(ctx, target); err != nil {
+		return "", fmt.Errorf("creating Target %s/%s in %s: %w", namespace, t.Name, c.Name, err)
+	}
+	node := protocol.VirtualNodeName(namespace, t.Name)
+	if err := c.WaitTarget(ctx, client.ObjectKeyFromObject(target), timeout, func(st *v1alpha1.TargetStatus) bool {
+		return meta.IsStatusConditionTrue(st.Conditions, v1alpha1.TargetReady) && st.VirtualNode == node
+	}); err != nil {
+		return "", err
+	}
+	return node, nil
+}

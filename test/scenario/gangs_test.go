@@ -71,7 +71,9 @@ func (f gangFleet) String() string {
 // TestGangsAgainstKubeScheduler is the differential test of gangs, in both
 // modes (anyClusters here, then oneCluster: runGangMode): a
 // seed's gangs of one-CPU pods, more than the fleet holds, are placed by
-// Flotilla over three targets (each inviting the source, which reaches it
+// Flotilla over three targets, each joined by another kind of object (the
+// source itself through a self ClusterTarget; an invited ClusterTarget; a
+// namespaced Target of the namespace owners' Source: the last two reached
 // with the invited identity only) in anyClusters mode, and by
 // kube-scheduler's own gang scheduling (GenericWorkload on, each gang a
 // PodGroup whose gang policy asks for all its members) in an oracle cluster holding every target's
@@ -100,13 +102,14 @@ func runGangSeed(t *testing.T, seed uint64) {
 	f := drawGangFleet(seed)
 	t.Logf("seed %d: %s (reproduce: make scenarios SEEDS= GANG_SEEDS=%d)", seed, f, seed)
 	ctx := t.Context()
-	clusters := []sandbox.ClusterSpec{{Name: SourceCluster, WithoutScheduler: true}}
+	var clusters []sandbox.ClusterSpec
 	oracle := sandbox.ClusterSpec{Name: OracleCluster, WithoutRelease: true, APIServerArgs: sandbox.WorkloadAPI,
 		SchedulerConfig: sandbox.PlainSchedulerConfig, SchedulerArgs: sandbox.GangScheduling}
 	for i, nodes := range f.Nodes {
-		spec := sandbox.ClusterSpec{Name: fmt.Sprintf("t%d", i+1)}
+		// The first target is the source itself.
+		spec := sandbox.ClusterSpec{Name: gangTargetName(i)}
 		for j, cpu := range nodes {
-			n := sandbox.NodeSpec{Name: fmt.Sprintf("t%d-n%d", i+1, j), CPU: fmt.Sprint(cpu)}
+			n := sandbox.NodeSpec{Name: fmt.Sprintf("%s-n%d", spec.Name, j), CPU: fmt.Sprint(cpu)}
 			spec.Nodes = append(spec.Nodes, n)
 			// In the oracle, each node says which target's it is: a
 			// oneCluster gang's members keep to one target's nodes there.
@@ -138,14 +141,25 @@ func runGangSeed(t *testing.T, seed uint64) {
 			t.Fatal(err)
 		}
 	}
-	for i := range f.Nodes {
-		tgt := sb.Cluster(fmt.Sprintf("t%d", i+1))
-		if err := src.Invite(ctx, tgt, Namespace); err != nil {
-			t.Fatal(err)
-		}
-		if err := src.WaitTargetReady(ctx, tgt.Name, time.Minute); err != nil {
-			t.Fatal(err)
-		}
+	// Each target by another kind of object: the source itself (a self
+	// ClusterTarget, its room read from its own nodes), the admin's
+	// invitation (ClusterSource, ClusterTarget), and the namespace owners'
+	// (Source, Target of the namespace).
+	if err := src.AddTarget(ctx, src); err != nil {
+		t.Fatal(err)
+	}
+	if err := src.WaitTargetReady(ctx, src.Name, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	t2, t3 := sb.Cluster(gangTargetName(1)), sb.Cluster(gangTargetName(2))
+	if err := src.Invite(ctx, t2, Namespace); err != nil {
+		t.Fatal(err)
+	}
+	if err := src.WaitTargetReady(ctx, t2.Name, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := src.JoinThroughSource(ctx, t3, Namespace, time.Minute); err != nil {
+		t.Fatal(err)
 	}
 	// anyClusters first, then the same gangs again, oneCluster, once the
 	// first have gone from both sides.
@@ -155,6 +169,15 @@ func runGangSeed(t *testing.T, seed uint64) {
 			return
 		}
 	}
+}
+
+// gangTargetName is the name of the differential test's target i: the
+// source itself first, then t2, t3.
+func gangTargetName(i int) string {
+	if i == 0 {
+		return SourceCluster
+	}
+	return fmt.Sprintf("t%d", i+1)
 }
 
 // oracleTargetLabel names, on an oracle node, the target whose node it
@@ -359,7 +382,8 @@ func startedGangs(ctx context.Context, c kubernetes.Interface, size map[string]i
 	}
 	bound := map[string]int{}
 	for _, p := range l.Items {
-		if p.Spec.NodeName != "" && p.DeletionTimestamp == nil {
+		// A self target's candidates share the source pods' namespace.
+		if p.Spec.NodeName != "" && p.DeletionTimestamp == nil && p.Labels[protocol.CandidateLabel] == "" {
 			bound[p.Labels["app"]]++
 		}
 	}
