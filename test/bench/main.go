@@ -327,6 +327,10 @@ func valueAfter(ctx context.Context, url, prefix string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	// Read once a second during a profiled run: asked for gzip (Go's
+	// client asks by default), the agent compressed its whole metrics page
+	// each time, 1.8 % of its CPU in the 5,000-pod run.
+	req.Header.Set("Accept-Encoding", "identity")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return "", err
