@@ -85,8 +85,9 @@ func placesPods(p *v1alpha1.PlacementPolicy) string {
 // namespace: a ClusterTarget, or a Target in the namespace, that is not
 // being deleted. Namespace "" looks at the Targets of every namespace.
 func (k *Keeper) localFirst(ctx context.Context, namespace string) (bool, error) {
+	// Read only, at every admission: the cache's objects need no copy.
 	cts := &v1alpha1.ClusterTargetList{}
-	if err := k.Reader.List(ctx, cts); err != nil {
+	if err := k.Reader.List(ctx, cts, client.UnsafeDisableDeepCopy); err != nil {
 		return false, fmt.Errorf("listing ClusterTargets: %w", err)
 	}
 	for i := range cts.Items {
@@ -95,7 +96,7 @@ func (k *Keeper) localFirst(ctx context.Context, namespace string) (bool, error)
 		}
 	}
 	ts := &v1alpha1.TargetList{}
-	if err := k.Reader.List(ctx, ts, client.InNamespace(namespace)); err != nil {
+	if err := k.Reader.List(ctx, ts, client.InNamespace(namespace), client.UnsafeDisableDeepCopy); err != nil {
 		return false, fmt.Errorf("listing the Targets of namespace %q: %w", namespace, err)
 	}
 	for i := range ts.Items {
