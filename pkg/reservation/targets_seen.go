@@ -2,6 +2,7 @@ package reservation
 
 import (
 	"maps"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -92,7 +93,48 @@ func ClusterOf(t *target.Target) placement.Cluster {
 	return summaryFrom(t, readSummary(t)).cluster
 }
 
+// summaryFrom is t as placement sees it from its summary s. Every round
+// asks it of every target, and a target's summary changes once per
+// publishing interval at most: what was made from a summary is remembered
+// by the summary (each target holds a copy of its own; callers only read
+// what is made), up to maxSeenSummaries of them. A target that publishes
+// none is made afresh (its labels only: cheap).
 func summaryFrom(t *target.Target, s *v1alpha1.ClusterSummaryStatus) seenSummary {
+	if s == nil {
+		return makeSeenSummary(t, s)
+	}
+	key := seenSummaryKey{t.Name, s}
+	seenSummaries.Lock()
+	defer seenSummaries.Unlock()
+	if seen, ok := seenSummaries.m[key]; ok {
+		return seen
+	}
+	seen := makeSeenSummary(t, s)
+	if len(seenSummaries.m) >= maxSeenSummaries {
+		clear(seenSummaries.m)
+	}
+	seenSummaries.m[key] = seen
+	return seen
+}
+
+// maxSeenSummaries bounds summaryFrom's memory: targets publish a new
+// summary every few seconds.
+const maxSeenSummaries = 256
+
+// seenSummaryKey is a target's name and its summary: a target's summary
+// is its own copy, kept alive by the key, so no other target's or later
+// summary has its address.
+type seenSummaryKey struct {
+	target  string
+	summary *v1alpha1.ClusterSummaryStatus
+}
+
+var seenSummaries = struct {
+	sync.Mutex
+	m map[seenSummaryKey]seenSummary
+}{m: map[seenSummaryKey]seenSummary{}}
+
+func makeSeenSummary(t *target.Target, s *v1alpha1.ClusterSummaryStatus) seenSummary {
 	labels := map[string]string{}
 	if s != nil {
 		maps.Copy(labels, target.NodeLabels(s))
