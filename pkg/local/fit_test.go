@@ -342,16 +342,7 @@ func BenchmarkClaim(b *testing.B) {
 func TestNewViewCountsWhatItLists(t *testing.T) {
 	kube := fake.NewClientset(node("n1", "4"), pod("ns", "bound", "1", "n1"), pod("ns", "pending", "500m", ""))
 	v := NewView(kube)
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = v.Start(ctx)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
+	ctx := run(t, v)
 	v.Want()
 	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 		return v.Synced(), nil
@@ -371,16 +362,7 @@ func TestNewViewCountsWhatItLists(t *testing.T) {
 func TestWeighStartsTheView(t *testing.T) {
 	kube := fake.NewClientset(node("n1", "4"), pod("ns", "bound", "1", "n1"))
 	v := NewView(kube)
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = v.Start(ctx)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
+	ctx := run(t, v)
 	if v.Wanted() {
 		t.Fatal("a new view is wanted before anything asked")
 	}
@@ -395,4 +377,19 @@ func TestWeighStartsTheView(t *testing.T) {
 	if got := free[corev1.ResourceCPU]; got.MilliValue() != 3000 {
 		t.Errorf("cpu free = %s, want 3 (4 on n1, less 1 bound)", got.String())
 	}
+}
+
+// run starts r until the test ends, and returns the context it runs in.
+func run(t *testing.T, r interface{ Start(context.Context) error }) context.Context {
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = r.Start(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return ctx
 }

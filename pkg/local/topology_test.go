@@ -29,16 +29,7 @@ func TestTopologyValues(t *testing.T) {
 		node("virtual", "4", zone("d"), func(n *corev1.Node) { n.Labels["type"] = "virtual-kubelet" }),
 	)
 	topo := NewTopology(kube)
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = topo.Start(ctx)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
+	ctx := run(t, topo)
 	keys := []string{"region", "zone"}
 	if _, _, ok := topo.Of(keys); ok {
 		t.Fatal("ok before the nodes were listed")
