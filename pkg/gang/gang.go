@@ -278,11 +278,24 @@ type Verdict struct {
 // bind. Under AnyClusters every member with a reservation anywhere
 // counts, and each goes where the most of the gang already is.
 func Decide(spec Spec, members []Member) Verdict {
+	return DecideKeeping(spec, members, "")
+}
+
+// DecideKeeping is Decide for a gang that a round already chose target
+// keep for (under OneCluster; "" for none): the gang goes there while it
+// holds places for MinMember of its members, not to a target its members
+// hold as many places in, or more. A member's election is written without
+// the gang's lock, so the next member's round, under that lock, may not
+// see it yet; deciding again on a newer picture (another target's
+// reservation reported meanwhile, a tie broken by order) it would elect
+// the gang's members in two targets, neither complete, until their
+// reservations timed out.
+func DecideKeeping(spec Spec, members []Member, keep string) Verdict {
 	v := Verdict{Assign: map[string]string{}}
 	if spec.Mode == AnyClusters {
 		decideAny(spec, members, &v)
 	} else {
-		decideOne(spec, members, &v)
+		decideOne(spec, members, keep, &v)
 	}
 	resume(spec, members, &v)
 	v.Allow = v.Placed >= spec.MinMember || v.Resumes
@@ -334,7 +347,7 @@ func resume(spec Spec, members []Member, v *Verdict) {
 	}
 }
 
-func decideOne(spec Spec, members []Member, v *Verdict) {
+func decideOne(spec Spec, members []Member, keep string, v *Verdict) {
 	var order []string
 	count := map[string]int{}
 	add := func(t string) {
@@ -357,6 +370,9 @@ func decideOne(spec Spec, members []Member, v *Verdict) {
 		}
 	}
 	best := bound
+	if best == "" && keep != "" && count[keep] >= spec.MinMember {
+		best = keep
+	}
 	if best == "" {
 		for _, t := range order {
 			if best == "" || count[t] > count[best] {

@@ -391,3 +391,29 @@ func TestMinMemberOf(t *testing.T) {
 		}
 	}
 }
+
+// TestDecideKeeping: under OneCluster a target a round already chose for
+// the gang is kept while it holds places for MinMember, even where another
+// target holds as many (a tie Decide breaks by order) or more; once it
+// holds fewer, the gang goes where the most places are.
+func TestDecideKeeping(t *testing.T) {
+	spec := Spec{Name: "g", MinMember: 2, Mode: OneCluster}
+	both := []Member{{Name: "a", Reserved: []string{"t1", "t2"}}, {Name: "b", Reserved: []string{"t1", "t2"}}}
+	if v := Decide(spec, both); v.Target != "t1" {
+		t.Fatalf("tie without a kept target: %q, want t1 (by order)", v.Target)
+	}
+	if v := DecideKeeping(spec, both, "t2"); v.Target != "t2" || !v.Complete || v.Assign["a"] != "t2" || v.Assign["b"] != "t2" {
+		t.Errorf("tie keeping t2: %+v, want the gang complete in t2", v)
+	}
+	more := append(both, Member{Name: "c", Reserved: []string{"t1"}})
+	if v := DecideKeeping(spec, more, "t2"); v.Target != "t2" {
+		t.Errorf("t2 kept, complete, t1 holding more: %q, want t2", v.Target)
+	}
+	short := []Member{{Name: "a", Reserved: []string{"t1", "t2"}}, {Name: "b", Reserved: []string{"t1"}}}
+	if v := DecideKeeping(spec, short, "t2"); v.Target != "t1" || !v.Complete {
+		t.Errorf("t2 kept but holding one place of two: %+v, want t1", v)
+	}
+	if v := DecideKeeping(Spec{Name: "g", MinMember: 2, Mode: AnyClusters}, both, "t2"); !v.Complete {
+		t.Errorf("anyClusters with a kept target: %+v, want complete", v)
+	}
+}

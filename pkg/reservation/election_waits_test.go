@@ -1,14 +1,19 @@
 package reservation_test
 
 import (
+	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	"github.com/flotilla-dev/flotilla/api/v1alpha1"
 	"github.com/flotilla-dev/flotilla/pkg/candidate"
@@ -361,5 +366,87 @@ func TestGangWaitReportedAfterAWhile(t *testing.T) {
 	h.reconcile(pod)
 	if !waiting() {
 		t.Error("a member whose gang had no new member for 6 s does not say it waits")
+	}
+}
+
+// TestGangWokenWhenFoundElectedWhole: a member's round that finds its gang
+// elected whole and allows it without an election of its own (its
+// election was written beside another's that it missed) sends the gang's
+// other members to the queue at once, rather than leaving them to look
+// again after gangElectedRecheck.
+func TestGangWokenWhenFoundElectedWhole(t *testing.T) {
+	h := newHarness(t, twoTargets())
+	member := func(p *corev1.Pod) {
+		p.Labels[protocol.PodGroupLabel] = "pair"
+		p.Annotations[protocol.GangMinMemberAnnotation] = "2"
+	}
+	a, b := h.newSourcePod("a", member), h.newSourcePod("b", member)
+	for _, pod := range []*corev1.Pod{a, b} {
+		h.reconcile(pod)
+		h.reserve(pod, "t1", onNode{name: "n1", score: 50})
+	}
+	h.reconcile(a)
+	if got := h.allowance(a, "t1"); h.election(a).Target != "t1" || got != "" {
+		t.Fatalf("a: election %s, allowance %q; want elected in t1, not allowed", h.election(a).Encode(), got)
+	}
+	// b's election, written by a round that had not seen a's.
+	live := h.sourcePod(b)
+	live.Annotations[protocol.ElectionAnnotation] = protocol.Election{Generation: 1, Target: "t1", Nonce: h.state(b, "t1").Nonce}.Encode()
+	if _, err := h.source.CoreV1().Pods(namespace).UpdateStatus(h.ctx, live, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	changes := make(chan event.TypedGenericEvent[*corev1.Pod], 8)
+	h.c.SendChanges(changes)
+	h.reconcile(a)
+	if got := h.allowance(a, "t1"); got == "" {
+		t.Fatal("a was not allowed with its gang elected whole")
+	}
+	select {
+	case e := <-changes:
+		if e.Object.GetName() != "b" {
+			t.Fatalf("woke %s, want b", e.Object.GetName())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a's round found its gang elected whole and allowed it, but did not wake b")
+	}
+}
+
+// TestGangKeepsTheTargetAnEarlierRoundChose: a oneCluster member's round
+// chooses t2 for its gang (t2 holds both members' places, t1 one) and
+// elects there, but its election is not written yet (here: refused); the
+// other member's t1 reservation is reported meanwhile, so t1 and t2 each
+// hold the whole gang, a tie Decide breaks by order, for t1. The other
+// member's round, not seeing the first's election, must still elect in
+// t2: elected in two targets, neither complete, the gang would wait until
+// their reservations timed out.
+func TestGangKeepsTheTargetAnEarlierRoundChose(t *testing.T) {
+	h := newHarness(t, twoTargets())
+	member := func(p *corev1.Pod) {
+		p.Labels[protocol.PodGroupLabel] = "pair"
+		p.Annotations[protocol.GangMinMemberAnnotation] = "2"
+	}
+	a, b := h.newSourcePod("a", member), h.newSourcePod("b", member)
+	h.reconcile(a)
+	h.reconcile(b)
+	h.reserve(a, "t1", onNode{name: "n1", score: 50})
+	h.reserve(a, "t2", onNode{name: "n1", score: 50})
+	h.reserve(b, "t2", onNode{name: "n1", score: 50})
+	var refuse atomic.Bool
+	refuse.Store(true)
+	h.source.PrependReactor("update", "pods", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		pod, ok := action.(k8stesting.UpdateAction).GetObject().(*corev1.Pod)
+		if refuse.Load() && ok && pod.Annotations[protocol.ElectionAnnotation] != "" {
+			return true, nil, errors.New("the election's write is still on its way")
+		}
+		return false, nil, nil
+	})
+	if _, err := h.tryReconcile(a); err == nil {
+		t.Fatal("a's election was written through a refusing API server")
+	}
+	refuse.Store(false)
+	h.reserve(b, "t1", onNode{name: "n1", score: 50})
+	h.reconcile(b)
+	if e := h.election(b); e.Target != "t2" {
+		t.Fatalf("b elected %q, want t2, where a's round chose to elect a", e.Target)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	"github.com/flotilla-dev/flotilla/api/v1alpha1"
 	"github.com/flotilla-dev/flotilla/pkg/candidate"
@@ -49,4 +50,10 @@ func (r *TargetReads) Take() (views, summaries map[string]int) {
 	clear(r.views)
 	clear(r.summaries)
 	return views, summaries
+}
+
+// SendChanges has c send the pods it wants looked at again to changes, as
+// its controller's queue receives them.
+func (c *Controller) SendChanges(changes chan<- event.TypedGenericEvent[*corev1.Pod]) {
+	c.changes = changes
 }

@@ -98,6 +98,9 @@ type gangRound struct {
 	// unlock releases the gang's lock (gangGate) before the round's
 	// others; nil when not taken.
 	unlock func()
+	// keep is the target an earlier round chose for the gang (oneCluster),
+	// whose election may not be written yet; "" for none.
+	keep string
 }
 
 // gangOf reads the pod's gang into r.gang at the start of its round: nil
@@ -295,7 +298,14 @@ func (c *Controller) gangGate(ctx context.Context, r *round) *GangGate {
 		members = append(members, g.chosen(c.observeMember(m, r.targets)))
 	}
 	slices.SortFunc(members, func(a, b gang.Member) int { return strings.Compare(a.Name, b.Name) })
-	v := gang.Decide(spec, members)
+	key := spec.Key(pod.Namespace)
+	g.keep = c.memory.keptTarget(key, c.now())
+	v := gang.DecideKeeping(spec, members, g.keep)
+	if v.Complete && v.Target != "" {
+		// The next member's round may decide before this round's
+		// election is written: it keeps to this target.
+		c.memory.noteGangTarget(key, v.Target, c.now())
+	}
 	g.verdict, g.why = v, v.Missing
 	if !v.Complete && g.choice != nil && !g.choice.Fits {
 		if spec.Mode == gang.AnyClusters {
@@ -311,7 +321,7 @@ func (c *Controller) gangGate(ctx context.Context, r *round) *GangGate {
 		// allowance follows it in the same round. Every other election
 		// counted is written (this process's own writes included), and
 		// its own is written before its allowance.
-		gate.Allow = gate.Target != "" && allowsOnceElected(spec, members, self.Name, gate.Target)
+		gate.Allow = gate.Target != "" && allowsOnceElected(spec, members, self.Name, gate.Target, g.keep)
 	}
 	if gate.Allow && !c.sameAgain(r, members) {
 		// The caches moved while the gang was counted: what it counted
@@ -374,12 +384,12 @@ func (g *gangRound) chosen(m gang.Member) gang.Member {
 
 // allowsOnceElected reports whether member name, elected in target, makes
 // the gang's verdict let it bind.
-func allowsOnceElected(spec gang.Spec, members []gang.Member, name, target string) bool {
+func allowsOnceElected(spec gang.Spec, members []gang.Member, name, target, keep string) bool {
 	after := slices.Clone(members)
 	for i, m := range after {
 		if m.Name == name {
 			after[i] = gang.Member{Name: name, Placed: target}
-			return gang.Decide(spec, after).MayBind(after[i])
+			return gang.DecideKeeping(spec, after, keep).MayBind(after[i])
 		}
 	}
 	return false
@@ -568,8 +578,23 @@ func (c *Controller) observeMember(pod *corev1.Pod, targets []*target.Target) ga
 // would cost a gang of n members n² rounds of n observations each; an
 // elected member waiting for its allowance looks again every gangRecheck
 // anyway.
+//
+// A round that allows its member without an election (its election was
+// written beside others', and this round found the gang elected whole)
+// wakes the others too, once per gang per gangRecheck (wakeForAllowance):
+// their own rounds, each written beside the others, may all have missed
+// the last election, and would otherwise look again only after
+// gangElectedRecheck. A gang of four whose last election was written
+// aside bound three members 100 ms after the first.
 func (c *Controller) wakeGang(r *round, d Decision) {
-	if r.gang == nil || !d.Elects() || (r.gang.verdict.Placed > 0 && d.Allow == nil) {
+	if r.gang == nil {
+		return
+	}
+	allowedAside := d.Elect == nil && d.Allow != nil
+	if allowedAside && !c.memory.wakeForAllowance(r.gang.spec.Key(r.pod.Namespace), c.now()) {
+		return
+	}
+	if !allowedAside && (!d.Elects() || (r.gang.verdict.Placed > 0 && d.Allow == nil)) {
 		return
 	}
 	pods := make([]types.NamespacedName, 0, len(r.gang.members))

@@ -159,13 +159,13 @@ func TestAllowsOnceElected(t *testing.T) {
 		{Name: "c", Reserved: []string{"t1", "t2"}},
 		{Name: "d", Reserved: []string{"t1"}},
 	}
-	if !allowsOnceElected(spec, members, "c", "t1") {
+	if !allowsOnceElected(spec, members, "c", "t1", "") {
 		t.Error("c, the third elected in t1, is not allowed with its election")
 	}
-	if allowsOnceElected(spec, members, "c", "t2") {
+	if allowsOnceElected(spec, members, "c", "t2", "") {
 		t.Error("c, elected outside the gang's target, is allowed")
 	}
-	if allowsOnceElected(gang.Spec{Name: "g", MinMember: 4, Mode: gang.OneCluster}, members, "c", "t1") {
+	if allowsOnceElected(gang.Spec{Name: "g", MinMember: 4, Mode: gang.OneCluster}, members, "c", "t1", "") {
 		t.Error("c is allowed though the gang of four would still be one short")
 	}
 }

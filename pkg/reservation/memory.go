@@ -26,7 +26,24 @@ type memory struct {
 	mu    sync.Mutex
 	pods  map[types.UID]*podMemo
 	gangs map[string]gangSize
+	// allowWakes are when a round last woke the gang of its key (its
+	// gang.Spec.Key) on finding it elected whole (wakeForAllowance).
+	allowWakes map[string]time.Time
+	// gangTargets are the targets rounds last chose for oneCluster gangs
+	// complete there, by key, and when (keptTarget).
+	gangTargets map[string]chosenTarget
 }
+
+// chosenTarget is a target a round chose for its gang, and when.
+type chosenTarget struct {
+	target string
+	at     time.Time
+}
+
+// gangKeepFor is how long the target a round chose for its oneCluster
+// gang steers the next rounds' choice (gang.DecideKeeping): longer than an
+// election takes to be written and seen, under load.
+const gangKeepFor = 5 * time.Second
 
 // podMemo is what this process remembers of one source pod; a nil field
 // is nothing remembered.
@@ -220,6 +237,55 @@ func (m *memory) sweep(now time.Time) {
 			delete(m.gangs, key)
 		}
 	}
+	for key, at := range m.allowWakes {
+		if older(at, gangRecheck) {
+			delete(m.allowWakes, key)
+		}
+	}
+	for key, c := range m.gangTargets {
+		if older(c.at, gangKeepFor) {
+			delete(m.gangTargets, key)
+		}
+	}
+}
+
+// noteGangTarget records the target a round chose for the gang of key.
+func (m *memory) noteGangTarget(key, target string, now time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.gangTargets == nil {
+		m.gangTargets = map[string]chosenTarget{}
+	}
+	m.gangTargets[key] = chosenTarget{target: target, at: now}
+}
+
+// keptTarget is the target a round chose for the gang of key less than
+// gangKeepFor ago, "" for none.
+func (m *memory) keptTarget(key string, now time.Time) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c, ok := m.gangTargets[key]
+	if !ok || now.Sub(c.at) >= gangKeepFor {
+		return ""
+	}
+	return c.target
+}
+
+// wakeForAllowance reports whether a round that found the gang of key
+// elected whole wakes the gang's other members now: once per gangRecheck,
+// so that the members it wakes, each finding the gang elected whole too,
+// do not each wake the others again.
+func (m *memory) wakeForAllowance(key string, now time.Time) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if at, ok := m.allowWakes[key]; ok && now.Sub(at) < gangRecheck {
+		return false
+	}
+	if m.allowWakes == nil {
+		m.allowWakes = map[string]time.Time{}
+	}
+	m.allowWakes[key] = now
+	return true
 }
 
 // reservedSince is when the pod's first reservation was seen: now, when

@@ -341,6 +341,9 @@ func (c *Controller) apply(ctx context.Context, r *round, d Decision) (reconcile
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	if d.Elect == nil && d.Allow != nil {
+		c.wakeGang(r, d)
+	}
 	switch {
 	case d.Elects():
 		// No Event: one write per pod less in the source; the Scheduled
