@@ -288,15 +288,7 @@ func TestGangSizedByItsJob(t *testing.T) {
 // what this process wrote even before its cache shows it.
 func TestGangAllowsWithTheLastElection(t *testing.T) {
 	h := newHarness(t, twoTargets())
-	member := func(p *corev1.Pod) {
-		p.Labels[protocol.PodGroupLabel] = "pair"
-		p.Annotations[protocol.GangMinMemberAnnotation] = "2"
-	}
-	a, b := h.newSourcePod("a", member), h.newSourcePod("b", member)
-	for _, pod := range []*corev1.Pod{a, b} {
-		h.reconcile(pod)
-		h.reserve(pod, "t1", onNode{name: "n1", score: 50})
-	}
+	a, b := pairReservedInT1(h)
 	h.reconcile(a)
 	if e := h.election(a); e.Target != "t1" {
 		t.Fatalf("a: election %s, want t1 (its gang holds both places)", e.Encode())
@@ -376,15 +368,7 @@ func TestGangWaitReportedAfterAWhile(t *testing.T) {
 // again after gangElectedRecheck.
 func TestGangWokenWhenFoundElectedWhole(t *testing.T) {
 	h := newHarness(t, twoTargets())
-	member := func(p *corev1.Pod) {
-		p.Labels[protocol.PodGroupLabel] = "pair"
-		p.Annotations[protocol.GangMinMemberAnnotation] = "2"
-	}
-	a, b := h.newSourcePod("a", member), h.newSourcePod("b", member)
-	for _, pod := range []*corev1.Pod{a, b} {
-		h.reconcile(pod)
-		h.reserve(pod, "t1", onNode{name: "n1", score: 50})
-	}
+	a, b := pairReservedInT1(h)
 	h.reconcile(a)
 	if got := h.allowance(a, "t1"); h.election(a).Target != "t1" || got != "" {
 		t.Fatalf("a: election %s, allowance %q; want elected in t1, not allowed", h.election(a).Encode(), got)
@@ -421,11 +405,7 @@ func TestGangWokenWhenFoundElectedWhole(t *testing.T) {
 // their reservations timed out.
 func TestGangKeepsTheTargetAnEarlierRoundChose(t *testing.T) {
 	h := newHarness(t, twoTargets())
-	member := func(p *corev1.Pod) {
-		p.Labels[protocol.PodGroupLabel] = "pair"
-		p.Annotations[protocol.GangMinMemberAnnotation] = "2"
-	}
-	a, b := h.newSourcePod("a", member), h.newSourcePod("b", member)
+	a, b := pair(h)
 	h.reconcile(a)
 	h.reconcile(b)
 	h.reserve(a, "t1", onNode{name: "n1", score: 50})
@@ -449,4 +429,25 @@ func TestGangKeepsTheTargetAnEarlierRoundChose(t *testing.T) {
 	if e := h.election(b); e.Target != "t2" {
 		t.Fatalf("b elected %q, want t2, where a's round chose to elect a", e.Target)
 	}
+}
+
+// pair makes a gang of two source pods, a and b (pod group pair).
+func pair(h *harness) (a, b *corev1.Pod) {
+	h.t.Helper()
+	member := func(p *corev1.Pod) {
+		p.Labels[protocol.PodGroupLabel] = "pair"
+		p.Annotations[protocol.GangMinMemberAnnotation] = "2"
+	}
+	return h.newSourcePod("a", member), h.newSourcePod("b", member)
+}
+
+// pairReservedInT1 is pair with each member's candidate reserved in t1.
+func pairReservedInT1(h *harness) (a, b *corev1.Pod) {
+	h.t.Helper()
+	a, b = pair(h)
+	for _, pod := range []*corev1.Pod{a, b} {
+		h.reconcile(pod)
+		h.reserve(pod, "t1", onNode{name: "n1", score: 50})
+	}
+	return a, b
 }
