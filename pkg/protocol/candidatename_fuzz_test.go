@@ -64,9 +64,7 @@ func TestCandidateNamesRemembered(t *testing.T) {
 			}
 		}
 	}
-	candidateNames.RLock()
-	defer candidateNames.RUnlock()
-	if n := len(candidateNames.m); n > maxCandidateNames {
+	if n := candidateNames.len(); n > maxCandidateNames {
 		t.Fatalf("%d names remembered, want at most %d", n, maxCandidateNames)
 	}
 }

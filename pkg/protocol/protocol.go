@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 )
 
 // Prefix of every Flotilla label and annotation.
@@ -311,19 +310,11 @@ func TargetLabelValue(target string) string {
 // (all are forgotten when more come).
 func CandidateName(sourceCluster, target, namespace, name, uid string) string {
 	key := candidateNameKey{sourceCluster, target, namespace, name, uid}
-	candidateNames.RLock()
-	v, ok := candidateNames.m[key]
-	candidateNames.RUnlock()
-	if ok {
+	if v, ok := candidateNames.get(key); ok {
 		return v
 	}
-	v = candidateName(sourceCluster, target, namespace, name, uid)
-	candidateNames.Lock()
-	if len(candidateNames.m) >= maxCandidateNames {
-		clear(candidateNames.m)
-	}
-	candidateNames.m[key] = v
-	candidateNames.Unlock()
+	v := candidateName(sourceCluster, target, namespace, name, uid)
+	candidateNames.put(key, v)
 	return v
 }
 
@@ -333,10 +324,7 @@ const maxCandidateNames = 4096
 
 type candidateNameKey struct{ sourceCluster, target, namespace, name, uid string }
 
-var candidateNames = struct {
-	sync.RWMutex
-	m map[candidateNameKey]string
-}{m: map[candidateNameKey]string{}}
+var candidateNames = newMemo[candidateNameKey, string](maxCandidateNames)
 
 // candidateName makes CandidateName's name.
 func candidateName(sourceCluster, target, namespace, name, uid string) string {

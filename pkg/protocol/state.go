@@ -1,10 +1,6 @@
 package protocol
 
-import (
-	"encoding/json"
-	"sync"
-	"sync/atomic"
-)
+import "encoding/json"
 
 // ParseState decodes a candidate's StateAnnotation. The returned State's
 // Topology may be shared with other callers: do not change it.
@@ -16,18 +12,14 @@ import (
 // them (all are forgotten when more come); one that does not decode is not
 // remembered.
 func ParseState(raw string) (State, error) {
-	if v, ok := parsedStates.Load(raw); ok {
-		return v.(State), nil
+	if s, ok := parsedStates.get(raw); ok {
+		return s, nil
 	}
 	var s State
 	if err := json.Unmarshal([]byte(raw), &s); err != nil {
 		return State{}, err
 	}
-	if parsedCount.Add(1) > maxParsedStates {
-		parsedStates.Clear()
-		parsedCount.Store(1)
-	}
-	parsedStates.Store(raw, s)
+	parsedStates.put(raw, s)
 	return s, nil
 }
 
@@ -35,7 +27,5 @@ func ParseState(raw string) (State, error) {
 // bytes, so about a megabyte; a gang of 64 over three targets reads 192.
 const maxParsedStates = 2048
 
-var (
-	parsedStates sync.Map // report text -> State
-	parsedCount  atomic.Int64
-)
+// parsedStates are the reports decoded, by their text.
+var parsedStates = newMemo[string, State](maxParsedStates)

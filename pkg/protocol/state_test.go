@@ -18,7 +18,7 @@ func TestParseState(t *testing.T) {
 			t.Fatalf("read %d: %+v, %v; want %+v", i, got, err, want)
 		}
 	}
-	if _, ok := parsedStates.Load(raw); !ok {
+	if _, ok := parsedStates.get(raw); !ok {
 		t.Fatal("a decoded report is not remembered")
 	}
 	for range 2 {
@@ -26,7 +26,7 @@ func TestParseState(t *testing.T) {
 			t.Fatal("a report cut short decodes")
 		}
 	}
-	if _, ok := parsedStates.Load(`{"phase":`); ok {
+	if _, ok := parsedStates.get(`{"phase":`); ok {
 		t.Fatal("a report that does not decode is remembered")
 	}
 	for i := range 3 * maxParsedStates {
@@ -34,9 +34,7 @@ func TestParseState(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	n := 0
-	parsedStates.Range(func(any, any) bool { n++; return true })
-	if n > maxParsedStates {
+	if n := parsedStates.len(); n > maxParsedStates {
 		t.Fatalf("%d reports remembered, more than %d", n, maxParsedStates)
 	}
 }
