@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
 	"github.com/flotilla-dev/flotilla/pkg/summary"
 )
 
@@ -246,6 +247,29 @@ func TestViewFree(t *testing.T) {
 	clk.Step(DefaultClaimTTL)
 	if free, _ := v.Free(); free.Cpu().MilliValue() != 4500 {
 		t.Errorf("cpu free after the claim lapsed = %s, want 4.5", free.Cpu().String())
+	}
+	// A candidate not bound takes no room as placement weighs this
+	// cluster (a ClusterSummary counts bound pods only: a gang whose
+	// candidates wait here would find the room they wait for taken), but
+	// a pod kept here finds the room it holds in Permit taken; bound, it
+	// takes its node's room.
+	cand := pod("ns", "candidate", "4", "", func(p *corev1.Pod) { p.Labels = map[string]string{protocol.CandidateLabel: "true"} })
+	v.podChanged(nil, usage(cand))
+	if free, _ := v.Free(); free.Cpu().MilliValue() != 4500 {
+		t.Errorf("cpu free with a candidate of 4 waiting = %s, want 4.5", free.Cpu().String())
+	}
+	if v.Claim(pod("ns", "kept", "1", ""), false).Fits {
+		t.Error("a pod kept here fits the room a waiting candidate holds")
+	}
+	bound := cand.DeepCopy()
+	bound.Spec.NodeName = "n1"
+	v.podChanged(usage(cand), usage(bound))
+	if free, _ := v.Free(); free.Cpu().MilliValue() != 1500 {
+		t.Errorf("cpu free with the candidate bound on n1 = %s, want 1.5", free.Cpu().String())
+	}
+	v.podChanged(usage(bound), nil)
+	if free, _ := v.Free(); free.Cpu().MilliValue() != 4500 {
+		t.Errorf("cpu free once the candidate is gone = %s, want 4.5", free.Cpu().String())
 	}
 }
 

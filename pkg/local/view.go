@@ -74,8 +74,11 @@ type View struct {
 	// used is what the bound pods take of each node, by node name.
 	used map[string]summary.Amounts
 	// pending is what the pods not bound yet ask, but those their
-	// scheduler found no node for.
+	// scheduler found no node for and the candidates (pendingCandidates).
 	pending summary.Amounts
+	// pendingCandidates is what the candidates not bound yet ask (of this
+	// cluster's sources, or of others that it invites).
+	pendingCandidates summary.Amounts
 	// claims are pods admitted here that the view has not seen yet, oldest
 	// first.
 	claims []claim
@@ -100,6 +103,8 @@ type room struct {
 type podState struct {
 	*summary.PodUsage
 	kept *keptPod
+	// candidate is set for a candidate pod (protocol.CandidateLabel).
+	candidate bool
 }
 
 // keptPod is a pod kept here, its controller and, while its scheduler
@@ -124,7 +129,7 @@ func trimPod(obj any) (any, error) {
 		return obj, nil
 	}
 	u, _ := summary.TrimPod(pod)
-	s := &podState{PodUsage: u.(*summary.PodUsage)}
+	s := &podState{PodUsage: u.(*summary.PodUsage), candidate: pod.Labels[protocol.CandidateLabel] == "true"}
 	if pod.Labels[protocol.LocalLabel] == "true" {
 		s.kept = &keptPod{namespace: s.Namespace(), name: pod.Name, uid: pod.UID, resourceVersion: pod.ResourceVersion}
 		if owner := metav1.GetControllerOfNoCopy(pod); owner != nil {
@@ -299,11 +304,15 @@ func (v *View) count(s *podState, add bool) {
 		return
 	}
 	node := u.Node()
+	pending := &v.pending
+	if s.candidate {
+		pending = &v.pendingCandidates
+	}
 	switch {
 	case node == "" && add:
-		v.pending = v.pending.Plus(u.Requested())
+		*pending = pending.Plus(u.Requested())
 	case node == "":
-		v.pending = v.pending.Less(u.Requested())
+		*pending = pending.Less(u.Requested())
 	default:
 		v.use(node, u.Requested(), add)
 	}
@@ -352,16 +361,20 @@ func (v *View) countStuck(k *keptPod, add bool) {
 
 // Free is what this cluster's nodes have free for one more pod in all: on
 // every node that takes pods (Ready, not cordoned, not virtual), what its
-// bound pods leave, less what the pods not bound yet ask and the claims;
-// ok is false until the view has listed the cluster. It weighs a self
-// target against the others as a ClusterSummary weighs a target.
+// bound pods leave, less what the pods not bound yet ask and the claims,
+// but the candidates not bound; ok is false until the view has listed the
+// cluster. It weighs a self target against the others as a ClusterSummary
+// weighs a target, which counts bound pods only: the candidates that wait
+// here (a gang's, waiting for the rest of it, or denied while another
+// goes first) would otherwise make the room they wait for look taken,
+// and a gang their own candidates fill look as if it did not fit.
 func (v *View) Free() (free corev1.ResourceList, ok bool) {
 	if !v.Synced() {
 		return nil, false
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	return v.free.Less(v.claimedLocked(v.clock.Now())).List(), true
+	return v.free.Less(v.claimedLocked(v.clock.Now()).Less(v.pendingCandidates)).List(), true
 }
 
 // Weigh is Free for placement weighing a self target: it asks for the
@@ -387,11 +400,12 @@ func (v *View) roomsLocked() iter.Seq[Node] {
 	}
 }
 
-// claimedLocked is what the pods not bound yet ask and the claims standing
-// at now hold; it forgets the claims that lapsed. v.mu is held.
+// claimedLocked is what the pods not bound yet ask (the candidates too:
+// one waiting in Permit holds its node) and the claims standing at now
+// hold; it forgets the claims that lapsed. v.mu is held.
 func (v *View) claimedLocked(now time.Time) summary.Amounts {
 	kept := v.claims[:0]
-	claimed := v.pending
+	claimed := v.pending.Plus(v.pendingCandidates)
 	for _, c := range v.claims {
 		if now.Before(c.until) {
 			kept = append(kept, c)
