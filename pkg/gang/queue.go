@@ -23,14 +23,18 @@ func (o Order) before(p Order, key, other string) bool {
 }
 
 // Queue orders the gangs of one source that wait for their places: one at
-// a time holds reservations, the first in Order that is not backing off;
-// the others' candidates hold no node meanwhile, so two gangs never each
-// hold half of what both need. A gang stands first until HeadFor has
-// passed since its turn began or since it last held more places than
-// before in this turn, and for MaxHeadFor at most; a gang that the
-// targets publish too little room for (its last look said so) stands
-// first for NoFitHeadFor after its last progress only, so that gangs that
-// cannot be placed now do not keep one that can waiting a minute each. One that makes no
+// a time holds reservations, the first that is not backing off, those the
+// targets publish room for (as their last look found) before those they
+// do not, each in Order; the others' candidates hold no node meanwhile, so
+// two gangs never each hold half of what both need. A gang that fits thus
+// never waits behind one that does not, as kube-scheduler places whatever
+// gang fits; one that does not fit goes first when none that fits waits.
+//
+// A gang stands first until HeadFor has passed since its turn began or
+// since it last held more places than before in this turn, and for
+// MaxHeadFor at most; one that does not fit stands first for NoFitHeadFor
+// after its last progress only (the summaries may not show room freed a
+// moment ago; its members find it by reserving). One that makes no
 // progress yields: it holds nothing for its backoff (Backoff, doubled at
 // each yield up to MaxBackoff, plus up to a fifth at random) and the next
 // gang goes first. The zero Queue is not usable: set the durations.
@@ -176,7 +180,7 @@ func (q *Queue) head(now time.Time) string {
 			if g.yieldUntil.After(now) {
 				continue
 			}
-			if head == "" || g.order.before(q.gangs[head].order, k, head) {
+			if head == "" || g.before(q.gangs[head], k, head) {
 				head = k
 			}
 		}
@@ -185,6 +189,24 @@ func (q *Queue) head(now time.Time) string {
 		}
 		delete(q.gangs, head)
 	}
+}
+
+// before reports whether gang w (of key) goes before gang o (of other):
+// one that fits before one that does not, then by Order.
+func (w *waiting) before(o *waiting, key, other string) bool {
+	if w.noFit != o.noFit {
+		return o.noFit
+	}
+	return w.order.before(o.order, key, other)
+}
+
+// BacksOff reports whether gang key gave up its turn and waits out its
+// backoff at now: it holds no node until then.
+func (q *Queue) BacksOff(key string, now time.Time) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	w, ok := q.gangs[key]
+	return ok && w.yieldUntil.After(now)
 }
 
 func (q *Queue) jitter() float64 {
@@ -219,7 +241,8 @@ func (q *Queue) Complete(key string, now time.Time) {
 	if !ok {
 		return
 	}
-	w.seen, w.progressAt = now, now
+	// Complete, it holds its places: it fits.
+	w.seen, w.progressAt, w.noFit = now, now, false
 	if !w.headSince.IsZero() {
 		w.headSince = now
 	}

@@ -175,10 +175,11 @@ func TestQueueAttempts(t *testing.T) {
 	}
 }
 
-// TestQueueLetsAGangThatFitsGoBeforeOnesThatDoNot: two older gangs that no
-// target publishes room for stand first for NoFitHeadFor each, not
-// HeadFor, and the younger one that fits goes first after them; the
-// reading of fit is the last look's, whatever the gang holds.
+// TestQueueLetsAGangThatFitsGoBeforeOnesThatDoNot: a younger gang that
+// fits goes before two older ones that no target publishes room for; with
+// none that fits, those stand first for NoFitHeadFor each, not HeadFor,
+// oldest first; the reading of fit is the last look's, whatever the gang
+// holds.
 func TestQueueLetsAGangThatFitsGoBeforeOnesThatDoNot(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	q := &Queue{HeadFor: time.Minute, NoFitHeadFor: 10 * time.Second, Backoff: 30 * time.Second, MaxBackoff: 5 * time.Minute}
@@ -193,11 +194,25 @@ func TestQueueLetsAGangThatFitsGoBeforeOnesThatDoNot(t *testing.T) {
 		_, head, _ := q.Turn("small", small, 0, true, now)
 		return head
 	}
-	at := time.Duration(0)
-	for ; at <= 30*time.Second && look(at) != "small"; at += time.Second {
+	// The gang that fits goes first at once, though younger: two that do
+	// not would have kept it waiting NoFitHeadFor each.
+	if head := look(0); head != "small" {
+		t.Fatalf("head %q, want the gang that fits", head)
 	}
-	if at > 21*time.Second {
-		t.Fatalf("the gang that fits went first only after %s (or never)", at)
+	if q.BacksOff("big", t0) || q.BacksOff("small", t0) {
+		t.Fatal("a gang that gave up no turn backs off")
+	}
+	// Once it is done, the older of those that do not fit goes first, and
+	// stands first NoFitHeadFor before the next.
+	q.Done("small")
+	if mine, head, _ := q.Turn("big", big, 0, false, t0.Add(time.Second)); !mine {
+		t.Fatalf("head %q once the gang that fits is done, want the oldest that does not", head)
+	}
+	if mine, head, _ := q.Turn("bigger", bigger, 0, false, t0.Add(12*time.Second)); !mine {
+		t.Fatalf("head %q NoFitHeadFor after the oldest went first, want the next", head)
+	}
+	if !q.BacksOff("big", t0.Add(12*time.Second)) {
+		t.Fatal("the gang that gave up its turn does not back off")
 	}
 	// A gang that fit when it held nothing and holds places now, when the
 	// targets come to publish too little room for it (the room of its own

@@ -451,3 +451,43 @@ func pairReservedInT1(h *harness) (a, b *corev1.Pod) {
 	}
 	return a, b
 }
+
+// TestGangGivingUpItsTurnLetsGoAtOnce: a gang that stood first a minute
+// without completing gives up its turn; its members are sent to the queue
+// at once (not left to their next look, up to ten seconds away), and each
+// denies its candidates at once, not after DenyAfter: the gang that goes
+// next may need their nodes. (A gang of three with one member made holds
+// one place for ever.)
+func TestGangGivingUpItsTurnLetsGoAtOnce(t *testing.T) {
+	h := newHarness(t, twoTargets())
+	clock := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	h.c.Clock, h.c.DenyAfter = clock, 10*time.Second
+	pod := h.newSourcePod("a", func(p *corev1.Pod) {
+		p.Labels[protocol.PodGroupLabel] = "trio"
+		p.Annotations[protocol.GangMinMemberAnnotation] = "3"
+		p.Annotations[protocol.GangModeAnnotation] = protocol.GangAnyClusters
+		p.CreationTimestamp = metav1.NewTime(clock.Now())
+	})
+	h.reconcile(pod)
+	h.reserve(pod, "t1", onNode{name: "n1", score: 50})
+	h.reconcile(pod)
+	if got := h.candidate(pod, "t1").Annotations[protocol.DeniedAnnotation]; got != "" {
+		t.Fatalf("the member's reservation was denied during its gang's turn: %q", got)
+	}
+	changes := make(chan event.TypedGenericEvent[*corev1.Pod], 8)
+	h.c.SendChanges(changes)
+	clock.Step(61 * time.Second)
+	h.reconcile(pod)
+	want := protocol.Denial{SourceUID: string(pod.UID)}.Encode()
+	if got := h.candidate(pod, "t1").Annotations[protocol.DeniedAnnotation]; got != want {
+		t.Errorf("t1's candidate denial %q in the round its gang gave up its turn, want %q at once", got, want)
+	}
+	select {
+	case e := <-changes:
+		if e.Object.GetName() != "a" {
+			t.Fatalf("woke %s, want a", e.Object.GetName())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the gang gave up its turn, but its members were not sent to the queue")
+	}
+}

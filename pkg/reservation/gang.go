@@ -88,9 +88,10 @@ type gangRound struct {
 	choice *gang.Choice
 	// waits is set when another gang goes first, or this one backs off:
 	// every candidate of the member is denied, so it holds no node. why
-	// says so.
-	waits bool
-	why   string
+	// says so. backsOff is set when this one backs off: it gave up its
+	// turn, and its candidates are denied at once.
+	waits, backsOff bool
+	why             string
 	// again is how soon to look at the member again for its gang's sake
 	// (its turn may change, its wait is due to be reported, the object
 	// that sizes it may have appeared); 0: only on a change.
@@ -421,6 +422,7 @@ func (c *Controller) takeTurn(r *round, members []gang.Member, g *GangGate) {
 		return
 	}
 	r.gang.waits = true
+	r.gang.backsOff = c.gangs().BacksOff(key, c.now())
 	if head == "" {
 		r.gang.why = fmt.Sprintf("%s could not be completed and backs off; it holds no node meanwhile", r.gang.spec)
 	} else {
@@ -436,6 +438,9 @@ func (c *Controller) gangs() *gang.Queue {
 			Yielded: func(key string, y gang.Yield) {
 				gangYields.Inc()
 				klog.V(2).InfoS("Gang gives up its turn", "gang", key, "held", y.Held, "mostHeld", y.Most, "tooLittleRoom", y.NoFit, "backsOffFor", y.For.Round(time.Second), "attempt", y.Attempt)
+				// Its members let go of their nodes now, not at their
+				// next look (up to gangLookAgain away).
+				c.wakeMembers(key)
 			},
 			Live: c.gangWaits,
 		}
@@ -474,15 +479,18 @@ type gangDenial struct {
 // hold, nodes another member could reserve. Once the gang is complete,
 // every candidate but the one it is assigned, after placement.denyAfter
 // (those denied already stay so: no lifting for a moment). While another
-// gang goes first (or this one backs off), every candidate, after
-// placement.denyAfter like any denial: gangs that all fit complete side
-// by side meanwhile, and only where they contend does one wait.
+// gang goes first, every candidate, after placement.denyAfter like any
+// denial: gangs that all fit complete side by side meanwhile, and only
+// where they contend does one wait. While this one backs off (it gave up
+// its turn), every candidate at once.
 func gangDenies(r *round) *gangDenial {
 	if r.gang == nil {
 		return nil
 	}
 	if r.gang.waits {
-		return &gangDenial{want: func(string) bool { return true }}
+		// A gang that gave up its turn lets its nodes go at once: the
+		// gang that goes first may need them.
+		return &gangDenial{want: func(string) bool { return true }, now: r.gang.backsOff}
 	}
 	// Its gang's choice leaves a target out: the member's candidate there
 	// would hold a node the gang does not count on.
@@ -599,6 +607,16 @@ func (c *Controller) wakeGang(r *round, d Decision) {
 	}
 	pods := make([]types.NamespacedName, 0, len(r.gang.members))
 	for _, m := range r.gang.members {
+		pods = append(pods, types.NamespacedName{Namespace: m.Namespace, Name: m.Name})
+	}
+	c.lookAgain(pods)
+}
+
+// wakeMembers sends the members of gang key in the cache to the queue.
+func (c *Controller) wakeMembers(key string) {
+	members, _ := c.countingMembers(key)
+	pods := make([]types.NamespacedName, 0, len(members))
+	for _, m := range members {
 		pods = append(pods, types.NamespacedName{Namespace: m.Namespace, Name: m.Name})
 	}
 	c.lookAgain(pods)
