@@ -70,6 +70,32 @@ func TestChart(t *testing.T) {
 		})
 	})
 
+	t.Run("the agent's and the scheduler's Lease renewals go to the leader-election priority level", func(t *testing.T) {
+		// Left with the ServiceAccounts' catch-all (workload-low, one flow
+		// per user), a renewal queued behind the agent's own requests in a
+		// burst, timed out, and the agent lost its lease and stopped.
+		l, err := client.FlowcontrolV1().FlowSchemas().List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + release.Name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(l.Items) != 1 || l.Items[0].Spec.PriorityLevelConfiguration.Name != "leader-election" {
+			t.Fatalf("the release's FlowSchemas: %d, want one for the leader-election priority level", len(l.Items))
+		}
+		series := fmt.Sprintf(`apiserver_flowcontrol_dispatched_requests_total{flow_schema=%q,priority_level="leader-election"}`, l.Items[0].Name)
+		waitFor(t, time.Minute, "a Lease request dispatched under the release's FlowSchema", func() (bool, string) {
+			raw, err := client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, line := range strings.Split(string(raw), "\n") {
+				if strings.HasPrefix(line, series+" ") && !strings.HasSuffix(line, " 0") {
+					return true, ""
+				}
+			}
+			return false, "no " + series
+		})
+	})
+
 	t.Run("with the agent down, other pods run and opted-in pods are refused naming Flotilla", func(t *testing.T) {
 		if err := release.Agent.Stop(); err != nil {
 			t.Fatal(err)
