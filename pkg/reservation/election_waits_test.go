@@ -210,14 +210,8 @@ const repinAfterForTest = 4 * time.Second
 // (the member still keeps its one place), so the target does not reserve
 // for it again.
 func TestGangDeniesAtOnce(t *testing.T) {
-	h := newHarness(t, twoTargets())
-	clock := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	h.c.Clock, h.c.DenyAfter = clock, 10*time.Second
-	pod := h.newSourcePod("worker-0", func(p *corev1.Pod) {
-		p.Labels[protocol.PodGroupLabel] = "train"
-		p.Annotations[protocol.GangMinMemberAnnotation] = "2"
-		p.Annotations[protocol.GangModeAnnotation] = protocol.GangAnyClusters
-	})
+	h, _ := denyingHarness(t)
+	pod := h.newSourcePod("worker-0", anyClustersGangOf("train", "2"))
 	h.reconcile(pod)
 	h.reserve(pod, "t1", onNode{name: "n1", score: 10})
 	h.reserve(pod, "t2", onNode{name: "n2", score: 90})
@@ -459,15 +453,8 @@ func pairReservedInT1(h *harness) (a, b *corev1.Pod) {
 // next may need their nodes. (A gang of three with one member made holds
 // one place for ever.)
 func TestGangGivingUpItsTurnLetsGoAtOnce(t *testing.T) {
-	h := newHarness(t, twoTargets())
-	clock := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	h.c.Clock, h.c.DenyAfter = clock, 10*time.Second
-	pod := h.newSourcePod("a", func(p *corev1.Pod) {
-		p.Labels[protocol.PodGroupLabel] = "trio"
-		p.Annotations[protocol.GangMinMemberAnnotation] = "3"
-		p.Annotations[protocol.GangModeAnnotation] = protocol.GangAnyClusters
-		p.CreationTimestamp = metav1.NewTime(clock.Now())
-	})
+	h, clock := denyingHarness(t)
+	pod := h.newSourcePod("a", anyClustersGangOf("trio", "3"), func(p *corev1.Pod) { p.CreationTimestamp = metav1.NewTime(clock.Now()) })
 	h.reconcile(pod)
 	h.reserve(pod, "t1", onNode{name: "n1", score: 50})
 	h.reconcile(pod)
@@ -489,5 +476,23 @@ func TestGangGivingUpItsTurnLetsGoAtOnce(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the gang gave up its turn, but its members were not sent to the queue")
+	}
+}
+
+// denyingHarness is a harness of two targets on a fake clock, whose
+// denials wait DenyAfter (10 s) but a gang's written at once.
+func denyingHarness(t *testing.T) (*harness, *clocktesting.FakeClock) {
+	h := newHarness(t, twoTargets())
+	clock := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	h.c.Clock, h.c.DenyAfter = clock, 10*time.Second
+	return h, clock
+}
+
+// anyClustersGangOf makes a source pod a member of pod group name, of size
+// min, under anyClusters.
+func anyClustersGangOf(name, min string) func(*corev1.Pod) {
+	return func(p *corev1.Pod) {
+		gangOf(name, min)(p)
+		p.Annotations[protocol.GangModeAnnotation] = protocol.GangAnyClusters
 	}
 }
