@@ -379,14 +379,7 @@ func TestGangWokenWhenFoundElectedWhole(t *testing.T) {
 	if got := h.allowance(a, "t1"); got == "" {
 		t.Fatal("a was not allowed with its gang elected whole")
 	}
-	select {
-	case e := <-changes:
-		if e.Object.GetName() != "b" {
-			t.Fatalf("woke %s, want b", e.Object.GetName())
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("a's round found its gang elected whole and allowed it, but did not wake b")
-	}
+	expectWoken(t, changes, "b", "a's round found its gang elected whole and allowed it, but did not wake b")
 }
 
 // TestGangKeepsTheTargetAnEarlierRoundChose: a oneCluster member's round
@@ -469,14 +462,7 @@ func TestGangGivingUpItsTurnLetsGoAtOnce(t *testing.T) {
 	if got := h.candidate(pod, "t1").Annotations[protocol.DeniedAnnotation]; got != want {
 		t.Errorf("t1's candidate denial %q in the round its gang gave up its turn, want %q at once", got, want)
 	}
-	select {
-	case e := <-changes:
-		if e.Object.GetName() != "a" {
-			t.Fatalf("woke %s, want a", e.Object.GetName())
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the gang gave up its turn, but its members were not sent to the queue")
-	}
+	expectWoken(t, changes, "a", "the gang gave up its turn, but its members were not sent to the queue")
 }
 
 // denyingHarness is a harness of two targets on a fake clock, whose
@@ -494,5 +480,19 @@ func anyClustersGangOf(name, min string) func(*corev1.Pod) {
 	return func(p *corev1.Pod) {
 		gangOf(name, min)(p)
 		p.Annotations[protocol.GangModeAnnotation] = protocol.GangAnyClusters
+	}
+}
+
+// expectWoken waits up to 5 s for the controller to send pod name to the
+// queue (SendChanges), failing with why when it does not, or sends another.
+func expectWoken(t *testing.T, changes <-chan event.TypedGenericEvent[*corev1.Pod], name, why string) {
+	t.Helper()
+	select {
+	case e := <-changes:
+		if e.Object.GetName() != name {
+			t.Fatalf("woke %s, want %s", e.Object.GetName(), name)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal(why)
 	}
 }
