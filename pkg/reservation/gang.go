@@ -605,21 +605,22 @@ func (c *Controller) wakeGang(r *round, d Decision) {
 	if !allowedAside && (!d.Elects() || (r.gang.verdict.Placed > 0 && d.Allow == nil)) {
 		return
 	}
-	pods := make([]types.NamespacedName, 0, len(r.gang.members))
-	for _, m := range r.gang.members {
-		pods = append(pods, types.NamespacedName{Namespace: m.Namespace, Name: m.Name})
-	}
-	c.lookAgain(pods)
+	c.lookAgainAt(r.gang.members)
 }
 
 // wakeMembers sends the members of gang key in the cache to the queue.
 func (c *Controller) wakeMembers(key string) {
 	members, _ := c.countingMembers(key)
-	pods := make([]types.NamespacedName, 0, len(members))
-	for _, m := range members {
-		pods = append(pods, types.NamespacedName{Namespace: m.Namespace, Name: m.Name})
+	c.lookAgainAt(members)
+}
+
+// lookAgainAt sends pods to the queue (lookAgain).
+func (c *Controller) lookAgainAt(pods []*corev1.Pod) {
+	names := make([]types.NamespacedName, 0, len(pods))
+	for _, p := range pods {
+		names = append(names, types.NamespacedName{Namespace: p.Namespace, Name: p.Name})
 	}
-	c.lookAgain(pods)
+	c.lookAgain(names)
 }
 
 // gangReportAfter is how long after its gang's newest member's creation a
