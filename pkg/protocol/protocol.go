@@ -238,6 +238,20 @@ type Allowance struct {
 	Nonce      string
 }
 
+// AnyReservation is the nonce of a pre-allowance: an allowance the source
+// writes on a candidate as it creates it, having elected the candidate's
+// target before any reservation (the election record carries it as its
+// nonce too). It allows every reservation of that candidate object: the
+// plugin binds it on its first reservation without reporting Reserved.
+// The source withdraws it only by deleting the candidate (with its UID and
+// resourceVersion as preconditions), so no reservation can bind on a
+// pre-allowance the source has given up. It is no nonce a target may
+// report (ValidNonce refuses it).
+const AnyReservation = "*"
+
+// PreAllows reports whether a is a pre-allowance (AnyReservation).
+func (a Allowance) PreAllows() bool { return a.Nonce == AnyReservation }
+
 // Encode renders the allowance as "<source uid>/<generation>/<nonce>".
 func (a Allowance) Encode() string {
 	return fmt.Sprintf("%s/%d/%s", a.SourceUID, a.Generation, a.Nonce)

@@ -136,6 +136,27 @@ func TestPlugin(t *testing.T) {
 		}
 	})
 
+	t.Run("a pre-allowed candidate binds on its first reservation, with no Reserved report", func(t *testing.T) {
+		preAllowed := func(uid string) func(*corev1.Pod) {
+			return func(pod *corev1.Pod) {
+				pod.Annotations = map[string]string{protocol.AllowedAnnotation: protocol.Allowance{SourceUID: uid, Generation: 1, Nonce: protocol.AnyReservation}.Encode()}
+			}
+		}
+		c := createCandidateWith(t, client, "pre-allowed", "source-uid-p", preAllowed("source-uid-p"))
+		bound := c.waitFor(t, "Bound", func(st protocol.State) bool { return st.Phase == protocol.PhaseBound })
+		if !protocol.ValidNonce(bound.Nonce) || bound.Node == "" || c.get(t).Spec.NodeName != bound.Node {
+			t.Errorf("bound as %+v on %q", bound, c.get(t).Spec.NodeName)
+		}
+		if all := c.all(); len(all) != 1 {
+			t.Errorf("the candidate reported %+v, want Bound alone", all)
+		}
+		// A pre-allowance of another source pod is none: the candidate is
+		// reserved, reported, and waits.
+		other := createCandidateWith(t, client, "pre-allowed-elsewhere", "source-uid-q", preAllowed("source-uid-p"))
+		other.waitFor(t, "Reserved", func(st protocol.State) bool { return st.Phase == protocol.PhaseReserved })
+		other.staysUnbound(t, 3*time.Second)
+	})
+
 	t.Run("an ordinary pod of the flotilla profile binds on its own", func(t *testing.T) {
 		pod := podSpec("ordinary")
 		pod.Spec.SchedulerName = protocol.SchedulerName

@@ -358,3 +358,96 @@ func TestStateLands(t *testing.T) {
 		})
 	}
 }
+
+// TestAPreAllowedCandidateBindsWithoutAReport: a candidate its source
+// created pre-allowed (protocol.AnyReservation) is reserved with no
+// Reserved report, allowed at Permit and bound on its first reservation;
+// two schedulers that both hold it bind it once; and a scheduler does not
+// bind it while it reports another reservation Reserved.
+func TestAPreAllowedCandidateBindsWithoutAReport(t *testing.T) {
+	ctx := context.Background()
+	preAllowance := map[string]string{protocol.AllowedAnnotation: protocol.Allowance{SourceUID: "source-uid", Generation: 3, Nonce: protocol.AnyReservation}.Encode()}
+	newManager := func(name string) *Manager {
+		return NewManager(Options{PluginName: "p", SchedulerName: "flotilla"}, nil, nil, NewStateWriter(name, newRecordingPatcher(nil), nil))
+	}
+	reserve := func(t *testing.T, m *Manager, pod *v1.Pod, node string) string {
+		t.Helper()
+		nonce, err := m.Reserve(ctx, pod, node, nil, 50)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return nonce
+	}
+
+	t.Run("reserved without a report, allowed at once, bound", func(t *testing.T) {
+		s := newCandidateServer(t, preAllowance)
+		m := newManager("one")
+		nonce := reserve(t, m, s.current(), "node-1")
+		m.writer.mu.Lock()
+		queued, ok := m.writer.pending[s.pod.UID]
+		m.writer.mu.Unlock()
+		if ok {
+			t.Errorf("Reserve queued %+v for a pre-allowed candidate, want no report", queued.state)
+		}
+		if d := m.Permit(ctx, s.current()); d.Verdict != Allow {
+			t.Fatalf("Permit = %v (%q), want Allow", d.Verdict, d.Reason)
+		}
+		if err := m.Bind(ctx, s.current(), "node-1", ClientBinder{Client: s.client}); err != nil {
+			t.Fatalf("bind: %v", err)
+		}
+		if st := s.state(t); st.Phase != protocol.PhaseBound || st.Nonce != nonce || s.current().Spec.NodeName != "node-1" {
+			t.Errorf("candidate reports %+v on node %q, want reservation %s Bound on node-1", st, s.current().Spec.NodeName, nonce)
+		}
+	})
+
+	t.Run("two schedulers hold it: one binds", func(t *testing.T) {
+		s := newCandidateServer(t, preAllowance)
+		old, fresh := newManager("old"), newManager("fresh")
+		reserve(t, old, s.current(), "node-1")
+		freshNonce := reserve(t, fresh, s.current(), "node-2")
+		// The old one is frozen between judging its copy and binding; the
+		// successor binds meanwhile.
+		s.beforeWrite = func() {
+			if err := fresh.Bind(ctx, s.current(), "node-2", ClientBinder{Client: s.other}); err != nil {
+				t.Error(err)
+			}
+		}
+		if err := old.Bind(ctx, s.current(), "node-1", ClientBinder{Client: s.client}); !errors.As(err, new(*BindRefusedError)) {
+			t.Fatalf("the second bind returned %v, want it refused", err)
+		}
+		if st := s.state(t); st.Phase != protocol.PhaseBound || st.Nonce != freshNonce || s.current().Spec.NodeName != "node-2" {
+			t.Errorf("candidate reports %+v on node %q, want reservation %s Bound on node-2", st, s.current().Spec.NodeName, freshNonce)
+		}
+	})
+
+	t.Run("another reservation reported Reserved: not bound", func(t *testing.T) {
+		s := newCandidateServer(t, preAllowance)
+		m := newManager("one")
+		reserve(t, m, s.current(), "node-1")
+		s.annotate(map[string]string{protocol.StateAnnotation: stateJSON(protocol.State{Phase: protocol.PhaseReserved, Nonce: "m", Node: "node-2"})})
+		if err := m.Bind(ctx, s.current(), "node-1", ClientBinder{Client: s.client}); !errors.As(err, new(*BindRefusedError)) {
+			t.Fatalf("bind returned %v, want it refused", err)
+		}
+		if n := s.current().Spec.NodeName; n != "" {
+			t.Errorf("candidate bound to %s under another scheduler's reservation", n)
+		}
+	})
+
+	t.Run("a pre-allowance of another source pod allows nothing", func(t *testing.T) {
+		s := newCandidateServer(t, map[string]string{protocol.AllowedAnnotation: protocol.Allowance{SourceUID: "someone-else", Generation: 3, Nonce: protocol.AnyReservation}.Encode()})
+		m := newManager("one")
+		reserve(t, m, s.current(), "node-1")
+		m.writer.mu.Lock()
+		_, ok := m.writer.pending[s.pod.UID]
+		m.writer.mu.Unlock()
+		if !ok {
+			t.Error("Reserve queued no Reserved report for a candidate the source has not allowed")
+		}
+		if d := m.Permit(ctx, s.current()); d.Verdict != Wait {
+			t.Errorf("Permit = %v, want Wait", d.Verdict)
+		}
+		if err := m.Bind(ctx, s.current(), "node-1", ClientBinder{Client: s.client}); !errors.As(err, new(*BindRefusedError)) {
+			t.Fatalf("bind returned %v, want it refused", err)
+		}
+	})
+}

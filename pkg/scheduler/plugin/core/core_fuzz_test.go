@@ -16,7 +16,8 @@ import (
 // FuzzDecide: the allowed and denied annotations are the source's writes
 // (or anyone's with update rights on the candidate). Whatever they hold,
 // the target allows only on a well-formed allowance naming this very
-// reservation and source pod and no denial of that pod, and rejects only on
+// reservation (or every one: a pre-allowance) and source pod and no denial
+// of that pod, and rejects only on
 // a well-formed denial naming that source pod.
 func FuzzDecide(f *testing.F) {
 	const nonce, sourceUID = "a1b2c3d4e5f60718", "6b0f1d2e-0000-4000-8000-000000000001"
@@ -35,6 +36,9 @@ func FuzzDecide(f *testing.F) {
 	f.Add(nonce, sourceUID, sourceUID+"/-1/"+nonce, "", true)
 	f.Add(nonce, sourceUID, strings.Repeat("/", 10000), "", true)
 	f.Add(nonce, sourceUID, " "+ok, "", true)
+	f.Add(nonce, sourceUID, sourceUID+"/3/"+protocol.AnyReservation, "", true)
+	f.Add(nonce, sourceUID, sourceUID+"/3/"+protocol.AnyReservation+"*", "", true)
+	f.Add(nonce, "", "/3/"+protocol.AnyReservation, "", true)
 	f.Fuzz(func(t *testing.T, nonce, uidLabel, allowed, denied string, hasAllowed bool) {
 		labels := map[string]string{protocol.CandidateLabel: "true", protocol.SourceUIDLabel: uidLabel}
 		annotations := map[string]string{protocol.DeniedAnnotation: denied}
@@ -46,7 +50,7 @@ func FuzzDecide(f *testing.F) {
 		case Allow:
 			a, err := protocol.ParseAllowance(allowed)
 			n, nerr := protocol.ParseDenial(denied)
-			if !hasAllowed || err != nil || nonce == "" || a.Nonce != nonce || a.SourceUID != uidLabel || (nerr == nil && n.SourceUID == uidLabel) {
+			if !hasAllowed || err != nil || nonce == "" || (a.Nonce != nonce && a.Nonce != protocol.AnyReservation) || a.SourceUID != uidLabel || (nerr == nil && n.SourceUID == uidLabel) {
 				t.Fatalf("reservation %q allowed on allowance %q (uid label %q, denied %q)", nonce, allowed, uidLabel, denied)
 			}
 		case Reject:

@@ -59,13 +59,39 @@ func Denied(labels, annotations map[string]string) (reason string, denied bool) 
 	return fmt.Sprintf(protocol.DeniedMessage+" (election %d): another target's candidate is elected; it is let in again if that election ends without binding", d.Generation), true
 }
 
+// allowanceOf returns the candidate's allowance when it parses and names
+// the source pod the candidate stands for.
+func allowanceOf(labels, annotations map[string]string) (protocol.Allowance, bool) {
+	raw, ok := annotations[protocol.AllowedAnnotation]
+	if !ok {
+		return protocol.Allowance{}, false
+	}
+	allowance, err := protocol.ParseAllowance(raw)
+	if err != nil || allowance.SourceUID == "" || allowance.SourceUID != labels[protocol.SourceUIDLabel] {
+		return protocol.Allowance{}, false
+	}
+	return allowance, true
+}
+
+// PreAllowed reports whether the candidate carries its source's
+// pre-allowance (protocol.AnyReservation) and no denial: any reservation
+// of it may bind at once, and none is reported Reserved.
+func PreAllowed(labels, annotations map[string]string) bool {
+	if _, denied := Denied(labels, annotations); denied {
+		return false
+	}
+	a, ok := allowanceOf(labels, annotations)
+	return ok && a.PreAllows()
+}
+
 // Decide applies the protocol's rule to the reservation named by nonce and
 // the candidate's current labels and annotations. A denial rejects (see
-// Denied). An allowance allows only if it parses, names this very nonce and
-// the source pod the candidate stands for; anything else (no allowance, a
-// malformed one, one for an earlier reservation or another source pod) waits,
-// because the annotations are a peer's writes and must never make the target
-// bind on its own.
+// Denied). An allowance allows only if it parses, names the source pod the
+// candidate stands for and either this very nonce or every reservation of
+// the candidate (a pre-allowance, protocol.AnyReservation); anything else (no
+// allowance, a malformed one, one for an earlier reservation or another
+// source pod) waits, because the annotations are a peer's writes and must
+// never make the target bind on its own.
 func Decide(nonce string, labels, annotations map[string]string) Decision {
 	if nonce == "" {
 		return Decision{Verdict: Wait}
@@ -73,15 +99,8 @@ func Decide(nonce string, labels, annotations map[string]string) Decision {
 	if reason, denied := Denied(labels, annotations); denied {
 		return Decision{Verdict: Reject, Reason: reason}
 	}
-	raw, ok := annotations[protocol.AllowedAnnotation]
-	if !ok {
-		return Decision{Verdict: Wait}
-	}
-	allowance, err := protocol.ParseAllowance(raw)
-	if err != nil {
-		return Decision{Verdict: Wait}
-	}
-	if allowance.Nonce != nonce || allowance.SourceUID != labels[protocol.SourceUIDLabel] {
+	allowance, ok := allowanceOf(labels, annotations)
+	if !ok || (allowance.Nonce != nonce && !allowance.PreAllows()) {
 		return Decision{Verdict: Wait}
 	}
 	return Decision{Verdict: Allow}

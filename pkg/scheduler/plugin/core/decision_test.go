@@ -54,6 +54,16 @@ func TestDecide(t *testing.T) {
 		{name: "no reservation nonce never allows", nonce: "", labels: labels,
 			annotations: map[string]string{protocol.AllowedAnnotation: sourceUID + "/1/", protocol.DeniedAnnotation: ""}, want: Wait},
 		{name: "nil maps", nonce: nonce, want: Wait},
+		{name: "pre-allowed: any reservation of the candidate", nonce: nonce, labels: labels,
+			annotations: map[string]string{protocol.AllowedAnnotation: allow(sourceUID, protocol.AnyReservation)}, want: Allow},
+		{name: "pre-allowed for another source pod", nonce: nonce, labels: labels,
+			annotations: map[string]string{protocol.AllowedAnnotation: allow("someone-else", protocol.AnyReservation)}, want: Wait},
+		{name: "pre-allowed but denied", nonce: nonce, labels: labels,
+			annotations: map[string]string{protocol.AllowedAnnotation: allow(sourceUID, protocol.AnyReservation), protocol.DeniedAnnotation: deny(sourceUID)}, want: Reject},
+		{name: "pre-allowed: no reservation nonce never allows", nonce: "", labels: labels,
+			annotations: map[string]string{protocol.AllowedAnnotation: allow(sourceUID, protocol.AnyReservation)}, want: Wait},
+		{name: "a wildcard among other characters is no pre-allowance", nonce: nonce, labels: labels,
+			annotations: map[string]string{protocol.AllowedAnnotation: allow(sourceUID, nonce+protocol.AnyReservation)}, want: Wait},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -68,7 +68,10 @@ func StateLands(state protocol.State, current *v1.Pod) string {
 // the candidate as current has it, or "" when it may: the candidate is not
 // bound nor being deleted, still reports that reservation as Reserved on
 // that node (no other scheduler reported it lost or replaced it), and its
-// source allows it (Decide).
+// source allows it (Decide). A pre-allowed candidate (PreAllowed) reports
+// no reservation: it may bind unless it reports another one Reserved (a
+// scheduler that did not know pre-allowances holds it); the Binding's
+// precondition still makes two schedulers' binds of one version land once.
 func Bindable(nonce, node string, current *v1.Pod) string {
 	if current.Spec.NodeName != "" {
 		return fmt.Sprintf("the candidate is already bound to node %s", current.Spec.NodeName)
@@ -77,6 +80,12 @@ func Bindable(nonce, node string, current *v1.Pod) string {
 		return "the candidate is being deleted"
 	}
 	reported, ok := reportedState(current)
+	if PreAllowed(current.Labels, current.Annotations) {
+		if ok && reported.Phase == protocol.PhaseReserved && (reported.Nonce != nonce || reported.Node != node) {
+			return fmt.Sprintf("the candidate reports reservation %s on node %s as Reserved, not this one", reported.Nonce, reported.Node)
+		}
+		return ""
+	}
 	if !ok || reported.Phase != protocol.PhaseReserved || reported.Nonce != nonce || reported.Node != node {
 		return fmt.Sprintf("the candidate no longer reports reservation %s on node %s as Reserved (another scheduler replaced or ended it)", nonce, node)
 	}

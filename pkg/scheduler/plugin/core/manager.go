@@ -120,7 +120,9 @@ func (m *Manager) Run(ctx context.Context) {
 
 // Reserve makes a new reservation of pod on node, whose labels are
 // nodeLabels, and reports it as Reserved with score and the node's
-// topology. It returns the reservation's nonce.
+// topology, unless the candidate is pre-allowed (PreAllowed): then no one
+// waits for the report, Permit allows at once and the binding reports
+// Bound. It returns the reservation's nonce.
 func (m *Manager) Reserve(ctx context.Context, pod *v1.Pod, node string, nodeLabels map[string]string, score int64) (string, error) {
 	nonce, err := NewNonce()
 	if err != nil {
@@ -139,8 +141,11 @@ func (m *Manager) Reserve(ctx context.Context, pod *v1.Pod, node string, nodeLab
 	release := m.releaseHeldBack()
 	m.mu.Unlock()
 	m.activate(release)
-	m.writer.Set(refOf(pod), protocol.State{Phase: protocol.PhaseReserved, Nonce: nonce, Node: node, Score: score, Topology: topology})
-	klog.FromContext(ctx).V(2).Info("Reserved candidate", "pod", klog.KObj(pod), "node", node, "nonce", nonce, "score", score, "topology", topology)
+	preAllowed := PreAllowed(pod.Labels, pod.Annotations)
+	if !preAllowed {
+		m.writer.Set(refOf(pod), protocol.State{Phase: protocol.PhaseReserved, Nonce: nonce, Node: node, Score: score, Topology: topology})
+	}
+	klog.FromContext(ctx).V(2).Info("Reserved candidate", "pod", klog.KObj(pod), "node", node, "nonce", nonce, "score", score, "topology", topology, "preAllowed", preAllowed)
 	return nonce, nil
 }
 
