@@ -186,10 +186,11 @@ func releasedIfLive(o Observed, current protocol.Election) bool {
 }
 
 // allowedBy reports whether a candidate carries the allowance of election
-// e for the reservation it reports.
+// e for the reservation it reports, or e's pre-allowance (a pre-election:
+// every reservation of the candidate is allowed; protocol.AnyReservation).
 func allowedBy(sourceUID string, o Observed, e protocol.Election) bool {
 	a, err := protocol.ParseAllowance(o.Allowed)
-	return err == nil && a.SourceUID == sourceUID && a.Generation == e.Generation && a.Nonce == e.Nonce && a.Nonce == o.State.Nonce
+	return err == nil && a.SourceUID == sourceUID && a.Generation == e.Generation && a.Nonce == e.Nonce && (a.Nonce == o.State.Nonce || a.PreAllows())
 }
 
 // newerAllowance reports whether a bound candidate carries an allowance of
@@ -201,7 +202,7 @@ func newerAllowance(sourceUID string, current protocol.Election, observed []Obse
 			continue
 		}
 		a, err := protocol.ParseAllowance(o.Allowed)
-		if err == nil && a.SourceUID == sourceUID && a.Nonce == o.State.Nonce && a.Generation > current.Generation {
+		if err == nil && a.SourceUID == sourceUID && (a.Nonce == o.State.Nonce || a.PreAllows()) && a.Generation > current.Generation {
 			return true
 		}
 	}

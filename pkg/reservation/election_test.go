@@ -2,6 +2,7 @@ package reservation
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -361,5 +362,70 @@ func TestUnschedulableMessage(t *testing.T) {
 		if got := unschedulableMessage(tc.reasons, tc.uninvited, tc.targets); got != tc.want {
 			t.Errorf("unschedulableMessage(%q, %q, %d) = %q, want %q", tc.reasons, tc.uninvited, tc.targets, got, tc.want)
 		}
+	}
+}
+
+// TestDecideOnAPreElection: an election made before any reservation (nonce
+// protocol.AnyReservation, its candidate created pre-allowed) wins when its
+// candidate binds on the pre-allowance, whatever nonce the binding
+// reports; it stands while the candidate may still bind (no report yet,
+// a reservation ended, another target reserved); it is freed only when
+// its candidate is gone; and a target that reports a reservation of it (a
+// scheduler that does not know pre-allowances) gets that reservation
+// elected and allowed, as any elected target that reserved anew.
+func TestDecideOnAPreElection(t *testing.T) {
+	pre := protocol.Election{Generation: 4, Target: "c1", Nonce: protocol.AnyReservation}
+	preAllowed := func(o Observed, generation int64) Observed {
+		o.Allowed = protocol.Allowance{SourceUID: uid, Generation: generation, Nonce: protocol.AnyReservation}.Encode()
+		return o
+	}
+	bound := func(generation int64) Observed {
+		return preAllowed(Observed{Target: "c1", Exists: true, State: protocol.State{Phase: protocol.PhaseBound, Nonce: "n7", Node: "node-1"}}, generation)
+	}
+	tests := []struct {
+		name       string
+		observed   []Observed
+		wantBound  string
+		violations []string
+		wantElect  *protocol.Election
+	}{
+		{name: "bound on the pre-allowance: won", observed: []Observed{bound(4), {Target: "c2"}}, wantBound: "c1"},
+		{name: "bound on an earlier election's pre-allowance: a violation", observed: []Observed{bound(3)}, violations: []string{"c1"}},
+		{name: "no report yet: the election stands", observed: []Observed{preAllowed(Observed{Target: "c1", Exists: true}, 4)}},
+		{name: "a reservation ended: the election stands (the next one binds)", observed: []Observed{preAllowed(unreserved("c1", "n7"), 4), reserved("c2", "n2", 99)}},
+		{name: "another target reserved: the election stands", observed: []Observed{preAllowed(Observed{Target: "c1", Exists: true}, 4), reserved("c2", "n2", 99)}},
+		{name: "its candidate is gone (read live): withdrawn", observed: []Observed{{Target: "c1", Live: true}},
+			wantElect: &protocol.Election{Generation: 5}},
+		{name: "its candidate is gone (read live), another reserved: that one elected", observed: []Observed{{Target: "c1", Live: true}, reserved("c2", "n2", 9)},
+			wantElect: &protocol.Election{Generation: 5, Target: "c2", Nonce: "n2"}},
+		{name: "its candidate pre-allowed, read live: not gone", observed: []Observed{preAllowed(Observed{Target: "c1", Exists: true, Live: true}, 4)}},
+		{name: "its target reports a reservation: that reservation elected", observed: []Observed{preAllowed(reserved("c1", "n8", 50), 4)},
+			wantElect: &protocol.Election{Generation: 5, Target: "c1", Nonce: "n8"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := step(uid, pre, tt.observed)
+			if d.Bound != tt.wantBound {
+				t.Errorf("Bound = %q, want %q", d.Bound, tt.wantBound)
+			}
+			if !slices.Equal(d.Violations, tt.violations) {
+				t.Errorf("Violations = %v, want %v", d.Violations, tt.violations)
+			}
+			switch {
+			case (d.Elect == nil) != (tt.wantElect == nil):
+				t.Fatalf("Elect = %+v, want %+v", d.Elect, tt.wantElect)
+			case d.Elect != nil && *d.Elect != *tt.wantElect:
+				t.Errorf("Elect = %+v, want %+v", *d.Elect, *tt.wantElect)
+			case d.Elect != nil && d.Elect.Elected() && (d.Allow == nil || d.Allow.Nonce != d.Elect.Nonce || d.Allow.Generation != d.Elect.Generation):
+				t.Errorf("elected %+v with allowance %+v", *d.Elect, d.Allow)
+			case d.Elect == nil && d.Allow != nil:
+				t.Errorf("allowance %+v without a new election", *d.Allow)
+			}
+		})
+	}
+	// A cache of the source pod that lags behind the pre-election sees
+	// its candidate bound on a later election than the one it holds.
+	if !newerAllowance(uid, protocol.Election{Generation: 3}, []Observed{bound(4)}) {
+		t.Error("a candidate bound on a later pre-allowance is not seen as newer than the cached election")
 	}
 }
