@@ -13,8 +13,13 @@ type Prospect struct {
 	// (its ClusterSummary); negative when unknown.
 	Room float64
 	// Answer is how long the target takes to answer a candidate, learned
-	// (target.Outcomes); zero when unknown.
+	// (target.Outcomes); zero when unknown. It is at least the wait of the
+	// candidate that has waited longest there.
 	Answer time.Duration
+	// Answered is the learned answer time of the answers alone
+	// (target.Outcomes.Answered): a candidate waiting there is overdue
+	// against it (OverdueAfterFor).
+	Answered time.Duration
 	// Misses is the share of the target's recent candidates that found no
 	// node, or no answer before the pod went elsewhere (0..1).
 	Misses float64

@@ -11,14 +11,17 @@ import (
 // needs: without a prospect every view weighs 1 and none is overdue; with
 // one, each takes its target's weight, and a candidate that has waited
 // longer than its target's answer time is overdue, one that has not, or
-// that waits for nothing, is not.
+// that waits for nothing, is not. A target that stopped answering (its
+// answer time raised by the wait of this very candidate, the oldest there)
+// is judged by the answers it gave: the candidate is overdue.
 func TestWeighedSightings(t *testing.T) {
-	fast, slow, idle := &target.Target{Name: "fast"}, &target.Target{Name: "slow"}, &target.Target{Name: "idle"}
+	fast, slow, idle, stalled := &target.Target{Name: "fast"}, &target.Target{Name: "slow"}, &target.Target{Name: "idle"}, &target.Target{Name: "stalled"}
 	created := time.Now().Add(-time.Minute)
 	sightings := []Sighting{
 		{Target: fast, View: View{Name: "fast", Serves: true, Covers: true, Holds: true, Weight: 1}, waitingSince: created},
 		{Target: slow, View: View{Name: "slow", Serves: true, Covers: true, Holds: true, Weight: 1}, waitingSince: created},
 		{Target: idle, View: View{Name: "idle", Serves: true, Covers: true, Weight: 1}},
+		{Target: stalled, View: View{Name: "stalled", Serves: true, Covers: true, Holds: true, Weight: 1}, waitingSince: created},
 	}
 	for i, v := range Weighed(sightings, nil) {
 		if v != sightings[i].View {
@@ -28,9 +31,11 @@ func TestWeighedSightings(t *testing.T) {
 	prospect := func(tg *target.Target) Prospect {
 		switch tg {
 		case fast:
-			return Prospect{Room: 8, Answer: time.Second, Sure: true}
+			return Prospect{Room: 8, Answer: time.Second, Answered: time.Second, Sure: true}
 		case slow:
-			return Prospect{Room: 2, Answer: time.Hour}
+			return Prospect{Room: 2, Answer: time.Hour, Answered: time.Hour}
+		case stalled:
+			return Prospect{Room: 8, Answer: time.Minute, Answered: time.Second}
 		}
 		return Prospect{Room: -1}
 	}
@@ -39,6 +44,7 @@ func TestWeighedSightings(t *testing.T) {
 		{Name: "fast", Serves: true, Covers: true, Holds: true, Weight: prospect(fast).Weight(), Sure: true, Overdue: true},
 		{Name: "slow", Serves: true, Covers: true, Holds: true, Weight: prospect(slow).Weight()},
 		{Name: "idle", Serves: true, Covers: true, Weight: prospect(idle).Weight()},
+		{Name: "stalled", Serves: true, Covers: true, Holds: true, Weight: prospect(stalled).Weight(), Overdue: true},
 	}
 	for i := range want {
 		if views[i] != want[i] {

@@ -57,3 +57,13 @@ func (r *TargetReads) Take() (views, summaries map[string]int) {
 func (c *Controller) SendChanges(changes chan<- event.TypedGenericEvent[*corev1.Pod]) {
 	c.changes = changes
 }
+
+// PublishFree has every target publish free as the free room of its
+// ClusterSummary until the test ends, and no other field.
+func PublishFree(t *testing.T, free corev1.ResourceList) {
+	prev := readSummary
+	t.Cleanup(func() { readSummary = prev })
+	readSummary = func(*target.Target) *v1alpha1.ClusterSummaryStatus {
+		return &v1alpha1.ClusterSummaryStatus{Free: free}
+	}
+}

@@ -2,6 +2,7 @@ package reservation
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/flotilla-dev/flotilla/pkg/candidate"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
+	"github.com/flotilla-dev/flotilla/pkg/target"
 )
 
 // soonest is the earlier of two waits, where 0 is none.
@@ -85,11 +87,23 @@ func (c *Controller) applyDenials(ctx context.Context, pod *corev1.Pod, election
 // cache saw it (Target.Revoke); its absence then releases the election.
 // It returns how long until the timeout, 0 when there is nothing to wait
 // for.
+//
+// A pre-election (protocol.AnyReservation) is revoked sooner: as soon as
+// its candidate reports no node fits it, or once it is overdue
+// (candidate.OverdueAfterFor its target's answer time, as a lone
+// candidate's second would join it); the pod's next election is an
+// ordinary one, its candidates reserving before any is elected.
 func (c *Controller) revokeIfStalled(ctx context.Context, pod *corev1.Pod, election protocol.Election, placements []candidate.Placement) time.Duration {
-	if c.ElectionTimeout <= 0 {
+	pre := election.Nonce == protocol.AnyReservation
+	if c.ElectionTimeout <= 0 && !pre {
 		return 0
 	}
 	i := slices.IndexFunc(placements, func(p candidate.Placement) bool { return p.Target.Name == election.Target })
+	if pre && (i < 0 || placements[i].Candidate == nil) {
+		// Its target's cache does not show the candidate (not synced
+		// yet, or it was just created): no event of it may come soon.
+		return retryUnhealthy
+	}
 	if i < 0 {
 		return 0
 	}
@@ -98,7 +112,23 @@ func (c *Controller) revokeIfStalled(ctx context.Context, pod *corev1.Pod, elect
 		return 0
 	}
 	since := c.memory.since(pod.UID, electionClock, election.Encode(), c.now())
-	if wait := c.ElectionTimeout - c.now().Sub(since); wait > 0 {
+	timeout, why := c.ElectionTimeout, fmt.Sprintf("did not bind the candidate elected %s ago", c.ElectionTimeout)
+	if pre {
+		// Counted from the candidate's creation, as a lone candidate's
+		// overdue answer is (candidate.Weighed): a restart forgets
+		// nothing of it.
+		if created := p.Candidate.CreationTimestamp.Time; !created.IsZero() {
+			since = created
+		}
+		overdue := candidate.OverdueAfterFor(p.Target.Outcomes().Answered)
+		switch unschedulable := target.Unschedulable(p.Candidate); {
+		case unschedulable != "":
+			timeout, why = 0, "found no node for the candidate elected before it answered ("+unschedulable+")"
+		case timeout <= 0 || overdue < timeout:
+			timeout, why = overdue, fmt.Sprintf("did not bind the candidate elected before it answered within %s", overdue)
+		}
+	}
+	if wait := timeout - c.now().Sub(since); wait > 0 {
 		return wait
 	}
 	revoked, err := p.Target.Revoke(ctx, p.Candidate)
@@ -108,8 +138,8 @@ func (c *Controller) revokeIfStalled(ctx context.Context, pod *corev1.Pod, elect
 	}
 	if revoked {
 		c.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, ReasonElectionRevoked, "Elect",
-			"Target %s did not bind the candidate elected %s ago (election %d); deleted it before it could bind, to elect another target",
-			election.Target, c.ElectionTimeout, election.Generation)
+			"Target %s %s (election %d); deleted it before it could bind, to elect another target",
+			election.Target, why, election.Generation)
 	}
 	// Its deletion, or the change that kept it, brings the pod back.
 	return 0

@@ -59,8 +59,12 @@ type round struct {
 	gangElectedAside bool
 	// lone is when to look again at a pod whose candidate waits alone for
 	// its target's answer (candidate.ToFanOut): once overdue, a second
-	// joins it. Zero: it does not.
+	// joins it (or, pre-elected, it is revoked). Zero: it does not.
 	lone time.Duration
+	// preElected: this round elected the pod's lone target before its
+	// candidate existed, and created the candidate pre-allowed
+	// (preElect).
+	preElected bool
 }
 
 // place takes one round for a pod that waits for a place:
@@ -75,7 +79,10 @@ func (c *Controller) place(ctx context.Context, r *round) (reconcile.Result, err
 	r.unlock = func() {}
 	defer func() { r.unlock() }()
 	defer r.count.end(false)
-	if err := c.fanOut(ctx, r); err != nil {
+	if err := c.fanOut(ctx, r); errors.Is(err, errStalePod) {
+		// The newer version of the pod brings it back.
+		return reconcile.Result{}, nil
+	} else if err != nil {
 		return reconcile.Result{}, err
 	}
 	c.look(ctx, r)
@@ -155,9 +162,16 @@ func (c *Controller) fanOut(ctx context.Context, r *round) error {
 	if len(eligible) == 1 && prospects != nil && !r.election.Elected() {
 		// Nothing else wakes a pod whose lone candidate's target never
 		// answers.
-		r.lone = candidate.OverdueAfterFor(prospects(eligible[0]).Answer)
+		r.lone = candidate.OverdueAfterFor(prospects(eligible[0]).Answered)
 	}
-	r.placements = candidate.FanOut(ctx, pod, c.SourceCluster, eligible, prep, r.shaper())
+	shape := r.shaper()
+	if err := c.preElect(ctx, r, eligible, prospects); err != nil {
+		return err
+	}
+	if r.preElected {
+		shape = preAllowing(shape, r.election, string(pod.UID))
+	}
+	r.placements = candidate.FanOut(ctx, pod, c.SourceCluster, eligible, prep, shape)
 	c.reportFanOut(pod, r.placements, &r.pl)
 	r.placements = append(r.placements, c.leftOut(pod, invited, eligible, &r.pl)...)
 	if r.gang != nil && r.gang.choice != nil {
@@ -224,7 +238,9 @@ func (c *Controller) look(ctx context.Context, r *round) {
 	if newerAllowance(string(r.pod.UID), r.election, r.observed) {
 		r.election = c.freshElection(ctx, r.pod, r.election)
 	}
-	if r.election.Elected() {
+	if r.election.Elected() && !r.preElected {
+		// (A pre-election's candidate was created just now: no read of
+		// its target's API server need say it is there.)
 		r.observed = c.confirmRelease(ctx, r.pod, r.election, r.observed)
 		if !slices.ContainsFunc(r.observed, func(o Observed) bool { return o.Target == r.election.Target }) {
 			// Its target is not configured, but its object is there

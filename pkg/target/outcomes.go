@@ -26,6 +26,11 @@ type Outcomes struct {
 	Answer time.Duration `json:"-"`
 	// AnswerSeconds is Answer in seconds, for /debug/state.
 	AnswerSeconds float64 `json:"answerSeconds"`
+	// Answered is the moving average of the answers alone, not raised by
+	// the candidates still waiting: what a candidate's wait is judged
+	// against (is it overdue?). Were it Answer, the oldest waiting
+	// candidate would never be overdue, its own wait raising the bar.
+	Answered time.Duration `json:"-"`
 	// Misses is the share of recent candidates (0..1) the target found no
 	// node for, or did not answer before this agent deleted them: a moving
 	// average that fades with time since the last candidate ended, so a
@@ -169,6 +174,7 @@ func (o *outcomes) get() Outcomes {
 	}
 	out := Outcomes{Misses: o.fadedMisses(now), Waiting: o.waiting.Len(), Ended: o.ended}
 	answer := o.answer
+	out.Answered = time.Duration(answer * float64(time.Second))
 	if e := o.waiting.Front(); e != nil {
 		answer = max(answer, now.Sub(e.Value.(sent).at).Seconds())
 	}

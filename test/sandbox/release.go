@@ -135,6 +135,10 @@ func (c *Cluster) InstallRelease(ctx context.Context, opts ReleaseOptions) (*Rel
 	r.Agent = &Agent{Cluster: c, ProbeAddr: "127.0.0.1:" + strconv.Itoa(ports[0]), MetricsAddr: "127.0.0.1:" + strconv.Itoa(ports[1]),
 		KubeletAddr: "127.0.0.1:" + strconv.Itoa(ports[4])}
 	args := append(slices.Clone(pod.args), pod.listen(r.Agent.ProbeAddr, r.Agent.MetricsAddr, ports[2], ports[4])...)
+	if v := os.Getenv("FLOTILLA_AGENT_VERBOSITY"); v != "" {
+		// Debugging a test: the agent logs more than the chart has it log.
+		args = append(args, "--v="+v)
+	}
 	if opts.InProcess {
 		if err := runAgentInProcess(ctx, append(args, opts.AgentArgs...), c.LogPath("agent")); err != nil {
 			return nil, fmt.Errorf("agent of %s in process: %w", c.Name, err)
