@@ -662,6 +662,8 @@ func writeExplanation(w io.Writer, e *Explanation, format string, now time.Time)
 			switch {
 			case el.Error != "":
 				fmt.Fprintf(w, "Election:  unreadable: %s\n", el.Error)
+			case el.Target != "" && el.Nonce == protocol.AnyReservation:
+				fmt.Fprintf(w, "Election:  generation %d, target %s pre-elected (before any reservation: its candidate binds on its first)\n", el.Generation, el.Target)
 			case el.Target != "":
 				fmt.Fprintf(w, "Election:  generation %d, target %s elected (reservation %s)\n", el.Generation, el.Target, el.Nonce)
 			case el.Generation > 0:

@@ -202,6 +202,23 @@ func TestWriteExplanation(t *testing.T) {
 	}
 }
 
+// TestWriteExplanationOfAPreElection: a pre-election is told as one, not
+// as the election of a reservation named "*".
+func TestWriteExplanationOfAPreElection(t *testing.T) {
+	e := &Explanation{
+		Pod: "shop/web-2", UID: "u2", Phase: "Pending", SourcePod: true,
+		Election: &ElectionRecord{Generation: 1, Target: "tgt", Nonce: protocol.AnyReservation},
+		Targets:  []Answer{{Target: "tgt", Kind: "ClusterTarget", Answer: AnswerWaiting, Elected: true}},
+	}
+	var buf bytes.Buffer
+	if err := writeExplanation(&buf, e, "text", time.Unix(2000, 0)); err != nil {
+		t.Fatal(err)
+	}
+	if want := "Election:  generation 1, target tgt pre-elected"; !strings.Contains(buf.String(), want) {
+		t.Errorf("output lacks %q:\n%s", want, buf.String())
+	}
+}
+
 func TestWriteExplanationOfAPodKeptHome(t *testing.T) {
 	e := &Explanation{Pod: "shop/web-1", UID: "u1", Phase: "Running", Local: true, Node: "n1"}
 	var buf bytes.Buffer
