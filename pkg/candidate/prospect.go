@@ -18,8 +18,11 @@ type Prospect struct {
 	Answer time.Duration
 	// Answered is the learned answer time of the answers alone
 	// (target.Outcomes.Answered): a candidate waiting there is overdue
-	// against it (OverdueAfterFor).
+	// against it (Overdue).
 	Answered time.Duration
+	// Quiet is how long the target has answered none of this agent's
+	// candidates (target.Outcomes.Quiet).
+	Quiet time.Duration
 	// Misses is the share of the target's recent candidates that found no
 	// node, or no answer before the pod went elsewhere (0..1).
 	Misses float64
@@ -60,6 +63,17 @@ func SureOf(room float64, waiting, ended int, answer time.Duration, misses float
 // at least OverdueAfter.
 func OverdueAfterFor(answer time.Duration) time.Duration {
 	return max(OverdueAfter, 3*answer)
+}
+
+// Overdue says whether a candidate that has waited this long for the
+// target's answer waits past what the target's answers make likely: past
+// OverdueAfterFor its answer time, while the target answered no other
+// candidate either for as long. A busy target that keeps answering (its
+// queue growing in a burst) is not stalled: a second candidate there would
+// only add to the queues.
+func (p Prospect) Overdue(waited time.Duration) bool {
+	bar := OverdueAfterFor(p.Answered)
+	return waited > bar && p.Quiet > bar
 }
 
 // Weight is the target's share of first candidates, against the others':

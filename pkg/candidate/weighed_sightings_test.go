@@ -13,15 +13,18 @@ import (
 // longer than its target's answer time is overdue, one that has not, or
 // that waits for nothing, is not. A target that stopped answering (its
 // answer time raised by the wait of this very candidate, the oldest there)
-// is judged by the answers it gave: the candidate is overdue.
+// is judged by the answers it gave: the candidate is overdue. One that
+// keeps answering others (busy) is not stalled: it is not.
 func TestWeighedSightings(t *testing.T) {
-	fast, slow, idle, stalled := &target.Target{Name: "fast"}, &target.Target{Name: "slow"}, &target.Target{Name: "idle"}, &target.Target{Name: "stalled"}
+	fast, slow, idle := &target.Target{Name: "fast"}, &target.Target{Name: "slow"}, &target.Target{Name: "idle"}
+	stalled, busy := &target.Target{Name: "stalled"}, &target.Target{Name: "busy"}
 	created := time.Now().Add(-time.Minute)
 	sightings := []Sighting{
 		{Target: fast, View: View{Name: "fast", Serves: true, Covers: true, Holds: true, Weight: 1}, waitingSince: created},
 		{Target: slow, View: View{Name: "slow", Serves: true, Covers: true, Holds: true, Weight: 1}, waitingSince: created},
 		{Target: idle, View: View{Name: "idle", Serves: true, Covers: true, Weight: 1}},
 		{Target: stalled, View: View{Name: "stalled", Serves: true, Covers: true, Holds: true, Weight: 1}, waitingSince: created},
+		{Target: busy, View: View{Name: "busy", Serves: true, Covers: true, Holds: true, Weight: 1}, waitingSince: created},
 	}
 	for i, v := range Weighed(sightings, nil) {
 		if v != sightings[i].View {
@@ -31,11 +34,13 @@ func TestWeighedSightings(t *testing.T) {
 	prospect := func(tg *target.Target) Prospect {
 		switch tg {
 		case fast:
-			return Prospect{Room: 8, Answer: time.Second, Answered: time.Second, Sure: true}
+			return Prospect{Room: 8, Answer: time.Second, Answered: time.Second, Quiet: time.Minute, Sure: true}
 		case slow:
-			return Prospect{Room: 2, Answer: time.Hour, Answered: time.Hour}
+			return Prospect{Room: 2, Answer: time.Hour, Answered: time.Hour, Quiet: time.Minute}
 		case stalled:
-			return Prospect{Room: 8, Answer: time.Minute, Answered: time.Second}
+			return Prospect{Room: 8, Answer: time.Minute, Answered: time.Second, Quiet: time.Minute}
+		case busy:
+			return Prospect{Room: 8, Answer: time.Minute, Answered: time.Second, Quiet: time.Second}
 		}
 		return Prospect{Room: -1}
 	}
@@ -45,6 +50,7 @@ func TestWeighedSightings(t *testing.T) {
 		{Name: "slow", Serves: true, Covers: true, Holds: true, Weight: prospect(slow).Weight()},
 		{Name: "idle", Serves: true, Covers: true, Weight: prospect(idle).Weight()},
 		{Name: "stalled", Serves: true, Covers: true, Holds: true, Weight: prospect(stalled).Weight(), Overdue: true},
+		{Name: "busy", Serves: true, Covers: true, Holds: true, Weight: prospect(busy).Weight()},
 	}
 	for i := range want {
 		if views[i] != want[i] {

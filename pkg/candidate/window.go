@@ -102,7 +102,7 @@ func Weighed(sightings []Sighting, prospect func(*target.Target) Prospect) []Vie
 			p := prospect(s.Target)
 			v.Weight, v.Sure = p.Weight(), p.Sure
 			if !s.waitingSince.IsZero() {
-				v.Overdue = time.Since(s.waitingSince) > OverdueAfterFor(p.Answered)
+				v.Overdue = p.Overdue(time.Since(s.waitingSince))
 			}
 		}
 		views[i] = v

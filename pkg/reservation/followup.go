@@ -120,12 +120,20 @@ func (c *Controller) revokeIfStalled(ctx context.Context, pod *corev1.Pod, elect
 		if created := p.Candidate.CreationTimestamp.Time; !created.IsZero() {
 			since = created
 		}
-		overdue := candidate.OverdueAfterFor(p.Target.Outcomes().Answered)
-		switch unschedulable := target.Unschedulable(p.Candidate); {
+		o := p.Target.Outcomes()
+		prospect := candidate.Prospect{Answered: o.Answered, Quiet: o.Quiet}
+		bar := candidate.OverdueAfterFor(o.Answered)
+		switch unschedulable, waited := target.Unschedulable(p.Candidate), c.now().Sub(since); {
 		case unschedulable != "":
 			timeout, why = 0, "found no node for the candidate elected before it answered ("+unschedulable+")"
-		case timeout <= 0 || overdue < timeout:
-			timeout, why = overdue, fmt.Sprintf("did not bind the candidate elected before it answered within %s", overdue)
+		case prospect.Overdue(waited):
+			timeout, why = 0, fmt.Sprintf("answered neither the candidate elected before it answered nor any other within %s", bar)
+		default:
+			// Look again when it may be overdue (its target may have gone
+			// quiet by then), or at the election timeout.
+			if next := waited + max(bar-min(waited, o.Quiet), time.Second); timeout <= 0 || next < timeout {
+				timeout = next
+			}
 		}
 	}
 	if wait := timeout - c.now().Sub(since); wait > 0 {

@@ -261,7 +261,7 @@ func (p *plan) weigh(selfFree func() (corev1.ResourceList, bool)) map[string]can
 	for _, t := range p.selected {
 		pr := candidate.Prospect{Room: room[t.Name]}
 		o := t.Outcomes()
-		pr.Answer, pr.Answered, pr.Misses = o.Answer, o.Answered, o.Misses
+		pr.Answer, pr.Answered, pr.Quiet, pr.Misses = o.Answer, o.Answered, o.Quiet, o.Misses
 		pr.Sure = candidate.SureOf(pr.Room, o.Waiting, o.Ended, o.Answer, o.Misses)
 		if p.policy != nil {
 			if cl, ok := p.clusters[t.Name]; ok {

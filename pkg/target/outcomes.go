@@ -31,6 +31,14 @@ type Outcomes struct {
 	// against (is it overdue?). Were it Answer, the oldest waiting
 	// candidate would never be overdue, its own wait raising the bar.
 	Answered time.Duration `json:"-"`
+	// Quiet is how long the target has given no answer to any of this
+	// agent's candidates (since the oldest still waiting was sent, when it
+	// never answered one). A target that keeps answering others is busy,
+	// not stalled: a candidate waiting there is not overdue
+	// (candidate.Prospect.Overdue).
+	Quiet time.Duration `json:"-"`
+	// QuietSeconds is Quiet in seconds, for /debug/state.
+	QuietSeconds float64 `json:"quietSeconds"`
 	// Misses is the share of recent candidates (0..1) the target found no
 	// node for, or did not answer before this agent deleted them: a moving
 	// average that fades with time since the last candidate ended, so a
@@ -66,6 +74,8 @@ type outcomes struct {
 	answer, misses float64
 	last           time.Time
 	ended          int
+	// heard is when the target last answered one of the candidates.
+	heard time.Time
 }
 
 type sent struct {
@@ -111,10 +121,19 @@ func (o *outcomes) seen(c *corev1.Pod) {
 		o.drop(key)
 		o.mu.Unlock()
 	case ReservedOrBound(c):
+		o.hear()
 		o.end(key, false)
 	case Unschedulable(c) != "":
+		o.hear()
 		o.end(key, true)
 	}
+}
+
+// hear records that the target answered a candidate now.
+func (o *outcomes) hear() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.heard = o.now()
 }
 
 func (o *outcomes) drop(key string) (sent, bool) {
@@ -175,9 +194,17 @@ func (o *outcomes) get() Outcomes {
 	out := Outcomes{Misses: o.fadedMisses(now), Waiting: o.waiting.Len(), Ended: o.ended}
 	answer := o.answer
 	out.Answered = time.Duration(answer * float64(time.Second))
-	if e := o.waiting.Front(); e != nil {
-		answer = max(answer, now.Sub(e.Value.(sent).at).Seconds())
+	if !o.heard.IsZero() {
+		out.Quiet = now.Sub(o.heard)
 	}
+	if e := o.waiting.Front(); e != nil {
+		oldest := now.Sub(e.Value.(sent).at)
+		answer = max(answer, oldest.Seconds())
+		if o.heard.IsZero() {
+			out.Quiet = oldest
+		}
+	}
+	out.QuietSeconds = out.Quiet.Seconds()
 	out.Answer, out.AnswerSeconds = time.Duration(answer*float64(time.Second)), answer
 	return out
 }

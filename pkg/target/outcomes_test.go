@@ -42,15 +42,16 @@ func TestOutcomes(t *testing.T) {
 	o.sent(candidateKey("ns", "b"))
 	now = now.Add(time.Second)
 	// The answer time grows with the oldest wait; the time of the answers
-	// given (none yet) does not.
-	if got := o.get(); got.Answer != 2*time.Second || got.AnswerSeconds != 2 || got.Waiting != 2 || got.Answered != 0 {
+	// given (none yet) does not. Never heard from, the target has been
+	// quiet since the oldest was sent.
+	if got := o.get(); got.Answer != 2*time.Second || got.AnswerSeconds != 2 || got.Waiting != 2 || got.Answered != 0 || got.Quiet != 2*time.Second {
 		t.Errorf("two waiting, the oldest for 2s: %+v", got)
 	}
 	o.seen(&corev1.Pod{ObjectMeta: meta("a")}) // no answer yet
 	o.seen(reserved("a"))
 	o.seen(reserved("a")) // counted once
-	if got := o.get(); got.Ended != 1 || got.Waiting != 1 || got.Misses != 0 || got.Answer != 2*time.Second || got.Answered != 2*time.Second {
-		t.Errorf("a answered in 2s: %+v", got)
+	if got := o.get(); got.Ended != 1 || got.Waiting != 1 || got.Misses != 0 || got.Answer != 2*time.Second || got.Answered != 2*time.Second || got.Quiet != 0 {
+		t.Errorf("a answered in 2s, just now: %+v", got)
 	}
 
 	// b is deleted by someone else: it neither counts nor holds the
