@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
 
@@ -291,33 +292,38 @@ func createCandidateWith(t *testing.T, client kubernetes.Interface, name, source
 		t.Fatalf("creating candidate %s: %v", name, err)
 	}
 	c := &candidate{client: client, namespace: created.Namespace, name: created.Name, sourceUID: sourceUID}
+	t.Cleanup(func() { t.Logf("states of candidate %s: %+v", name, c.all()) })
+	watchPods(t, client.CoreV1().Pods(created.Namespace), created.ResourceVersion,
+		func(opts *metav1.ListOptions) { opts.FieldSelector = "metadata.name=" + created.Name },
+		func(_ watch.EventType, pod *corev1.Pod) { c.observe(t, pod) })
+	return c
+}
 
+// watchPods hands each pod event that pods' watch, narrowed by narrow,
+// delivers from resourceVersion on to each, in order, until the test ends
+// (its cleanups run after the watch stopped, if registered before).
+func watchPods(t *testing.T, pods typedcorev1.PodInterface, resourceVersion string, narrow func(*metav1.ListOptions), each func(watch.EventType, *corev1.Pod)) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	lw := &cache.ListWatch{WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-		opts.FieldSelector = "metadata.name=" + created.Name
-		return client.CoreV1().Pods(created.Namespace).Watch(ctx, opts)
+		narrow(&opts)
+		return pods.Watch(ctx, opts)
 	}}
-	w, err := watchtools.NewRetryWatcherWithContext(ctx, created.ResourceVersion, lw)
+	w, err := watchtools.NewRetryWatcherWithContext(ctx, resourceVersion, lw)
 	if err != nil {
 		cancel()
-		t.Fatalf("watching candidate %s: %v", name, err)
+		t.Fatalf("watching pods: %v", err)
 	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		for ev := range w.ResultChan() {
 			if pod, ok := ev.Object.(*corev1.Pod); ok {
-				c.observe(t, pod)
+				each(ev.Type, pod)
 			}
 		}
 	}()
-	t.Cleanup(func() {
-		w.Stop()
-		cancel()
-		<-done
-		t.Logf("states of candidate %s: %+v", name, c.all())
-	})
-	return c
+	t.Cleanup(func() { w.Stop(); cancel(); <-done })
 }
 
 func (c *candidate) observe(t *testing.T, pod *corev1.Pod) {

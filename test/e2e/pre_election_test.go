@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"sync"
 	"testing"
@@ -10,8 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/tools/cache"
-	watchtools "k8s.io/client-go/tools/watch"
 
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
 	"github.com/flotilla-dev/flotilla/test/sandbox"
@@ -160,29 +157,17 @@ func (c *candidateVersions) watch(t *testing.T, cluster *sandbox.Cluster) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	lw := &cache.ListWatch{WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-		opts.LabelSelector = protocol.CandidateLabel + "=true"
-		return pods.Watch(ctx, opts)
-	}}
-	w, err := watchtools.NewRetryWatcherWithContext(ctx, list.ResourceVersion, lw)
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for ev := range w.ResultChan() {
-			if pod, ok := ev.Object.(*corev1.Pod); ok && ev.Type != watch.Deleted {
-				c.mu.Lock()
-				uid := pod.Labels[protocol.SourceUIDLabel]
-				c.byUID[uid] = append(c.byUID[uid], pod)
-				c.mu.Unlock()
+	watchPods(t, pods, list.ResourceVersion,
+		func(opts *metav1.ListOptions) { opts.LabelSelector = protocol.CandidateLabel + "=true" },
+		func(typ watch.EventType, pod *corev1.Pod) {
+			if typ == watch.Deleted {
+				return
 			}
-		}
-	}()
-	t.Cleanup(func() { w.Stop(); cancel(); <-done })
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			uid := pod.Labels[protocol.SourceUIDLabel]
+			c.byUID[uid] = append(c.byUID[uid], pod)
+		})
 }
 
 // of returns the versions of the source pod's candidates, once each
