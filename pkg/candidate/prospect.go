@@ -3,6 +3,8 @@ package candidate
 import (
 	"math"
 	"time"
+
+	"github.com/flotilla-dev/flotilla/pkg/target"
 )
 
 // Prospect is what the source knows of a target as it chooses which
@@ -65,14 +67,23 @@ func OverdueAfterFor(answer time.Duration) time.Duration {
 	return max(OverdueAfter, 3*answer)
 }
 
+// Heard is the prospect of a target as far as its answers to this agent's
+// candidates tell it (Answer, Answered, Quiet, Misses); the rest is zero.
+func Heard(o target.Outcomes) Prospect {
+	return Prospect{Answer: o.Answer, Answered: o.Answered, Quiet: o.Quiet, Misses: o.Misses}
+}
+
+// OverdueAfter is how long a candidate may wait for the target's answer
+// before it is overdue: OverdueAfterFor the answers it gave.
+func (p Prospect) OverdueAfter() time.Duration { return OverdueAfterFor(p.Answered) }
+
 // Overdue says whether a candidate that has waited this long for the
 // target's answer waits past what the target's answers make likely: past
-// OverdueAfterFor its answer time, while the target answered no other
-// candidate either for as long. A busy target that keeps answering (its
-// queue growing in a burst) is not stalled: a second candidate there would
-// only add to the queues.
+// OverdueAfter, while the target answered no other candidate either for as
+// long. A busy target that keeps answering (its queue growing in a burst)
+// is not stalled: a second candidate there would only add to the queues.
 func (p Prospect) Overdue(waited time.Duration) bool {
-	bar := OverdueAfterFor(p.Answered)
+	bar := p.OverdueAfter()
 	return waited > bar && p.Quiet > bar
 }
 

@@ -90,9 +90,10 @@ func (c *Controller) applyDenials(ctx context.Context, pod *corev1.Pod, election
 //
 // A pre-election (protocol.AnyReservation) is revoked sooner: as soon as
 // its candidate reports no node fits it, or once it is overdue
-// (candidate.OverdueAfterFor its target's answer time, as a lone
-// candidate's second would join it); the pod's next election is an
-// ordinary one, its candidates reserving before any is elected.
+// (candidate.Prospect.Overdue: its target answered nothing for as long,
+// as when a lone candidate's second would join it); the pod's next
+// election is an ordinary one, its candidates reserving before any is
+// elected.
 func (c *Controller) revokeIfStalled(ctx context.Context, pod *corev1.Pod, election protocol.Election, placements []candidate.Placement) time.Duration {
 	pre := election.Nonce == protocol.AnyReservation
 	if c.ElectionTimeout <= 0 && !pre {
@@ -120,18 +121,17 @@ func (c *Controller) revokeIfStalled(ctx context.Context, pod *corev1.Pod, elect
 		if created := p.Candidate.CreationTimestamp.Time; !created.IsZero() {
 			since = created
 		}
-		o := p.Target.Outcomes()
-		prospect := candidate.Prospect{Answered: o.Answered, Quiet: o.Quiet}
-		bar := candidate.OverdueAfterFor(o.Answered)
+		heard := candidate.Heard(p.Target.Outcomes())
+		bar := heard.OverdueAfter()
 		switch unschedulable, waited := target.Unschedulable(p.Candidate), c.now().Sub(since); {
 		case unschedulable != "":
 			timeout, why = 0, "found no node for the candidate elected before it answered ("+unschedulable+")"
-		case prospect.Overdue(waited):
+		case heard.Overdue(waited):
 			timeout, why = 0, fmt.Sprintf("answered neither the candidate elected before it answered nor any other within %s", bar)
 		default:
 			// Look again when it may be overdue (its target may have gone
 			// quiet by then), or at the election timeout.
-			if next := waited + max(bar-min(waited, o.Quiet), time.Second); timeout <= 0 || next < timeout {
+			if next := waited + max(bar-min(waited, heard.Quiet), time.Second); timeout <= 0 || next < timeout {
 				timeout = next
 			}
 		}

@@ -259,9 +259,9 @@ func (p *plan) weigh(selfFree func() (corev1.ResourceList, bool)) map[string]can
 	ps := make(map[string]candidate.Prospect, len(p.selected))
 	room := p.room(selfFree)
 	for _, t := range p.selected {
-		pr := candidate.Prospect{Room: room[t.Name]}
 		o := t.Outcomes()
-		pr.Answer, pr.Answered, pr.Quiet, pr.Misses = o.Answer, o.Answered, o.Quiet, o.Misses
+		pr := candidate.Heard(o)
+		pr.Room = room[t.Name]
 		pr.Sure = candidate.SureOf(pr.Room, o.Waiting, o.Ended, o.Answer, o.Misses)
 		if p.policy != nil {
 			if cl, ok := p.clusters[t.Name]; ok {

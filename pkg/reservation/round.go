@@ -162,7 +162,7 @@ func (c *Controller) fanOut(ctx context.Context, r *round) error {
 	if len(eligible) == 1 && prospects != nil && !r.election.Elected() {
 		// Nothing else wakes a pod whose lone candidate's target never
 		// answers.
-		r.lone = candidate.OverdueAfterFor(prospects(eligible[0]).Answered)
+		r.lone = prospects(eligible[0]).OverdueAfter()
 	}
 	shape := r.shaper()
 	if err := c.preElect(ctx, r, eligible, prospects); err != nil {
