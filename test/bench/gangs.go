@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -51,6 +52,13 @@ type GangRun struct {
 	// Started counts the gangs Running whole by the end (all, unless the
 	// run timed out).
 	Started int `json:"started"`
+	// Budget is each capped cluster's CPU from its cgroup, from the first
+	// create to the last member Running, per member (with
+	// -cpu-per-cluster): which cluster's quota bounds the run.
+	Budget map[string]ClusterBudget `json:"budget,omitempty"`
+	// SourceRequests are the home cluster's API requests per member in
+	// the same window, its writes by kind.
+	SourceRequests Requests `json:"sourceRequests"`
 }
 
 // GangReport is the -gangs bench's result.
@@ -258,6 +266,11 @@ func gangRun(ctx context.Context, cfg config, home *sandbox.Cluster, targets []*
 			return nil, err
 		}
 	}
+	reqBefore, err := scrapeRequests(ctx, home)
+	if err != nil {
+		return nil, err
+	}
+	cgBefore := cfg.budget.sample()
 	start := time.Now()
 	for g := range cfg.GangCount {
 		name := fmt.Sprintf("%s%d", prefix, g)
@@ -290,6 +303,11 @@ func gangRun(ctx context.Context, cfg config, home *sandbox.Cluster, targets []*
 		defer mu.Unlock()
 		return len(running) >= members, nil
 	})
+	cgAfter, window := cfg.budget.sample(), time.Since(start)
+	reqAfter, err := scrapeRequests(ctx, home)
+	if err != nil {
+		return nil, err
+	}
 	stopSampling()
 	<-sampled
 	var releasedAfter released
@@ -339,6 +357,14 @@ func gangRun(ctx context.Context, cfg config, home *sandbox.Cluster, targets []*
 		r.PeakReserved = max(r.PeakReserved, n)
 		r.MeanReserved += float64(n) / float64(len(samples))
 	}
+	r.SourceRequests = perPod(reqBefore, reqAfter, float64(members))
+	if cfg.budget != nil {
+		clusters := []string{home.Name}
+		for _, t := range targets {
+			clusters = append(clusters, t.Name)
+		}
+		r.Budget = budgetOf(cfg.budget.coresOf, cfg.budget.names(clusters), cgBefore, cgAfter, window.Seconds(), float64(members), func(string) float64 { return -1 })
+	}
 	r.Released = int(releasedAfter.count - releasedBefore.count)
 	r.ReleasedSeconds = releasedAfter.seconds - releasedBefore.seconds
 
@@ -352,7 +378,7 @@ func gangRun(ctx context.Context, cfg config, home *sandbox.Cluster, targets []*
 			return nil, err
 		}
 	}
-	err := wait.PollUntilContextTimeout(ctx, time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(ctx, time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
 		for _, c := range append([]*sandbox.Cluster{home}, targets...) {
 			l, err := c.Client().CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{})
 			if err != nil || len(l.Items) > 0 {
@@ -444,6 +470,35 @@ func (r *GangReport) Markdown() string {
 		base, fl := r.Baseline[i], r.Flotilla[i]
 		fmt.Fprintf(&b, "| %d | kube-scheduler | %d/%d | %.2f | | %.0f | %.0f | | |\n", size, base.Started, base.GangCount, base.GangsPerSecond, base.StartMillis.P50, base.StartMillis.P99)
 		fmt.Fprintf(&b, "| %d | Flotilla | %d/%d | %.2f | %s | %.0f | %.0f | %d / %.1f | %d, %.0f s |\n", size, fl.Started, fl.GangCount, fl.GangsPerSecond, ratioText(fl.GangsPerSecond, base.GangsPerSecond), fl.StartMillis.P50, fl.StartMillis.P99, fl.PeakReserved, fl.MeanReserved, fl.Released, fl.ReleasedSeconds)
+	}
+	if len(r.Sizes) > 0 && r.Baseline[0].Budget != nil {
+		b.WriteString("\nEach capped cluster's CPU per member, and the share of its quota it used, from the first create to the last member Running (cgroup):\n\n| size | run | cluster | CPU/member | quota used |\n|---|---|---|---|---|\n")
+		for i, size := range r.Sizes {
+			for _, run := range []struct {
+				name string
+				r    *GangRun
+			}{{"kube-scheduler", r.Baseline[i]}, {"Flotilla", r.Flotilla[i]}} {
+				for _, name := range slices.Sorted(maps.Keys(run.r.Budget)) {
+					c := run.r.Budget[name]
+					fmt.Fprintf(&b, "| %d | %s | %s | %.1f ms | %.0f %% |\n", size, run.name, name, c.CPUPerPodMillis, 100*c.QuotaUsed)
+				}
+			}
+		}
+	}
+	b.WriteString("\nThe home cluster's API writes per member, by kind (resource[/subresource] verb):\n\n| size | run | writes | by kind |\n|---|---|---|---|\n")
+	for i, size := range r.Sizes {
+		for _, run := range []struct {
+			name string
+			r    *GangRun
+		}{{"kube-scheduler", r.Baseline[i]}, {"Flotilla", r.Flotilla[i]}} {
+			var kinds []string
+			for _, k := range slices.Sorted(maps.Keys(run.r.SourceRequests.WritesByKind)) {
+				if n := run.r.SourceRequests.WritesByKind[k]; n >= 0.01 {
+					kinds = append(kinds, fmt.Sprintf("%s %.2f", k, n))
+				}
+			}
+			fmt.Fprintf(&b, "| %d | %s | %.2f | %s |\n", size, run.name, run.r.SourceRequests.Writes, strings.Join(kinds, ", "))
+		}
 	}
 	return b.String()
 }

@@ -230,17 +230,7 @@ func measure(ctx context.Context, cfg config, all []*sandbox.Cluster, home *sand
 		if err != nil {
 			return nil, err
 		}
-		req := Requests{
-			All:          (after.All - before[c.Name].All) / float64(cfg.Pods),
-			Writes:       (after.Writes - before[c.Name].Writes) / float64(cfg.Pods),
-			WritesByKind: map[string]float64{},
-		}
-		for kind, n := range after.WritesByKind {
-			if d := n - before[c.Name].WritesByKind[kind]; d > 0 {
-				req.WritesByKind[kind] = d / float64(cfg.Pods)
-			}
-		}
-		r.Requests[c.Name] = req
+		r.Requests[c.Name] = perPod(before[c.Name], after, float64(cfg.Pods))
 	}
 	// Read after the request counts, which it would add to.
 	if r.EventsByReason, err = eventsByReason(ctx, home, factory.Core().V1().Pods().Informer().GetStore().ListKeys()); err != nil {
@@ -488,6 +478,21 @@ func scrapeRequests(ctx context.Context, c *sandbox.Cluster) (Requests, error) {
 		}
 	}
 	return r, sc.Err()
+}
+
+// perPod is what an API server served between two scrapes, per pod.
+func perPod(before, after Requests, pods float64) Requests {
+	r := Requests{
+		All:          (after.All - before.All) / pods,
+		Writes:       (after.Writes - before.Writes) / pods,
+		WritesByKind: map[string]float64{},
+	}
+	for kind, n := range after.WritesByKind {
+		if d := n - before.WritesByKind[kind]; d > 0 {
+			r.WritesByKind[kind] = d / pods
+		}
+	}
+	return r
 }
 
 // sample reads one labelled sample of the Prometheus text format,

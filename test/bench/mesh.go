@@ -634,17 +634,7 @@ func meshMeasure(ctx context.Context, cfg config, all, mesh []*sandbox.Cluster, 
 		if err != nil {
 			return nil, err
 		}
-		perPod := cfg.perCluster()
-		mc.Requests = Requests{
-			All:          (after.All - h.before.All) / perPod,
-			Writes:       (after.Writes - h.before.Writes) / perPod,
-			WritesByKind: map[string]float64{},
-		}
-		for kind, n := range after.WritesByKind {
-			if d := n - h.before.WritesByKind[kind]; d > 0 {
-				mc.Requests.WritesByKind[kind] = d / perPod
-			}
-		}
+		mc.Requests = perPod(h.before, after, cfg.perCluster())
 		r.Clusters[h.c.Name] = mc
 	}
 	// Read after the request counts, which it would add to.
