@@ -19,6 +19,7 @@ import (
 	"github.com/flotilla-dev/flotilla/pkg/candidate"
 	"github.com/flotilla-dev/flotilla/pkg/placement"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
+	"github.com/flotilla-dev/flotilla/pkg/reservation"
 	"github.com/flotilla-dev/flotilla/pkg/target"
 )
 
@@ -494,5 +495,41 @@ func expectWoken(t *testing.T, changes <-chan event.TypedGenericEvent[*corev1.Po
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal(why)
+	}
+}
+
+// TestOneMemberPollsItsGangWhileItsElectionsAreWritten: while a gang's
+// elections are written side by side, one elected member looks again
+// within gangElectedRecheck, not each of them: every member polling at
+// once cost a gang of n members n rounds of n observations each every
+// 100 ms (a gang of 64 took 15 rounds a member). The others look again
+// after gangRecheck; once the poller's turn has passed, the next member
+// to wait polls.
+func TestOneMemberPollsItsGangWhileItsElectionsAreWritten(t *testing.T) {
+	h, clock := denyingHarness(t)
+	var trio []*corev1.Pod
+	for _, name := range []string{"a", "b", "c"} {
+		pod := h.newSourcePod(name, gangOf("trio", "3"))
+		h.reconcile(pod)
+		h.reserve(pod, "t1", onNode{name: "n1", score: 50})
+		trio = append(trio, pod)
+	}
+	a, b, c := trio[0], trio[1], trio[2]
+	if res := h.reconcile(a); h.election(a).Target != "t1" || res.RequeueAfter != reservation.GangElectedRecheck {
+		t.Fatalf("a: election %s, looks again after %v; want elected in t1, again after %v", h.election(a).Encode(), res.RequeueAfter, reservation.GangElectedRecheck)
+	}
+	if res := h.reconcile(b); h.election(b).Target != "t1" || res.RequeueAfter != reservation.GangRecheck {
+		t.Fatalf("b: election %s, looks again after %v; want elected in t1, again after %v (a polls)", h.election(b).Encode(), res.RequeueAfter, reservation.GangRecheck)
+	}
+	clock.Step(reservation.GangElectedRecheck + time.Millisecond)
+	if res := h.reconcile(b); res.RequeueAfter != reservation.GangElectedRecheck {
+		t.Fatalf("b looks again after %v once a's poll passed; want %v", res.RequeueAfter, reservation.GangElectedRecheck)
+	}
+	h.reconcile(c)
+	for _, pod := range trio {
+		h.reconcile(pod)
+		if got := h.allowance(pod, "t1"); got == "" {
+			t.Errorf("%s not allowed once its gang stood elected whole", pod.Name)
+		}
 	}
 }

@@ -67,3 +67,10 @@ func PublishFree(t *testing.T, free corev1.ResourceList) {
 		return &v1alpha1.ClusterSummaryStatus{Free: free}
 	}
 }
+
+// GangRecheck and GangElectedRecheck are how soon an elected member
+// waiting for its gang looks again: the poller, and the others.
+const (
+	GangRecheck        = gangRecheck
+	GangElectedRecheck = gangElectedRecheck
+)

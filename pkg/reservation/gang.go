@@ -39,11 +39,12 @@ const ReasonWaitingForGang = "WaitingForGang"
 // agent's cache when they woke it.
 const gangRecheck = time.Second
 
-// gangElectedRecheck is how soon an elected member looks at its gang again
-// while the gang's elections are being written (its election was written
-// beside other members', or the gang holds every place it needs): the
-// members' rounds may each have missed the elections still being written,
-// and no round would allow the gang for gangRecheck.
+// gangElectedRecheck is how soon one elected member of a gang looks at it
+// again while the gang's elections are being written (its election was
+// written beside other members', or the gang holds every place it needs;
+// memory.pollGang picks the member): the members' rounds may each have
+// missed the elections still being written, and no round would allow the
+// gang for gangRecheck.
 const gangElectedRecheck = 100 * time.Millisecond
 
 // Gangs wait their turn (gang.Queue): the first stands first until

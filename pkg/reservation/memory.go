@@ -29,6 +29,9 @@ type memory struct {
 	// allowWakes are when a round last woke the gang of its key (its
 	// gang.Spec.Key) on finding it elected whole (wakeForAllowance).
 	allowWakes map[string]time.Time
+	// gangPolls are until when a member of the gang of key looks at it
+	// again soon (pollGang).
+	gangPolls map[string]time.Time
 	// gangTargets are the targets rounds last chose for oneCluster gangs
 	// complete there, by key, and when (keptTarget).
 	gangTargets map[string]chosenTarget
@@ -242,6 +245,11 @@ func (m *memory) sweep(now time.Time) {
 			delete(m.allowWakes, key)
 		}
 	}
+	for key, until := range m.gangPolls {
+		if now.After(until) {
+			delete(m.gangPolls, key)
+		}
+	}
 	for key, c := range m.gangTargets {
 		if older(c.at, gangKeepFor) {
 			delete(m.gangTargets, key)
@@ -285,6 +293,26 @@ func (m *memory) wakeForAllowance(key string, now time.Time) bool {
 		m.allowWakes = map[string]time.Time{}
 	}
 	m.allowWakes[key] = now
+	return true
+}
+
+// pollGang reports whether a round that would look at the gang of key
+// again within d does so: yes unless another member's round already
+// looks at it again by now+d. One member looking soon is enough: the
+// round that finds the gang elected whole wakes the others
+// (wakeForAllowance); every elected member looking every d would cost n
+// rounds of n observations each per d while a gang's elections are
+// written.
+func (m *memory) pollGang(key string, now time.Time, d time.Duration) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if until, ok := m.gangPolls[key]; ok && now.Before(until) {
+		return false
+	}
+	if m.gangPolls == nil {
+		m.gangPolls = map[string]time.Time{}
+	}
+	m.gangPolls[key] = now.Add(d)
 	return true
 }
 

@@ -49,14 +49,18 @@ type round struct {
 	gang *gangRound
 	// gangWaits: the pod stands elected and its gang does not let it bind
 	// yet: it looks again soon (gangRecheck), sooner (gangElectedRecheck)
-	// when its election was written beside others (gangElectedAside) or
-	// its gang holds every place it needs (its elections are being
-	// written).
+	// when it is the member that polls its gang (gangPolls) while its
+	// election was written beside others (gangElectedAside) or its gang
+	// holds every place it needs (its elections are being written).
 	gangWaits bool
 	// gangElectedAside: its election was written without its gang's
 	// lock, so a round that counted the gang's elections may have missed
 	// it, and it may be the last the gang needed.
 	gangElectedAside bool
+	// gangPolls: it is the member of its gang that looks again within
+	// gangElectedRecheck (memory.pollGang), its gang's elections being
+	// written.
+	gangPolls bool
 	// lone is when to look again at a pod whose candidate waits alone for
 	// its target's answer (candidate.ToFanOut): once overdue, a second
 	// joins it (or, pre-elected, it is revoked). Zero: it does not.
@@ -380,6 +384,11 @@ func (c *Controller) apply(ctx context.Context, r *round, d Decision) (reconcile
 			c.reportNoTarget(ctx, r)
 		}
 	}
+	if r.gangWaits && (r.gangElectedAside || r.gang.verdict.Complete) {
+		// Its gang's elections are being written: one member looks
+		// again soon.
+		r.gangPolls = c.memory.pollGang(r.gang.spec.Key(pod.Namespace), c.now(), gangElectedRecheck)
+	}
 	res := r.after(c.followUp(ctx, r, d))
 	log.V(4).Info("Round done", "requeueAfter", res.RequeueAfter, "retry", r.retries.names())
 	return res, nil
@@ -444,7 +453,7 @@ func (r *round) after(wake time.Duration) reconcile.Result {
 	}
 	if r.gangWaits {
 		wake = soonest(wake, gangRecheck)
-		if r.gangElectedAside || (r.gang != nil && r.gang.verdict.Complete) {
+		if r.gangPolls {
 			// Its gang's elections are being written: the round
 			// that finds them all written allows it.
 			wake = soonest(wake, gangElectedRecheck)

@@ -59,6 +59,13 @@ type GangRun struct {
 	// SourceRequests are the home cluster's API requests per member in
 	// the same window, its writes by kind.
 	SourceRequests Requests `json:"sourceRequests"`
+	// HomeCPUMillis is the CPU of each process of the home cluster
+	// (kube-apiserver, etcd, the agent, ...) per member, in the same
+	// window, from /proc.
+	HomeCPUMillis map[string]float64 `json:"homeCPUMillis,omitempty"`
+	// RoundsPerMember are the source agent's placement rounds
+	// (reconciles) per member in the same window (Flotilla only).
+	RoundsPerMember float64 `json:"roundsPerMember,omitempty"`
 }
 
 // GangReport is the -gangs bench's result.
@@ -115,7 +122,8 @@ func mainGangs(cfg config, sizes []int, keep bool) error {
 	if err != nil {
 		return err
 	}
-	if _, err := sandbox.StartAgentWith(ctx, src, nil, release); err != nil {
+	agent, err := sandbox.StartAgentWith(ctx, src, nil, release)
+	if err != nil {
 		return err
 	}
 	if err := invite(ctx, src, targets); err != nil {
@@ -124,7 +132,7 @@ func mainGangs(cfg config, sizes []int, keep bool) error {
 	report := &GangReport{Config: cfg, Date: time.Now().UTC().Format(time.RFC3339), Sizes: sizes}
 	for _, size := range sizes {
 		fmt.Fprintf(os.Stderr, "bench: %d gangs of %d, baseline (kube-scheduler's gang scheduling)\n", cfg.GangCount, size)
-		b, err := gangRun(ctx, cfg, baseCluster, nil, size, false)
+		b, err := gangRun(ctx, cfg, baseCluster, nil, "", size, false)
 		if err != nil {
 			return fmt.Errorf("baseline, gangs of %d: %w", size, err)
 		}
@@ -140,7 +148,7 @@ func mainGangs(cfg config, sizes []int, keep bool) error {
 		} else {
 			profiled <- nil
 		}
-		f, err := gangRun(ctx, cfg, src, targets, size, true)
+		f, err := gangRun(ctx, cfg, src, targets, agent.MetricsAddr, size, true)
 		if err != nil {
 			return fmt.Errorf("Flotilla, gangs of %d: %w", size, err)
 		}
@@ -201,7 +209,8 @@ func gangPhases(created map[string]time.Time, phases map[string]map[string]time.
 // times each from its first member's creation to its last member Running;
 // then deletes them and waits until they, and their candidates in
 // targets, are gone.
-func gangRun(ctx context.Context, cfg config, home *sandbox.Cluster, targets []*sandbox.Cluster, size int, flotilla bool) (*GangRun, error) {
+// agentMetrics is the address of the home agent's /metrics ("" for none).
+func gangRun(ctx context.Context, cfg config, home *sandbox.Cluster, targets []*sandbox.Cluster, agentMetrics string, size int, flotilla bool) (*GangRun, error) {
 	pods := home.Client().CoreV1().Pods(namespace)
 	prefix := fmt.Sprintf("g%d-", size)
 	// An informer, not a bare watch: it watches again when the API
@@ -270,6 +279,15 @@ func gangRun(ctx context.Context, cfg config, home *sandbox.Cluster, targets []*
 	if err != nil {
 		return nil, err
 	}
+	roundsBefore, err := placementRounds(ctx, agentMetrics)
+	if err != nil {
+		return nil, err
+	}
+	procs := home.PIDs()
+	cpuBefore := map[sandbox.Component]float64{}
+	for comp, pid := range procs {
+		cpuBefore[comp], _ = readProc(pid)
+	}
 	cgBefore := cfg.budget.sample()
 	start := time.Now()
 	for g := range cfg.GangCount {
@@ -304,6 +322,15 @@ func gangRun(ctx context.Context, cfg config, home *sandbox.Cluster, targets []*
 		return len(running) >= members, nil
 	})
 	cgAfter, window := cfg.budget.sample(), time.Since(start)
+	homeCPU := map[string]float64{}
+	for comp, pid := range procs {
+		cpu, _ := readProc(pid)
+		homeCPU[string(comp)] = 1000 * (cpu - cpuBefore[comp]) / float64(members)
+	}
+	roundsAfter, err := placementRounds(ctx, agentMetrics)
+	if err != nil {
+		return nil, err
+	}
 	reqAfter, err := scrapeRequests(ctx, home)
 	if err != nil {
 		return nil, err
@@ -358,6 +385,8 @@ func gangRun(ctx context.Context, cfg config, home *sandbox.Cluster, targets []*
 		r.MeanReserved += float64(n) / float64(len(samples))
 	}
 	r.SourceRequests = perPod(reqBefore, reqAfter, float64(members))
+	r.HomeCPUMillis = homeCPU
+	r.RoundsPerMember = (roundsAfter - roundsBefore) / float64(members)
 	if cfg.budget != nil {
 		clusters := []string{home.Name}
 		for _, t := range targets {
@@ -391,6 +420,34 @@ func gangRun(ctx context.Context, cfg config, home *sandbox.Cluster, targets []*
 		return nil, fmt.Errorf("the run's pods never went: %w", err)
 	}
 	return r, nil
+}
+
+// placementRounds is the agent's count of placement reconciles so far,
+// read from its /metrics at addr (0 when addr is "").
+func placementRounds(ctx context.Context, addr string) (float64, error) {
+	if addr == "" {
+		return 0, nil
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	total := 0.0
+	for line := range strings.Lines(string(body)) {
+		if name, _, v, ok := sample(strings.TrimSpace(line)); ok && name == "controller_runtime_reconcile_total" && label(line, "controller") == "placement" {
+			total += v
+		}
+	}
+	return total, nil
 }
 
 // reservedCandidates counts the candidates in targets that hold a
@@ -474,10 +531,7 @@ func (r *GangReport) Markdown() string {
 	if len(r.Sizes) > 0 && r.Baseline[0].Budget != nil {
 		b.WriteString("\nEach capped cluster's CPU per member, and the share of its quota it used, from the first create to the last member Running (cgroup):\n\n| size | run | cluster | CPU/member | quota used |\n|---|---|---|---|---|\n")
 		for i, size := range r.Sizes {
-			for _, run := range []struct {
-				name string
-				r    *GangRun
-			}{{"kube-scheduler", r.Baseline[i]}, {"Flotilla", r.Flotilla[i]}} {
+			for _, run := range r.runsOf(i) {
 				for _, name := range slices.Sorted(maps.Keys(run.r.Budget)) {
 					c := run.r.Budget[name]
 					fmt.Fprintf(&b, "| %d | %s | %s | %.1f ms | %.0f %% |\n", size, run.name, name, c.CPUPerPodMillis, 100*c.QuotaUsed)
@@ -485,12 +539,22 @@ func (r *GangReport) Markdown() string {
 			}
 		}
 	}
+	b.WriteString("\nThe home cluster's processes' CPU per member (ms), same window:\n\n| size | run | by process |\n|---|---|---|\n")
+	for i, size := range r.Sizes {
+		for _, run := range r.runsOf(i) {
+			var procs []string
+			for _, p := range slices.Sorted(maps.Keys(run.r.HomeCPUMillis)) {
+				procs = append(procs, fmt.Sprintf("%s %.1f", p, run.r.HomeCPUMillis[p]))
+			}
+			if run.r.RoundsPerMember > 0 {
+				procs = append(procs, fmt.Sprintf("(the agent's placement rounds per member: %.1f)", run.r.RoundsPerMember))
+			}
+			fmt.Fprintf(&b, "| %d | %s | %s |\n", size, run.name, strings.Join(procs, ", "))
+		}
+	}
 	b.WriteString("\nThe home cluster's API writes per member, by kind (resource[/subresource] verb):\n\n| size | run | writes | by kind |\n|---|---|---|---|\n")
 	for i, size := range r.Sizes {
-		for _, run := range []struct {
-			name string
-			r    *GangRun
-		}{{"kube-scheduler", r.Baseline[i]}, {"Flotilla", r.Flotilla[i]}} {
+		for _, run := range r.runsOf(i) {
 			var kinds []string
 			for _, k := range slices.Sorted(maps.Keys(run.r.SourceRequests.WritesByKind)) {
 				if n := run.r.SourceRequests.WritesByKind[k]; n >= 0.01 {
@@ -501,6 +565,17 @@ func (r *GangReport) Markdown() string {
 		}
 	}
 	return b.String()
+}
+
+// namedRun is a run of a gang report with what placed it.
+type namedRun struct {
+	name string
+	r    *GangRun
+}
+
+// runsOf are the i-th size's runs, the baseline first.
+func (r *GangReport) runsOf(i int) []namedRun {
+	return []namedRun{{"kube-scheduler", r.Baseline[i]}, {"Flotilla", r.Flotilla[i]}}
 }
 
 // budgetText says how the clusters' CPU was shared.
