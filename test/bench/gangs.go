@@ -49,6 +49,9 @@ type GangRun struct {
 	// what gangs kept from other pods while they waited (Flotilla only).
 	Released        int     `json:"released,omitempty"`
 	ReleasedSeconds float64 `json:"releasedSeconds,omitempty"`
+	// ReleasedBy splits Released by the scheduler's reason (denied,
+	// share-expired, ...).
+	ReleasedBy map[string]int `json:"releasedBy,omitempty"`
 	// Started counts the gangs Running whole by the end (all, unless the
 	// run timed out).
 	Started int `json:"started"`
@@ -396,6 +399,14 @@ func gangRun(ctx context.Context, cfg config, home *sandbox.Cluster, targets []*
 	}
 	r.Released = int(releasedAfter.count - releasedBefore.count)
 	r.ReleasedSeconds = releasedAfter.seconds - releasedBefore.seconds
+	for reason, n := range releasedAfter.byReason {
+		if d := int(n - releasedBefore.byReason[reason]); d > 0 {
+			if r.ReleasedBy == nil {
+				r.ReleasedBy = map[string]int{}
+			}
+			r.ReleasedBy[reason] = d
+		}
+	}
 
 	// Clean up for the next run: the pods, their PodGroups, and the
 	// candidates in the targets.
@@ -471,7 +482,11 @@ func reservedCandidates(ctx context.Context, targets []*sandbox.Cluster) int {
 
 // released is what the targets' schedulers count of reservations that
 // ended without a binding.
-type released struct{ count, seconds float64 }
+type released struct {
+	count, seconds float64
+	// byReason splits count by the metric's reason label.
+	byReason map[string]float64
+}
 
 // releasedReservations sums, over the targets, their schedulers'
 // flotilla_candidates_unreserved_total and
@@ -479,7 +494,7 @@ type released struct{ count, seconds float64 }
 // reason.
 func releasedReservations(ctx context.Context, targets []*sandbox.Cluster) (released, error) {
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // the sandbox's self-signed scheduler, on loopback
-	var r released
+	r := released{byReason: map[string]float64{}}
 	for _, t := range targets {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+t.SchedulerAddr()+"/metrics", nil)
 		if err != nil {
@@ -506,6 +521,7 @@ func releasedReservations(ctx context.Context, targets []*sandbox.Cluster) (rele
 			switch name {
 			case "flotilla_candidates_unreserved_total":
 				r.count += v
+				r.byReason[label(line, "reason")] += v
 			case "flotilla_candidates_unreserved_held_seconds_total":
 				r.seconds += v
 			}
@@ -526,7 +542,15 @@ func (r *GangReport) Markdown() string {
 	for i, size := range r.Sizes {
 		base, fl := r.Baseline[i], r.Flotilla[i]
 		fmt.Fprintf(&b, "| %d | kube-scheduler | %d/%d | %.2f | | %.0f | %.0f | | |\n", size, base.Started, base.GangCount, base.GangsPerSecond, base.StartMillis.P50, base.StartMillis.P99)
-		fmt.Fprintf(&b, "| %d | Flotilla | %d/%d | %.2f | %s | %.0f | %.0f | %d / %.1f | %d, %.0f s |\n", size, fl.Started, fl.GangCount, fl.GangsPerSecond, ratioText(fl.GangsPerSecond, base.GangsPerSecond), fl.StartMillis.P50, fl.StartMillis.P99, fl.PeakReserved, fl.MeanReserved, fl.Released, fl.ReleasedSeconds)
+		var by []string
+		for _, reason := range slices.Sorted(maps.Keys(fl.ReleasedBy)) {
+			by = append(by, fmt.Sprintf("%s %d", reason, fl.ReleasedBy[reason]))
+		}
+		reasons := ""
+		if len(by) > 0 {
+			reasons = " (" + strings.Join(by, ", ") + ")"
+		}
+		fmt.Fprintf(&b, "| %d | Flotilla | %d/%d | %.2f | %s | %.0f | %.0f | %d / %.1f | %d, %.0f s%s |\n", size, fl.Started, fl.GangCount, fl.GangsPerSecond, ratioText(fl.GangsPerSecond, base.GangsPerSecond), fl.StartMillis.P50, fl.StartMillis.P99, fl.PeakReserved, fl.MeanReserved, fl.Released, fl.ReleasedSeconds, reasons)
 	}
 	if len(r.Sizes) > 0 && r.Baseline[0].Budget != nil {
 		b.WriteString("\nEach capped cluster's CPU per member, and the share of its quota it used, from the first create to the last member Running (cgroup):\n\n| size | run | cluster | CPU/member | quota used |\n|---|---|---|---|---|\n")
