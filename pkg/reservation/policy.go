@@ -225,7 +225,12 @@ func (c *Controller) prospects(p *plan) func(*target.Target) candidate.Prospect 
 	if c.MaxCandidates <= 0 || len(p.selected) <= 1 {
 		return nil
 	}
-	// Weighed once per fan-out, on the first call.
+	return c.weighOnce(p)
+}
+
+// weighOnce is the prospect of each of the plan's selected targets,
+// weighed once per fan-out, on the first call.
+func (c *Controller) weighOnce(p *plan) func(*target.Target) candidate.Prospect {
 	var ps map[string]candidate.Prospect
 	return func(t *target.Target) candidate.Prospect {
 		if ps == nil {
@@ -233,6 +238,18 @@ func (c *Controller) prospects(p *plan) func(*target.Target) candidate.Prospect 
 		}
 		return ps[t.Name]
 	}
+}
+
+// sureOf is what a pre-election judges the plan's targets by: the fan-out's
+// prospects, or with a single target selected (which the fan-out does
+// not weigh: it gets the pod's candidate whatever its prospect) that
+// target's, so that a fleet of one target, or a cluster that targets only
+// itself, pre-elects too.
+func (c *Controller) sureOf(p *plan, prospects func(*target.Target) candidate.Prospect) func(*target.Target) candidate.Prospect {
+	if prospects != nil || len(p.selected) != 1 {
+		return prospects
+	}
+	return c.weighOnce(p)
 }
 
 // room is how many pods like the plan's each selected target's free room

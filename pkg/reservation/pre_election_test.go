@@ -8,6 +8,7 @@ import (
 
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
 	"github.com/flotilla-dev/flotilla/pkg/reservation"
+	"github.com/flotilla-dev/flotilla/pkg/target"
 )
 
 // TestALoneSureCandidateIsPreElected: a pod the fan-out sends one
@@ -104,4 +105,33 @@ func TestALoneSureCandidateIsPreElected(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestTheOnlyTargetPreElects: a fleet of one target (a cluster that
+// targets only itself, for a spot split) pre-elects too: its pod's one
+// candidate was never weighed by the fan-out, which has nothing to choose
+// from, but a sure target is as sure alone. Until it has answered, it is
+// not.
+func TestTheOnlyTargetPreElects(t *testing.T) {
+	h := newHarness(t, []target.Config{{Name: "t1"}})
+	h.c.MaxCandidates = 2
+	reservation.PublishFree(t, corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100"), corev1.ResourceMemory: resource.MustParse("100Gi"), corev1.ResourcePods: resource.MustParse("1000")})
+
+	first := h.newSourcePod("web-0")
+	h.reconcile(first)
+	if a := h.allowance(first, "t1"); h.candidate(first, "t1") == nil || a != "" {
+		t.Fatalf("the first pod's candidate: allowance %q; want a candidate with none (t1 never answered)", a)
+	}
+	h.reserve(first, "t1", onNode{name: "n1"})
+	h.reconcile(first)
+	h.bindCandidate(first, "t1")
+	h.reconcile(first)
+
+	pod := h.newSourcePod("web-1")
+	h.reconcile(pod)
+	e := h.election(pod)
+	want := protocol.Allowance{SourceUID: string(pod.UID), Generation: 1, Nonce: protocol.AnyReservation}.Encode()
+	if e.Generation != 1 || e.Target != "t1" || e.Nonce != protocol.AnyReservation || h.allowance(pod, "t1") != want {
+		t.Fatalf("election %q, allowance %q; want t1 pre-elected (allowance %q)", e.Encode(), h.allowance(pod, "t1"), want)
+	}
 }

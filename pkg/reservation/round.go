@@ -169,7 +169,7 @@ func (c *Controller) fanOut(ctx context.Context, r *round) error {
 		r.lone = prospects(eligible[0]).OverdueAfter()
 	}
 	shape := r.shaper()
-	if err := c.preElect(ctx, r, eligible, prospects); err != nil {
+	if err := c.preElect(ctx, r, eligible, c.sureOf(&r.pl, prospects)); err != nil {
 		return err
 	}
 	if r.preElected {
