@@ -561,10 +561,11 @@ func (c *Controller) observeMember(pod *corev1.Pod, targets []*target.Target) ga
 	// counts at once for the member it woke.
 	pod, raw, _ := c.electionOf(pod)
 	e, _ := protocol.ParseElection(raw)
-	boundTo := ""
 	if pod.Spec.NodeName != "" {
 		if t, ok := c.Targets.OfPod(pod); ok {
-			boundTo = t.Name
+			// Placed there: its candidates count for nothing more
+			// (gangMember), and are not read.
+			return gangMember(pod.Name, e, t.Name, nil)
 		}
 	}
 	observed := make([]Observed, 0, len(targets))
@@ -577,7 +578,7 @@ func (c *Controller) observeMember(pod *corev1.Pod, targets []*target.Target) ga
 		o.DeniedHere = c.memory.deniedHere(pod.UID, o)
 		observed = append(observed, o)
 	}
-	return gangMember(pod.Name, e, boundTo, observed)
+	return gangMember(pod.Name, e, "", observed)
 }
 
 // wakeGang looks at the gang's other members again after the round's
