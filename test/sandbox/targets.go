@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/flotilla-dev/flotilla/api/v1alpha1"
@@ -142,19 +143,25 @@ func (c *Cluster) Invite(ctx context.Context, t *Cluster, namespaces ...string) 
 // on, and sends pods through the targets until it has listed them.
 func (c *Cluster) SetLocalFirst(ctx context.Context, name, namespace string) error {
 	cl := c.CRClient()
-	ct := &v1alpha1.ClusterTarget{}
-	if err := cl.Get(ctx, client.ObjectKey{Name: name}, ct); err != nil {
-		return fmt.Errorf("reading ClusterTarget %s of %s: %w", name, c.Name, err)
-	}
-	if !ct.Spec.LocalFirst {
-		ct.Spec.LocalFirst = true
-		if err := cl.Update(ctx, ct); err != nil {
-			return fmt.Errorf("setting localFirst on ClusterTarget %s of %s: %w", name, c.Name, err)
+	// The agent writes the ClusterTarget's status meanwhile: a conflict
+	// reads it again.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		ct := &v1alpha1.ClusterTarget{}
+		if err := cl.Get(ctx, client.ObjectKey{Name: name}, ct); err != nil {
+			return fmt.Errorf("reading ClusterTarget %s of %s: %w", name, c.Name, err)
 		}
+		if ct.Spec.LocalFirst {
+			return nil
+		}
+		ct.Spec.LocalFirst = true
+		return cl.Update(ctx, ct)
+	})
+	if err != nil {
+		return fmt.Errorf("setting localFirst on ClusterTarget %s of %s: %w", name, c.Name, err)
 	}
 	probe := optedInProbe("local-probe-")
 	var last string
-	err := poll(ctx, 60*time.Second, func() (bool, error) {
+	err = poll(ctx, 60*time.Second, func() (bool, error) {
 		got, err := c.Client().CoreV1().Pods(namespace).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		if err != nil {
 			last = err.Error()
