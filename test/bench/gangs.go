@@ -62,6 +62,10 @@ type GangRun struct {
 	// SourceRequests are the home cluster's API requests per member in
 	// the same window, its writes by kind.
 	SourceRequests Requests `json:"sourceRequests"`
+	// TargetRequests are all targets' API requests per member in the same
+	// window, added up (Flotilla only): their pod creates are the
+	// candidates, their pod PATCHes the reports, allowances and denials.
+	TargetRequests Requests `json:"targetRequests"`
 	// HomeCPUMillis is the CPU of each process of the home cluster
 	// (kube-apiserver, etcd, the agent, ...) per member, in the same
 	// window, from /proc.
@@ -282,6 +286,10 @@ func gangRun(ctx context.Context, cfg config, home *sandbox.Cluster, targets []*
 	if err != nil {
 		return nil, err
 	}
+	targetsBefore, err := scrapeAll(ctx, targets)
+	if err != nil {
+		return nil, err
+	}
 	roundsBefore, err := placementRounds(ctx, agentMetrics)
 	if err != nil {
 		return nil, err
@@ -338,6 +346,10 @@ func gangRun(ctx context.Context, cfg config, home *sandbox.Cluster, targets []*
 	if err != nil {
 		return nil, err
 	}
+	targetsAfter, err := scrapeAll(ctx, targets)
+	if err != nil {
+		return nil, err
+	}
 	stopSampling()
 	<-sampled
 	var releasedAfter released
@@ -388,6 +400,7 @@ func gangRun(ctx context.Context, cfg config, home *sandbox.Cluster, targets []*
 		r.MeanReserved += float64(n) / float64(len(samples))
 	}
 	r.SourceRequests = perPod(reqBefore, reqAfter, float64(members))
+	r.TargetRequests = perPod(targetsBefore, targetsAfter, float64(members))
 	r.HomeCPUMillis = homeCPU
 	r.RoundsPerMember = (roundsAfter - roundsBefore) / float64(members)
 	if cfg.budget != nil {
@@ -576,19 +589,45 @@ func (r *GangReport) Markdown() string {
 			fmt.Fprintf(&b, "| %d | %s | %s |\n", size, run.name, strings.Join(procs, ", "))
 		}
 	}
-	b.WriteString("\nThe home cluster's API writes per member, by kind (resource[/subresource] verb):\n\n| size | run | writes | by kind |\n|---|---|---|---|\n")
+	b.WriteString("\nAPI writes per member, by kind (resource[/subresource] verb), in the home cluster and in all targets together:\n\n| size | run | where | writes | by kind |\n|---|---|---|---|---|\n")
 	for i, size := range r.Sizes {
 		for _, run := range r.runsOf(i) {
-			var kinds []string
-			for _, k := range slices.Sorted(maps.Keys(run.r.SourceRequests.WritesByKind)) {
-				if n := run.r.SourceRequests.WritesByKind[k]; n >= 0.01 {
-					kinds = append(kinds, fmt.Sprintf("%s %.2f", k, n))
-				}
+			fmt.Fprintf(&b, "| %d | %s | home | %s |\n", size, run.name, writesText(run.r.SourceRequests))
+			if run.r.TargetRequests.Writes > 0 {
+				fmt.Fprintf(&b, "| %d | %s | targets | %s |\n", size, run.name, writesText(run.r.TargetRequests))
 			}
-			fmt.Fprintf(&b, "| %d | %s | %.2f | %s |\n", size, run.name, run.r.SourceRequests.Writes, strings.Join(kinds, ", "))
 		}
 	}
 	return b.String()
+}
+
+// writesText is r's writes, then by kind (those of 0.01 or more), as two
+// table cells.
+func writesText(r Requests) string {
+	var kinds []string
+	for _, k := range slices.Sorted(maps.Keys(r.WritesByKind)) {
+		if n := r.WritesByKind[k]; n >= 0.01 {
+			kinds = append(kinds, fmt.Sprintf("%s %.2f", k, n))
+		}
+	}
+	return fmt.Sprintf("%.2f | %s", r.Writes, strings.Join(kinds, ", "))
+}
+
+// scrapeAll adds up the API requests of clusters so far (scrapeRequests).
+func scrapeAll(ctx context.Context, clusters []*sandbox.Cluster) (Requests, error) {
+	all := Requests{WritesByKind: map[string]float64{}}
+	for _, c := range clusters {
+		r, err := scrapeRequests(ctx, c)
+		if err != nil {
+			return all, err
+		}
+		all.All += r.All
+		all.Writes += r.Writes
+		for k, n := range r.WritesByKind {
+			all.WritesByKind[k] += n
+		}
+	}
+	return all, nil
 }
 
 // namedRun is a run of a gang report with what placed it.
