@@ -502,7 +502,7 @@ func expectWoken(t *testing.T, changes <-chan event.TypedGenericEvent[*corev1.Po
 // elections are written side by side, one elected member looks again
 // within gangElectedRecheck, not each of them: every member polling at
 // once cost a gang of n members n rounds of n observations each every
-// 100 ms (a gang of 64 took 15 rounds a member). The others look again
+// 100 ms. The others look again
 // after gangRecheck; once the poller's turn has passed, the next member
 // to wait polls.
 func TestOneMemberPollsItsGangWhileItsElectionsAreWritten(t *testing.T) {
