@@ -282,15 +282,7 @@ func gangRun(ctx context.Context, cfg config, home *sandbox.Cluster, targets []*
 			return nil, err
 		}
 	}
-	reqBefore, err := scrapeRequests(ctx, home)
-	if err != nil {
-		return nil, err
-	}
-	targetsBefore, err := scrapeAll(ctx, targets)
-	if err != nil {
-		return nil, err
-	}
-	roundsBefore, err := placementRounds(ctx, agentMetrics)
+	before, err := readCounters(ctx, home, targets, agentMetrics)
 	if err != nil {
 		return nil, err
 	}
@@ -338,15 +330,7 @@ func gangRun(ctx context.Context, cfg config, home *sandbox.Cluster, targets []*
 		cpu, _ := readProc(pid)
 		homeCPU[string(comp)] = 1000 * (cpu - cpuBefore[comp]) / float64(members)
 	}
-	roundsAfter, err := placementRounds(ctx, agentMetrics)
-	if err != nil {
-		return nil, err
-	}
-	reqAfter, err := scrapeRequests(ctx, home)
-	if err != nil {
-		return nil, err
-	}
-	targetsAfter, err := scrapeAll(ctx, targets)
+	after, err := readCounters(ctx, home, targets, agentMetrics)
 	if err != nil {
 		return nil, err
 	}
@@ -399,10 +383,10 @@ func gangRun(ctx context.Context, cfg config, home *sandbox.Cluster, targets []*
 		r.PeakReserved = max(r.PeakReserved, n)
 		r.MeanReserved += float64(n) / float64(len(samples))
 	}
-	r.SourceRequests = perPod(reqBefore, reqAfter, float64(members))
-	r.TargetRequests = perPod(targetsBefore, targetsAfter, float64(members))
+	r.SourceRequests = perPod(before.home, after.home, float64(members))
+	r.TargetRequests = perPod(before.targets, after.targets, float64(members))
 	r.HomeCPUMillis = homeCPU
-	r.RoundsPerMember = (roundsAfter - roundsBefore) / float64(members)
+	r.RoundsPerMember = (after.rounds - before.rounds) / float64(members)
 	if cfg.budget != nil {
 		clusters := []string{home.Name}
 		for _, t := range targets {
@@ -611,6 +595,27 @@ func writesText(r Requests) string {
 		}
 	}
 	return fmt.Sprintf("%.2f | %s", r.Writes, strings.Join(kinds, ", "))
+}
+
+// counters are what a gang run reads before its first create and after
+// its last member runs: the home cluster's API requests, all targets'
+// added up, and the home agent's placement rounds.
+type counters struct {
+	home, targets Requests
+	rounds        float64
+}
+
+// readCounters reads counters now; agentMetrics is the home agent's
+// /metrics address ("" for none: no rounds).
+func readCounters(ctx context.Context, home *sandbox.Cluster, targets []*sandbox.Cluster, agentMetrics string) (c counters, err error) {
+	if c.home, err = scrapeRequests(ctx, home); err != nil {
+		return c, err
+	}
+	if c.targets, err = scrapeAll(ctx, targets); err != nil {
+		return c, err
+	}
+	c.rounds, err = placementRounds(ctx, agentMetrics)
+	return c, err
 }
 
 // scrapeAll adds up the API requests of clusters so far (scrapeRequests).
