@@ -41,6 +41,11 @@ type Choice struct {
 	// known). A gang that does not fit stands first only briefly
 	// (Queue.NoFitHeadFor).
 	Fits bool
+	// Room is, under AnyClusters, the whole members of room the chosen
+	// targets publish together; negative when one of them publishes none,
+	// and under OneCluster (the room of several targets is no measure of
+	// one's).
+	Room float64
 }
 
 // Has reports whether target is among the chosen ones.
@@ -78,7 +83,7 @@ func (c Choice) Has(target string) bool {
 // every target is.
 func Choose(spec Spec, draw string, pinned string, places []Place, limit int) Choice {
 	if pinned != "" && spec.Mode != AnyClusters {
-		return Choice{Targets: []string{pinned}, Fits: true}
+		return Choice{Targets: []string{pinned}, Fits: true, Room: -1}
 	}
 	ordered := drawOrder(draw, places)
 	reachable := ordered[:0:0]
@@ -106,7 +111,10 @@ func Choose(spec Spec, draw string, pinned string, places []Place, limit int) Ch
 			}
 			room += math.Floor(p.Room)
 		}
-		return Choice{Targets: out, Fits: !known || room >= float64(spec.MinMember)}
+		if !known {
+			return Choice{Targets: out, Fits: true, Room: -1}
+		}
+		return Choice{Targets: out, Fits: room >= float64(spec.MinMember), Room: room}
 	}
 	need := float64(spec.MinMember)
 	var fit, unknown, small []Place
@@ -131,7 +139,7 @@ func Choose(spec Spec, draw string, pinned string, places []Place, limit int) Ch
 	for _, p := range tiers[:min(limit, len(tiers))] {
 		out = append(out, p.Name)
 	}
-	return Choice{Targets: out, Fits: fits}
+	return Choice{Targets: out, Fits: fits, Room: -1}
 }
 
 // DrawKey is the seed of a gang's draw of targets on its attempt: the
@@ -159,4 +167,17 @@ func oncePerCluster(places []Place) []Place {
 		out = append(out, p)
 	}
 	return out
+}
+
+// Share is the part of the choice's room that a gang needing need more
+// members takes (Look.Share): 0 when the room is not known; more than 1
+// when it does not fit.
+func (c Choice) Share(need int) float64 {
+	switch {
+	case c.Room < 0 || need <= 0:
+		return 0
+	case c.Room == 0:
+		return math.Inf(1)
+	}
+	return float64(need) / c.Room
 }

@@ -167,3 +167,27 @@ func TestChooseSpreadsGangs(t *testing.T) {
 		}
 	}
 }
+
+// TestChoiceShare: under anyClusters a gang's share is its need over the
+// whole members of room its targets publish together (once per cluster);
+// it cannot be told where a target publishes none, nor under oneCluster.
+func TestChoiceShare(t *testing.T) {
+	anyc := Spec{Name: "train", MinMember: 4, Mode: AnyClusters}
+	c := Choose(anyc, "k", "", []Place{{Name: "a", Room: 3.5, Cluster: "x"}, {Name: "b", Room: 5, Cluster: "y"}, {Name: "a2", Room: 3.5, Cluster: "x"}}, 2)
+	if c.Room != 8 || c.Share(4) != 0.5 {
+		t.Errorf("room %v, share of 4 %v; want 8 whole members (a's cluster once), 0.5", c.Room, c.Share(4))
+	}
+	if s := c.Share(0); s != 0 {
+		t.Errorf("share of no need %v, want 0", s)
+	}
+	if c := Choose(anyc, "k", "", []Place{{Name: "a", Room: 0.5}}, 2); c.Share(4) <= 1 {
+		t.Errorf("no whole member of room: share %v, want more than 1", c.Share(4))
+	}
+	if c := Choose(anyc, "k", "", []Place{{Name: "a", Room: 3}, {Name: "b", Room: -1}}, 2); c.Share(4) != 0 {
+		t.Errorf("a target publishing no room: share %v, want 0 (not known)", c.Share(4))
+	}
+	one := Spec{Name: "train", MinMember: 4, Mode: OneCluster}
+	if c := Choose(one, "k", "", []Place{{Name: "a", Room: 8}}, 2); c.Share(4) != 0 {
+		t.Errorf("oneCluster: share %v, want 0 (not known)", c.Share(4))
+	}
+}

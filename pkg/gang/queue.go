@@ -30,6 +30,17 @@ func (o Order) before(p Order, key, other string) bool {
 // never waits behind one that does not, as kube-scheduler places whatever
 // gang fits; one that does not fit goes first when none that fits waits.
 //
+// Gangs behind the first may ride along: one whose targets publish room
+// for what it and every gang ahead of it still need (Look.Share adds up
+// to 1 at most, each gang ahead telling its own) holds reservations
+// beside the first, as kube-scheduler places every gang that fits at
+// once, while the first makes progress (it grew, or began its turn,
+// within RideFor). The room the targets publish counts no reservation,
+// so the shares of the gangs ahead are what contention means there; a
+// wrong reading (room taken by others since, or too fragmented for the
+// members) costs the first its progress, and the riders then wait their
+// turn like any gang.
+//
 // A gang stands first until HeadFor has passed since its turn began or
 // since it last held more places than before in this turn, and for
 // MaxHeadFor at most; one that does not fit stands first for NoFitHeadFor
@@ -42,6 +53,9 @@ type Queue struct {
 	HeadFor, MaxHeadFor, Backoff, MaxBackoff time.Duration
 	// NoFitHeadFor, when set, bounds HeadFor for a gang that does not fit.
 	NoFitHeadFor time.Duration
+	// RideFor is how long after the first gang's last progress the gangs
+	// behind it may still ride along; 0: none rides along.
+	RideFor time.Duration
 	// Jitter returns a number in [0, 1): a yield's backoff is lengthened
 	// by up to a fifth of it, so that yielded gangs do not come back
 	// together.
@@ -71,9 +85,27 @@ type Yield struct {
 	Attempt int
 }
 
+// Look is what one member's look at its gang tells the queue.
+type Look struct {
+	Order Order
+	// Held is the places the gang holds toward its size.
+	Held int
+	// Fits is set when the targets publish room for the whole gang, or
+	// room it cannot know (Choice.Fits).
+	Fits bool
+	// Share is the part of the room its targets publish that the gang
+	// still needs: its members not bound over the whole members of room
+	// there (Choice.Room); 0 when it cannot be told (a target publishes
+	// no room, or the gang is to stand in one cluster, where the room of
+	// several is no measure). A gang with no share neither rides along
+	// nor lets the gangs behind it ride.
+	Share float64
+}
+
 type waiting struct {
 	order Order
 	seen  time.Time
+	share float64
 	// noFit is set when its last look found that the targets publish too
 	// little room for it (Choice.Fits). Its own reservations take none of
 	// the room a target publishes, which counts bound pods only.
@@ -96,12 +128,11 @@ type waiting struct {
 // few seconds.
 const forgetAfter = time.Minute
 
-// Turn says whether gang key, waiting and holding held places toward its
-// size, may hold reservations now (fits: the targets publish room for the
-// whole of it, or room it cannot know: Choice.Fits); when not, head is the gang that goes
-// first ("" when key backs off with none ahead). again is when the answer
-// may change. Each member's look at its gang calls it.
-func (q *Queue) Turn(key string, o Order, held int, fits bool, now time.Time) (mine bool, head string, again time.Duration) {
+// Turn says whether gang key, waiting as its look l found it, may hold
+// reservations now: it goes first, or rides along; when not, head is the
+// gang that goes first ("" when key backs off with none ahead). again is
+// when the answer may change. Each member's look at its gang calls it.
+func (q *Queue) Turn(key string, l Look, now time.Time) (mine bool, head string, again time.Duration) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.gangs == nil {
@@ -112,7 +143,7 @@ func (q *Queue) Turn(key string, o Order, held int, fits bool, now time.Time) (m
 		w = &waiting{backoff: q.Backoff}
 		q.gangs[key] = w
 	}
-	w.order, w.seen, w.held, w.noFit = o, now, held, !fits
+	w.order, w.seen, w.held, w.noFit, w.share = l.Order, now, l.Held, !l.Fits, l.Share
 	for k, g := range q.gangs {
 		if now.Sub(g.seen) > forgetAfter {
 			delete(q.gangs, k)
@@ -153,9 +184,37 @@ func (q *Queue) Turn(key string, o Order, held int, fits bool, now time.Time) (m
 		return true, head, left
 	}
 	if w.yieldUntil.After(now) {
-		left = min(left, w.yieldUntil.Sub(now))
+		return false, head, min(left, w.yieldUntil.Sub(now))
+	}
+	if ride := q.rides(key, w, head, now); ride > 0 {
+		return true, head, min(left, ride)
 	}
 	return false, head, left
+}
+
+// rides is how long gang key (w) may hold reservations beside the first
+// gang head: while the shares of every gang ahead of it and its own add
+// up to the room (1), and head progressed within RideFor. 0: it waits.
+func (q *Queue) rides(key string, w *waiting, head string, now time.Time) time.Duration {
+	h := q.gangs[head]
+	left := q.RideFor - now.Sub(h.progressAt)
+	if left <= 0 || w.share <= 0 {
+		return 0
+	}
+	sum := w.share
+	for k, g := range q.gangs {
+		if k == key || g.yieldUntil.After(now) || !g.before(w, k, key) {
+			continue
+		}
+		if g.share <= 0 {
+			return 0
+		}
+		sum += g.share
+	}
+	if sum > 1 {
+		return 0
+	}
+	return left
 }
 
 // left is how long the head h keeps its turn.

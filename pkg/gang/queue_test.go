@@ -15,7 +15,7 @@ func TestQueue(t *testing.T) {
 
 	turn := func(key string, o Order, at time.Duration) (bool, string) {
 		t.Helper()
-		mine, head, again := q.Turn(key, o, 0, true, t0.Add(at))
+		mine, head, again := q.Turn(key, Look{Order: o, Fits: true}, t0.Add(at))
 		if again <= 0 {
 			t.Fatalf("%s at %s: look again in %s", key, at, again)
 		}
@@ -95,7 +95,7 @@ func TestQueueKeepsTheTurnOfAGangThatGrows(t *testing.T) {
 	old, young := Order{Created: t0}, Order{Created: t0.Add(time.Second)}
 	look := func(key string, o Order, held int, at time.Duration) bool {
 		t.Helper()
-		mine, _, again := q.Turn(key, o, held, true, t0.Add(at))
+		mine, _, again := q.Turn(key, Look{Order: o, Held: held, Fits: true}, t0.Add(at))
 		if again <= 0 {
 			t.Fatalf("%s at %s: look again in %s", key, at, again)
 		}
@@ -152,21 +152,21 @@ func TestQueueAttempts(t *testing.T) {
 	if got := q.Attempt("g"); got != 0 {
 		t.Fatalf("a gang not queued is at attempt %d", got)
 	}
-	q.Turn("g", o, 1, true, t0)
-	q.Turn("g", o, 1, true, t0.Add(61*time.Second)) // no progress for a minute: yields
+	q.Turn("g", Look{Order: o, Held: 1, Fits: true}, t0)
+	q.Turn("g", Look{Order: o, Held: 1, Fits: true}, t0.Add(61*time.Second)) // no progress for a minute: yields
 	if got := q.Attempt("g"); got != 1 {
 		t.Fatalf("after one yield: attempt %d, want 1", got)
 	}
 	// Back after its backoff, it completes and stays complete: it keeps
 	// its turn for ten minutes, well past MaxHeadFor.
 	at := 100 * time.Second
-	if mine, _, _ := q.Turn("g", o, 1, true, t0.Add(at)); !mine {
+	if mine, _, _ := q.Turn("g", Look{Order: o, Held: 1, Fits: true}, t0.Add(at)); !mine {
 		t.Fatal("after its backoff the gang does not go first")
 	}
-	q.Turn("other", Order{Created: t0.Add(time.Second)}, 0, true, t0.Add(at))
+	q.Turn("other", Look{Order: Order{Created: t0.Add(time.Second)}, Fits: true}, t0.Add(at))
 	for ; at < 700*time.Second; at += 5 * time.Second {
 		q.Complete("g", t0.Add(at))
-		if mine, _, _ := q.Turn("other", Order{Created: t0.Add(time.Second)}, 0, true, t0.Add(at)); mine {
+		if mine, _, _ := q.Turn("other", Look{Order: Order{Created: t0.Add(time.Second)}, Fits: true}, t0.Add(at)); mine {
 			t.Fatalf("the other gang went first at %s while g was complete", at)
 		}
 	}
@@ -189,9 +189,9 @@ func TestQueueLetsAGangThatFitsGoBeforeOnesThatDoNot(t *testing.T) {
 	look := func(at time.Duration) string {
 		t.Helper()
 		now := t0.Add(at)
-		q.Turn("big", big, 0, false, now)
-		q.Turn("bigger", bigger, 0, false, now)
-		_, head, _ := q.Turn("small", small, 0, true, now)
+		q.Turn("big", Look{Order: big, Fits: false}, now)
+		q.Turn("bigger", Look{Order: bigger, Fits: false}, now)
+		_, head, _ := q.Turn("small", Look{Order: small, Fits: true}, now)
 		return head
 	}
 	// The gang that fits goes first at once, though younger: two that do
@@ -205,10 +205,10 @@ func TestQueueLetsAGangThatFitsGoBeforeOnesThatDoNot(t *testing.T) {
 	// Once it is done, the older of those that do not fit goes first, and
 	// stands first NoFitHeadFor before the next.
 	q.Done("small")
-	if mine, head, _ := q.Turn("big", big, 0, false, t0.Add(time.Second)); !mine {
+	if mine, head, _ := q.Turn("big", Look{Order: big, Fits: false}, t0.Add(time.Second)); !mine {
 		t.Fatalf("head %q once the gang that fits is done, want the oldest that does not", head)
 	}
-	if mine, head, _ := q.Turn("bigger", bigger, 0, false, t0.Add(12*time.Second)); !mine {
+	if mine, head, _ := q.Turn("bigger", Look{Order: bigger, Fits: false}, t0.Add(12*time.Second)); !mine {
 		t.Fatalf("head %q NoFitHeadFor after the oldest went first, want the next", head)
 	}
 	if !q.BacksOff("big", t0.Add(12*time.Second)) {
@@ -220,19 +220,19 @@ func TestQueueLetsAGangThatFitsGoBeforeOnesThatDoNot(t *testing.T) {
 	// others), stands first NoFitHeadFor after its last progress, not
 	// HeadFor.
 	q2 := &Queue{HeadFor: time.Minute, NoFitHeadFor: 10 * time.Second, Backoff: 30 * time.Second, MaxBackoff: 5 * time.Minute}
-	q2.Turn("g", big, 0, true, t0)
-	q2.Turn("g", big, 3, false, t0.Add(time.Second))
-	if mine, _, again := q2.Turn("g", big, 3, false, t0.Add(5*time.Second)); !mine || again > 6*time.Second {
+	q2.Turn("g", Look{Order: big, Fits: true}, t0)
+	q2.Turn("g", Look{Order: big, Held: 3, Fits: false}, t0.Add(time.Second))
+	if mine, _, again := q2.Turn("g", Look{Order: big, Held: 3, Fits: false}, t0.Add(5*time.Second)); !mine || again > 6*time.Second {
 		t.Fatalf("a gang holding places that no longer fits: mine %v, again %s; want its turn for NoFitHeadFor after its progress", mine, again)
 	}
-	if mine, _, _ := q2.Turn("g", big, 3, false, t0.Add(12*time.Second)); mine {
+	if mine, _, _ := q2.Turn("g", Look{Order: big, Held: 3, Fits: false}, t0.Add(12*time.Second)); mine {
 		t.Fatal("a gang holding places that no longer fits kept its turn past NoFitHeadFor")
 	}
 	// One that reads fit again while it holds places keeps HeadFor.
 	q3 := &Queue{HeadFor: time.Minute, NoFitHeadFor: 10 * time.Second, Backoff: 30 * time.Second, MaxBackoff: 5 * time.Minute}
-	q3.Turn("g", big, 0, false, t0)
-	q3.Turn("g", big, 3, true, t0.Add(time.Second))
-	if mine, _, again := q3.Turn("g", big, 3, true, t0.Add(20*time.Second)); !mine || again < 30*time.Second {
+	q3.Turn("g", Look{Order: big, Fits: false}, t0)
+	q3.Turn("g", Look{Order: big, Held: 3, Fits: true}, t0.Add(time.Second))
+	if mine, _, again := q3.Turn("g", Look{Order: big, Held: 3, Fits: true}, t0.Add(20*time.Second)); !mine || again < 30*time.Second {
 		t.Fatalf("a gang holding places that fits: mine %v, again %s; want its turn for HeadFor", mine, again)
 	}
 }
@@ -246,15 +246,82 @@ func TestQueueDropsAGangThatNoLongerWaits(t *testing.T) {
 	live := map[string]bool{"old": true, "young": true}
 	q := &Queue{HeadFor: time.Minute, Backoff: 30 * time.Second, MaxBackoff: 5 * time.Minute, Live: func(k string) bool { return live[k] }}
 	old, young := Order{Created: t0}, Order{Created: t0.Add(time.Second)}
-	q.Turn("old", old, 2, true, t0)
-	if mine, head, _ := q.Turn("young", young, 0, true, t0.Add(time.Second)); mine || head != "old" {
+	q.Turn("old", Look{Order: old, Held: 2, Fits: true}, t0)
+	if mine, head, _ := q.Turn("young", Look{Order: young, Fits: true}, t0.Add(time.Second)); mine || head != "old" {
 		t.Fatalf("while the older gang waits: mine %v, head %q; want the older first", mine, head)
 	}
 	live["old"] = false
-	if mine, _, _ := q.Turn("young", young, 0, true, t0.Add(2*time.Second)); !mine {
+	if mine, _, _ := q.Turn("young", Look{Order: young, Fits: true}, t0.Add(2*time.Second)); !mine {
 		t.Fatal("the younger gang does not go first once the older has no member waiting")
 	}
 	if n := q.Len(); n != 1 {
 		t.Fatalf("%d gangs queued, want 1: the older left", n)
+	}
+}
+
+// TestQueueLetsGangsThatFitBesideTheFirstRideAlong: gangs behind the
+// first hold reservations beside it while every gang ahead of them and
+// their own need fit the room their targets publish, and the first makes
+// progress; the one whose need would take the room past it waits, and so
+// does every gang behind it when a gang ahead cannot tell its need.
+func TestQueueLetsGangsThatFitBesideTheFirstRideAlong(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	q := &Queue{HeadFor: time.Minute, RideFor: 10 * time.Second, Backoff: 30 * time.Second, MaxBackoff: 5 * time.Minute}
+	order := func(i int) Order { return Order{Created: t0.Add(time.Duration(i) * time.Second)} }
+	look := func(key string, i int, held int, share float64, at time.Duration) (bool, string) {
+		t.Helper()
+		mine, head, again := q.Turn(key, Look{Order: order(i), Held: held, Fits: true, Share: share}, t0.Add(at))
+		if again <= 0 {
+			t.Fatalf("%s at %s: look again in %s", key, at, again)
+		}
+		return mine, head
+	}
+	look("a", 0, 0, 0.4, 0)
+	if mine, head := look("b", 1, 0, 0.3, 0); !mine || head != "a" {
+		t.Fatalf("b, whose need fits beside a's: mine %v, head %q; want it to ride along behind a", mine, head)
+	}
+	if mine, _ := look("c", 2, 0, 0.3, 0); !mine {
+		t.Fatal("c, whose need with a's and b's makes the room exactly, does not ride along")
+	}
+	if mine, head := look("d", 3, 0, 0.1, 0); mine || head != "a" {
+		t.Fatalf("d, whose need takes the room past what a, b and c need: mine %v, head %q; want it to wait", mine, head)
+	}
+	// The first stalls: the riders wait RideFor after its last progress.
+	look("a", 0, 5, 0.4, time.Second)
+	if mine, _ := look("b", 1, 0, 0.3, 10*time.Second); !mine {
+		t.Fatal("b stopped riding along before RideFor after the first's progress")
+	}
+	if mine, _ := look("b", 1, 0, 0.3, 12*time.Second); mine {
+		t.Fatal("b rides along behind a first gang that made no progress for RideFor")
+	}
+	look("a", 0, 6, 0.4, 13*time.Second)
+	if mine, _ := look("b", 1, 0, 0.3, 14*time.Second); !mine {
+		t.Fatal("b does not ride along again once the first grew")
+	}
+	// A gang ahead that cannot tell its need (a target publishes no room)
+	// keeps the gangs behind it waiting; one with no share does not ride.
+	look("b", 1, 0, 0, 15*time.Second)
+	if mine, _ := look("c", 2, 0, 0.3, 15*time.Second); mine {
+		t.Fatal("c rides along behind a gang whose need is not known")
+	}
+	look("b", 1, 0, 0.3, 16*time.Second)
+	look("c", 2, 0, 0.3, 16*time.Second)
+	if mine, _ := look("b", 1, 0, 0, 16*time.Second); mine {
+		t.Fatal("a gang whose need is not known rides along")
+	}
+	// A gang backing off holds nothing: it does not count ahead of others.
+	q2 := &Queue{HeadFor: time.Minute, RideFor: 10 * time.Second, Backoff: 30 * time.Second, MaxBackoff: 5 * time.Minute}
+	q = q2
+	look("a", 0, 1, 0.9, 0)
+	look("a", 0, 1, 0.9, 61*time.Second) // a minute without progress: yields
+	look("b", 1, 0, 0.5, 62*time.Second)
+	if mine, head := look("c", 2, 0, 0.5, 62*time.Second); !mine || head != "b" {
+		t.Fatalf("c behind b with a backing off: mine %v, head %q; want it riding along behind b", mine, head)
+	}
+	// Without RideFor, none rides along.
+	q = &Queue{HeadFor: time.Minute, Backoff: 30 * time.Second, MaxBackoff: 5 * time.Minute}
+	look("a", 0, 0, 0.1, 0)
+	if mine, _ := look("b", 1, 0, 0.1, 0); mine {
+		t.Fatal("b rides along with RideFor unset")
 	}
 }

@@ -61,8 +61,18 @@ const (
 	// waiting.
 	gangNoFitHeadFor = 10 * time.Second
 	gangMaxHeadFor   = 5 * time.Minute
-	gangBackoff      = 30 * time.Second
-	gangMaxBackoff   = 5 * time.Minute
+	// gangRideFor is how long after the first gang's last progress the
+	// gangs behind it whose needs fit the room beside its own keep
+	// holding reservations (gang.Queue.RideFor): a first gang that stalls
+	// that long may be short of what they hold.
+	gangRideFor = 10 * time.Second
+	// gangSureShare is the most of its targets' published room that an
+	// anyClusters gang may need for each member to get one candidate (the
+	// first of its draw), as a pod gets in a target sure to hold it: room
+	// for twice the gang.
+	gangSureShare  = 0.5
+	gangBackoff    = 30 * time.Second
+	gangMaxBackoff = 5 * time.Minute
 	// gangLookAgain bounds how long a member waits to look at its gang's
 	// turn again: the gang ahead may be done sooner.
 	gangLookAgain = 10 * time.Second
@@ -269,6 +279,17 @@ func (c *Controller) gangFanOut(r *round, views []candidate.View) []candidate.Vi
 		}
 	}
 	if r.gang.spec.Mode == gang.AnyClusters {
+		if sh := r.gang.choice.Share(r.gang.spec.MinMember); sh > 0 && sh <= gangSureShare {
+			// Its targets publish room for the gang many times over: a
+			// member's miss is unlikely in any of them, however busy
+			// they are (their answers are slow when the source is).
+			// One candidate a member, drawn by their prospects (room
+			// first), as a sure target's pod gets; a miss or an overdue
+			// answer brings the others in.
+			for i := range chosen {
+				chosen[i].Sure = true
+			}
+		}
 		// As any pod's: one candidate where a miss is unlikely.
 		return candidate.ToFanOut(chosen, string(r.pod.UID), c.MaxCandidates, false)
 	}
@@ -416,8 +437,14 @@ func (c *Controller) takeTurn(r *round, members []gang.Member, g *GangGate) {
 		c.gangs().Complete(key, c.now())
 		return
 	}
-	fits := r.gang.choice == nil || r.gang.choice.Fits
-	mine, head, again := c.gangs().Turn(key, gangOrder(r.pod, r.gang.members), v.Held, fits, c.now())
+	look := gang.Look{Order: gangOrder(r.pod, r.gang.members), Held: v.Held, Fits: true}
+	if ch := r.gang.choice; ch != nil {
+		// None of its members is bound (it left the queue then): it
+		// still takes its whole size of the room its targets publish,
+		// which counts bound pods only.
+		look.Fits, look.Share = ch.Fits, ch.Share(r.gang.spec.MinMember)
+	}
+	mine, head, again := c.gangs().Turn(key, look, c.now())
 	r.gang.again = min(again, gangLookAgain)
 	if mine {
 		return
@@ -435,7 +462,7 @@ func (c *Controller) takeTurn(r *round, members []gang.Member, g *GangGate) {
 // gangs is the controller's queue of gangs, made on first use.
 func (c *Controller) gangs() *gang.Queue {
 	c.gangQueueOnce.Do(func() {
-		c.gangQueue = &gang.Queue{HeadFor: gangHeadFor, MaxHeadFor: gangMaxHeadFor, NoFitHeadFor: gangNoFitHeadFor, Backoff: gangBackoff, MaxBackoff: gangMaxBackoff, Jitter: rand.Float64,
+		c.gangQueue = &gang.Queue{HeadFor: gangHeadFor, MaxHeadFor: gangMaxHeadFor, NoFitHeadFor: gangNoFitHeadFor, RideFor: gangRideFor, Backoff: gangBackoff, MaxBackoff: gangMaxBackoff, Jitter: rand.Float64,
 			Yielded: func(key string, y gang.Yield) {
 				gangYields.Inc()
 				klog.V(2).InfoS("Gang gives up its turn", "gang", key, "held", y.Held, "mostHeld", y.Most, "tooLittleRoom", y.NoFit, "backsOffFor", y.For.Round(time.Second), "attempt", y.Attempt)

@@ -9,12 +9,14 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
+	"github.com/flotilla-dev/flotilla/pkg/reservation"
 	"github.com/flotilla-dev/flotilla/pkg/target"
 )
 
@@ -145,6 +147,52 @@ func TestGangSizeUnreadWaits(t *testing.T) {
 				}
 			default:
 				t.Fatal("no Event says the size could not be read")
+			}
+		})
+	}
+}
+
+// anyClustersGang makes a source pod a member of pod group name, of size
+// min, under anyClusters.
+func anyClustersGang(name, min string) func(*corev1.Pod) {
+	return func(p *corev1.Pod) {
+		gangOf(name, min)(p)
+		p.Annotations[protocol.GangModeAnnotation] = protocol.GangAnyClusters
+	}
+}
+
+// TestGangMembersGetOneCandidateWhereRoomAbounds: under anyClusters, a
+// gang whose targets publish room for it twice over or more sends each
+// member one candidate (the gang split over the targets by its members'
+// draws), though no target has answered yet; where the room is tighter,
+// each gets two, as a pod whose targets are not sure of it.
+func TestGangMembersGetOneCandidateWhereRoomAbounds(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cpu  string // each target's published free CPU; members request 100m
+		want int
+	}{
+		{name: "room for the gang many times over", cpu: "10", want: 1},
+		{name: "room for the gang less than twice over", cpu: "0.2", want: 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, []target.Config{{Name: "c1"}, {Name: "c2"}, {Name: "c3"}})
+			h.c.MaxCandidates = 2
+			reservation.PublishFree(t, corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(tc.cpu), corev1.ResourceMemory: resource.MustParse("100Gi"), corev1.ResourcePods: resource.MustParse("1000")})
+			used := map[string]bool{}
+			for _, m := range []string{"-0", "-1", "-2", "-3"} {
+				pod := h.newSourcePod("train"+m, anyClustersGang("train", "4"))
+				h.reconcile(pod)
+				got := h.holding(pod)
+				if len(got) != tc.want {
+					t.Fatalf("%s: candidates in %v, want %d", pod.Name, got, tc.want)
+				}
+				for _, n := range got {
+					used[n] = true
+				}
+			}
+			if tc.want == 1 && len(used) < 2 {
+				t.Errorf("the gang's members all went to %v: not split over its targets", used)
 			}
 		})
 	}
