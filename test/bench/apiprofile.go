@@ -15,7 +15,7 @@ import (
 // -profile-apiserver: the source API server's CPU profile of the Flotilla
 // run, beside the agent's (-profile), to attribute the source cluster's CPU.
 var (
-	profileAPIServer  = flag.Bool("profile-apiserver", false, "Save a CPU profile of the source's kube-apiserver of the first -profile-apiserver-seconds of the Flotilla run, and of the baseline's of its run, into -out (…-src-apiserver-cpu.pprof, …-base-apiserver-cpu.pprof), fetched from its /debug/pprof/profile with the admin credentials. With -mesh: the first mesh cluster's, of the Flotilla run.")
+	profileAPIServer  = flag.Bool("profile-apiserver", false, "Save a CPU profile of the source's kube-apiserver of the first -profile-apiserver-seconds of the Flotilla run, and of the baseline's of its run, into -out (…-src-apiserver-cpu.pprof, …-base-apiserver-cpu.pprof), fetched from its /debug/pprof/profile with the admin credentials. With -mesh: the first mesh cluster's, of the Flotilla run. With -gangs: of each size's runs.")
 	podWatches        = flag.Bool("pod-watches", false, "After the Flotilla run, print what the source's and the baseline's API servers say of their pod watches: watch events of pods sent per pod (one per watcher), their average size, the pod watches open, the events the watch cache dispatched per pod.")
 	profileAPISeconds = flag.Int("profile-apiserver-seconds", 20, "With -profile-apiserver: how long the profile lasts.")
 	// sourceAPIServer is the source's admin configuration, set once the
@@ -26,21 +26,28 @@ var (
 // startAPIServerProfile starts the source API server's CPU profile with
 // -profile-apiserver and returns what waits for it and saves it.
 func startAPIServerProfile(ctx context.Context, cfg config) func() error {
-	return startProfileOf(ctx, cfg, sourceAPIServer, "src")
+	return startProfileOf(ctx, sourceAPIServer, apiProfilePath(cfg.profilePath("cpu"), "src"), "src")
 }
 
 // startBaseAPIServerProfile does the same for the baseline's API server
 // during the baseline run, to compare the two.
 func startBaseAPIServerProfile(ctx context.Context, cfg config) func() error {
-	return startProfileOf(ctx, cfg, baseAPIServer, "base")
+	return startProfileOf(ctx, baseAPIServer, apiProfilePath(cfg.profilePath("cpu"), "base"), "base")
 }
 
-func startProfileOf(ctx context.Context, cfg config, rc *rest.Config, cluster string) func() error {
+// apiProfilePath is where cluster's API server profile goes beside the
+// agent's profile at agentPath.
+func apiProfilePath(agentPath, cluster string) string {
+	return strings.Replace(agentPath, "-agent-cpu", "-"+cluster+"-apiserver-cpu", 1)
+}
+
+// startProfileOf starts the CPU profile of the API server of rc, into
+// path, with -profile-apiserver, and returns what waits for it.
+func startProfileOf(ctx context.Context, rc *rest.Config, path, cluster string) func() error {
 	if !*profileAPIServer || rc == nil {
 		return func() error { return nil }
 	}
 	done := make(chan error, 1)
-	path := strings.Replace(cfg.profilePath("cpu"), "-agent-cpu", "-"+cluster+"-apiserver-cpu", 1)
 	go func() { done <- saveAPIServerProfile(ctx, rc, *profileAPISeconds, path) }()
 	return func() error {
 		if err := <-done; err != nil {

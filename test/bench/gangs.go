@@ -139,27 +139,35 @@ func mainGangs(cfg config, sizes []int, keep bool) error {
 	report := &GangReport{Config: cfg, Date: time.Now().UTC().Format(time.RFC3339), Sizes: sizes}
 	for _, size := range sizes {
 		fmt.Fprintf(os.Stderr, "bench: %d gangs of %d, baseline (kube-scheduler's gang scheduling)\n", cfg.GangCount, size)
+		agentProfile := filepath.Join(cfg.Out, fmt.Sprintf("gangs-k%d-g%d-size%d-agent-cpu.pprof", cfg.Targets, cfg.GangCount, size))
+		baseProfiled := startProfileOf(ctx, baseCluster.RESTConfig(), apiProfilePath(agentProfile, "base"), "base")
 		b, err := gangRun(ctx, cfg, baseCluster, nil, "", size, false)
 		if err != nil {
 			return fmt.Errorf("baseline, gangs of %d: %w", size, err)
+		}
+		if err := baseProfiled(); err != nil {
+			return err
 		}
 		report.Baseline = append(report.Baseline, b)
 		fmt.Fprintf(os.Stderr, "bench: %d gangs of %d, Flotilla over %d targets\n", cfg.GangCount, size, cfg.Targets)
 		profiled := make(chan error, 1)
 		if cfg.Profile {
 			// The source agent's CPU over the run's first -profile-seconds.
-			path := filepath.Join(cfg.Out, fmt.Sprintf("gangs-k%d-g%d-size%d-agent-cpu.pprof", cfg.Targets, cfg.GangCount, size))
 			go func() {
-				profiled <- saveProfile(ctx, pprofAddr, fmt.Sprintf("profile?seconds=%d", cfg.ProfileSeconds), path)
+				profiled <- saveProfile(ctx, pprofAddr, fmt.Sprintf("profile?seconds=%d", cfg.ProfileSeconds), agentProfile)
 			}()
 		} else {
 			profiled <- nil
 		}
+		apiProfiled := startProfileOf(ctx, src.RESTConfig(), apiProfilePath(agentProfile, "src"), "src")
 		f, err := gangRun(ctx, cfg, src, targets, agent.MetricsAddr, size, true)
 		if err != nil {
 			return fmt.Errorf("Flotilla, gangs of %d: %w", size, err)
 		}
 		if err := <-profiled; err != nil {
+			return err
+		}
+		if err := apiProfiled(); err != nil {
 			return err
 		}
 		report.Flotilla = append(report.Flotilla, f)
