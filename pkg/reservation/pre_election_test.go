@@ -5,7 +5,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
+	"github.com/flotilla-dev/flotilla/api/v1alpha1"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
 	"github.com/flotilla-dev/flotilla/pkg/reservation"
 	"github.com/flotilla-dev/flotilla/pkg/target"
@@ -133,5 +136,57 @@ func TestTheOnlyTargetPreElects(t *testing.T) {
 	want := protocol.Allowance{SourceUID: string(pod.UID), Generation: 1, Nonce: protocol.AnyReservation}.Encode()
 	if e.Generation != 1 || e.Target != "t1" || e.Nonce != protocol.AnyReservation || h.allowance(pod, "t1") != want {
 		t.Fatalf("election %q, allowance %q; want t1 pre-elected (allowance %q)", e.Encode(), h.allowance(pod, "t1"), want)
+	}
+}
+
+// TestPreElectedUnderAPolicyThatDoesNotJudgeTheReservation: a policy that
+// only weighs targets (no spread, no scoring window) leaves the lone sure
+// target's pod pre-elected, as does one that selects clusters; a scoring
+// window, which waits to compare reservations, and a spread, which counts
+// the reserved node's domain, do not.
+func TestPreElectedUnderAPolicyThatDoesNotJudgeTheReservation(t *testing.T) {
+	weighs := &v1alpha1.PlacementPolicy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "weighs"},
+		Spec: v1alpha1.PlacementPolicySpec{
+			PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+			Scoring:     &v1alpha1.Scoring{SpreadWeight: ptr.To[int32](2)},
+		},
+	}
+	window := weighs.DeepCopy()
+	window.Spec.Scoring.Window = &v1alpha1.ScoringWindow{Candidates: 2, TimeoutMilliseconds: 500}
+	selects := weighs.DeepCopy()
+	selects.Spec.ClusterSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "gold"}}
+	for _, tc := range []struct {
+		name   string
+		policy *v1alpha1.PlacementPolicy
+		pre    bool
+	}{
+		{"a policy that weighs targets only", weighs, true},
+		{"a policy that selects clusters", selects, true},
+		{"a scoring window", window, false},
+		{"a spread", zoneSpread(), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, []target.Config{{Name: "t1", Labels: map[string]string{zoneKey: "a", "tier": "gold"}}}, tc.policy)
+			h.c.MaxCandidates = 2
+			reservation.PublishFree(t, corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100"), corev1.ResourceMemory: resource.MustParse("100Gi"), corev1.ResourcePods: resource.MustParse("1000")})
+			// A first pod teaches the agent how the target answers.
+			first := h.newSourcePod("web-0")
+			h.reconcile(first)
+			h.reserve(first, "t1", onNode{name: "n1", zone: "a"})
+			h.reconcile(first)
+			h.bindCandidate(first, "t1")
+			h.reconcile(first)
+
+			pod := h.newSourcePod("web-1")
+			h.reconcile(pod)
+			e := h.election(pod)
+			if got := e.Nonce == protocol.AnyReservation; got != tc.pre {
+				t.Fatalf("election %q: pre-elected %v, want %v", e.Encode(), got, tc.pre)
+			}
+			if h.candidate(pod, "t1") == nil {
+				t.Fatal("no candidate in t1")
+			}
+		})
 	}
 }

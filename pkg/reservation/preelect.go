@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/flotilla-dev/flotilla/pkg/candidate"
+	"github.com/flotilla-dev/flotilla/pkg/placementpolicy"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
 	"github.com/flotilla-dev/flotilla/pkg/target"
 )
@@ -21,8 +22,9 @@ var errStalePod = errors.New("the source pod changed since this round read it")
 // preElect elects the pod's target before its candidate exists, when the
 // fan-out sends the pod one candidate, to a target sure of it
 // (candidate.SureOf), and nothing but the protocol judges the election:
-// the pod is in no gang, no placement policy governs it (so no count of
-// domains needs the reservation's node first), and it was never elected
+// the pod is in no gang, no placement policy judges its reservation
+// (judgesTheReservation: no count of domains needs the reservation's node
+// first, no window waits to compare reservations), and it was never elected
 // before (generation 0; a pre-election that missed leaves a later one). It
 // writes the election, nonce protocol.AnyReservation, durably on the pod
 // (optimistic concurrency, as any election) before the candidate is
@@ -34,7 +36,7 @@ var errStalePod = errors.New("the source pod changed since this round read it")
 // candidate could outrun.
 func (c *Controller) preElect(ctx context.Context, r *round, eligible []*target.Target, prospects func(*target.Target) candidate.Prospect) error {
 	if len(eligible) != 1 || prospects == nil || r.election.Elected() || r.election.Generation != 0 ||
-		r.gang != nil || r.pl.policy != nil || r.missing != nil {
+		r.gang != nil || judgesTheReservation(r.pl.policy) || r.missing != nil {
 		return nil
 	}
 	t := eligible[0]
@@ -76,4 +78,14 @@ func preAllowing(shape candidate.Shaper, e protocol.Election, sourceUID string) 
 		}
 		cand.Annotations[protocol.AllowedAnnotation] = allowance
 	}
+}
+
+// judgesTheReservation reports whether policy's election judges a
+// reservation by more than its target: a spread counts the domain of the
+// reserved node, and a scoring window waits for reservations to compare.
+// A pre-election knows neither. A policy that only selects and weighs
+// targets decided where the pod goes when the fan-out chose its target,
+// and a capacity-type split is in the pod's spec (the webhook's).
+func judgesTheReservation(policy *placementpolicy.Compiled) bool {
+	return policy != nil && (policy.Spreads() || policy.Window != nil)
 }
