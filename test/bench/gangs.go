@@ -17,6 +17,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
@@ -414,8 +415,24 @@ func gangRun(ctx context.Context, cfg config, home *sandbox.Cluster, targets []*
 	}
 
 	// Clean up for the next run: the pods, their PodGroups, and the
-	// candidates in the targets.
-	if err := pods.DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}, metav1.ListOptions{}); err != nil {
+	// candidates in the targets. An API server of 0.15 cores may run out
+	// of time deleting hundreds of pods in one request (it goes on, or
+	// stops where it was): the deletion is asked again while pods are
+	// left at home.
+	var asked time.Time
+	deleteAll := func() error {
+		if time.Since(asked) < 15*time.Second {
+			// The last request may still be deleting.
+			return nil
+		}
+		asked = time.Now()
+		err := pods.DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}, metav1.ListOptions{})
+		if apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) {
+			return nil
+		}
+		return err
+	}
+	if err := deleteAll(); err != nil {
 		return nil, err
 	}
 	if !flotilla {
@@ -424,9 +441,12 @@ func gangRun(ctx context.Context, cfg config, home *sandbox.Cluster, targets []*
 		}
 	}
 	err = wait.PollUntilContextTimeout(ctx, time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
-		for _, c := range append([]*sandbox.Cluster{home}, targets...) {
+		for i, c := range append([]*sandbox.Cluster{home}, targets...) {
 			l, err := c.Client().CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{})
 			if err != nil || len(l.Items) > 0 {
+				if i == 0 && err == nil {
+					return false, deleteAll()
+				}
 				return false, nil
 			}
 		}
