@@ -39,7 +39,8 @@ func (o Order) before(p Order, key, other string) bool {
 // so the shares of the gangs ahead are what contention means there; a
 // wrong reading (room taken by others since, or too fragmented for the
 // members) costs the first its progress, and the riders then wait their
-// turn like any gang.
+// turn like any gang: none rides behind that first gang again in this
+// turn of its.
 //
 // A gang stands first until HeadFor has passed since its turn began or
 // since it last held more places than before in this turn, and for
@@ -117,6 +118,11 @@ type waiting struct {
 	// before in it (most).
 	headSince, progressAt time.Time
 	most                  int
+	// stalled is set when, first, it made no progress for RideFor: no
+	// gang rides along behind it for the rest of its turn (the riders may
+	// hold what it lacks; letting them back each time it grows would
+	// have them take it again).
+	stalled bool
 	yieldUntil            time.Time
 	backoff               time.Duration
 	// yields counts the turns it gave up: its attempt (Attempt).
@@ -162,7 +168,7 @@ func (q *Queue) Turn(key string, l Look, now time.Time) (mine bool, head string,
 		}
 		h := q.gangs[head]
 		if h.headSince.IsZero() {
-			h.headSince, h.progressAt, h.most = now, now, h.held
+			h.headSince, h.progressAt, h.most, h.stalled = now, now, h.held, false
 		}
 		if h.held > h.most {
 			h.progressAt, h.most = now, h.held
@@ -198,7 +204,10 @@ func (q *Queue) Turn(key string, l Look, now time.Time) (mine bool, head string,
 func (q *Queue) rides(key string, w *waiting, head string, now time.Time) time.Duration {
 	h := q.gangs[head]
 	left := q.RideFor - now.Sub(h.progressAt)
-	if left <= 0 || w.share <= 0 {
+	if left <= 0 {
+		h.stalled = true
+	}
+	if h.stalled || w.share <= 0 {
 		return 0
 	}
 	sum := w.share

@@ -294,20 +294,32 @@ func TestQueueLetsGangsThatFitBesideTheFirstRideAlong(t *testing.T) {
 	if mine, _ := look("b", 1, 0, 0.3, 12*time.Second); mine {
 		t.Fatal("b rides along behind a first gang that made no progress for RideFor")
 	}
+	// Once it stalled, none rides behind it again in this turn, though it
+	// grows: the riders may hold what it lacks.
 	look("a", 0, 6, 0.4, 13*time.Second)
-	if mine, _ := look("b", 1, 0, 0.3, 14*time.Second); !mine {
-		t.Fatal("b does not ride along again once the first grew")
+	if mine, _ := look("b", 1, 0, 0.3, 14*time.Second); mine {
+		t.Fatal("b rides along again behind a first gang that stalled in this turn")
+	}
+	// Its turn ends (it is placed): b goes first, and c rides behind it.
+	q.Done("a")
+	if mine, head := look("b", 1, 0, 0.3, 15*time.Second); !mine || head != "b" {
+		t.Fatalf("b once a is done: mine %v, head %q", mine, head)
+	}
+	if mine, _ := look("c", 2, 0, 0.3, 15*time.Second); !mine {
+		t.Fatal("c does not ride along behind the next first gang")
 	}
 	// A gang ahead that cannot tell its need (a target publishes no room)
 	// keeps the gangs behind it waiting; one with no share does not ride.
-	look("b", 1, 0, 0, 15*time.Second)
-	if mine, _ := look("c", 2, 0, 0.3, 15*time.Second); mine {
-		t.Fatal("c rides along behind a gang whose need is not known")
+	look("c", 2, 0, 0, 16*time.Second)
+	if mine, _ := look("d", 3, 0, 0.1, 16*time.Second); mine {
+		t.Fatal("d rides along behind a gang whose need is not known")
 	}
-	look("b", 1, 0, 0.3, 16*time.Second)
 	look("c", 2, 0, 0.3, 16*time.Second)
-	if mine, _ := look("b", 1, 0, 0, 16*time.Second); mine {
+	if mine, _ := look("d", 3, 0, 0, 16*time.Second); mine {
 		t.Fatal("a gang whose need is not known rides along")
+	}
+	if mine, _ := look("d", 3, 0, 0.1, 16*time.Second); !mine {
+		t.Fatal("d, whose need fits beside b's and c's, does not ride along")
 	}
 	// A gang backing off holds nothing: it does not count ahead of others.
 	q2 := &Queue{HeadFor: time.Minute, RideFor: 10 * time.Second, Backoff: 30 * time.Second, MaxBackoff: 5 * time.Minute}
