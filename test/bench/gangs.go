@@ -17,7 +17,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
@@ -416,25 +415,23 @@ func gangRun(ctx context.Context, cfg config, home *sandbox.Cluster, targets []*
 
 	// Clean up for the next run: the pods, their PodGroups, and the
 	// candidates in the targets. An API server of 0.15 cores may run out
-	// of time deleting hundreds of pods in one request (it goes on, or
-	// stops where it was): the deletion is asked again while pods are
-	// left at home.
+	// of time deleting hundreds of pods in one request (a timeout, or its
+	// stream reset: it goes on, or stops where it was): the deletion is
+	// asked again while pods are left at home, and the pods listed are
+	// what says it is done.
 	var asked time.Time
-	deleteAll := func() error {
+	var deleteErr error
+	deleteAll := func() {
 		if time.Since(asked) < 15*time.Second {
 			// The last request may still be deleting.
-			return nil
+			return
 		}
 		asked = time.Now()
-		err := pods.DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}, metav1.ListOptions{})
-		if apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) {
-			return nil
+		if err := pods.DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}, metav1.ListOptions{}); err != nil {
+			deleteErr = err
 		}
-		return err
 	}
-	if err := deleteAll(); err != nil {
-		return nil, err
-	}
+	deleteAll()
 	if !flotilla {
 		if err := home.Client().SchedulingV1beta1().PodGroups(namespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
 			return nil, err
@@ -445,7 +442,7 @@ func gangRun(ctx context.Context, cfg config, home *sandbox.Cluster, targets []*
 			l, err := c.Client().CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{})
 			if err != nil || len(l.Items) > 0 {
 				if i == 0 && err == nil {
-					return false, deleteAll()
+					deleteAll()
 				}
 				return false, nil
 			}
@@ -453,7 +450,7 @@ func gangRun(ctx context.Context, cfg config, home *sandbox.Cluster, targets []*
 		return true, nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("the run's pods never went: %w", err)
+		return nil, fmt.Errorf("the run's pods never went (the last deletion's error: %v): %w", deleteErr, err)
 	}
 	return r, nil
 }
