@@ -122,9 +122,9 @@ type waiting struct {
 	// gang rides along behind it for the rest of its turn (the riders may
 	// hold what it lacks; letting them back each time it grows would
 	// have them take it again).
-	stalled bool
-	yieldUntil            time.Time
-	backoff               time.Duration
+	stalled    bool
+	yieldUntil time.Time
+	backoff    time.Duration
 	// yields counts the turns it gave up: its attempt (Attempt).
 	yields int
 }
