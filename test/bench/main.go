@@ -41,7 +41,9 @@ type config struct {
 	MaxCandidates int `json:"maxCandidates"`
 	Timeout       time.Duration
 	AgentMemLimit string `json:"agentGOMEMLIMIT,omitempty"`
-	Profile       bool   `json:"-"`
+	// AgentSet are extra chart values of the source's release (-agent-set).
+	AgentSet []string `json:"agentSet,omitempty"`
+	Profile  bool     `json:"-"`
 	// ProfileSeconds is how long the agent's CPU profile lasts (-profile).
 	ProfileSeconds int `json:"-"`
 	// SourceOnly: src's release runs no Flotilla scheduler, as a cluster
@@ -110,6 +112,10 @@ func main() {
 	keep := flag.Bool("keep", false, "Keep the sandbox folder (logs) after the run.")
 	hold := flag.Bool("hold", false, "Keep the clusters up after the run until interrupted, to look around.")
 	flag.StringVar(&cfg.AgentMemLimit, "agent-gomemlimit", "", "GOMEMLIMIT of the agent (e.g. 120MiB), as a chart sets it from the container's memory limit; empty: none.")
+	flag.Func("agent-set", "A chart value of the source's release (helm --set), e.g. agent.leaderElection.renewDeadline=40s; repeat for more. The bench runs one agent replica, which nothing restarts: on a slow day a source API server of 0.15 cores took longer than the default renewDeadline (10 s) to renew its Lease, and the agent stepped down.", func(v string) error {
+		cfg.AgentSet = append(cfg.AgentSet, v)
+		return nil
+	})
 	flag.BoolVar(&cfg.Invite, "invite", true, "Every target runs its own agent and invites the source (ClusterSource, least-privilege identity, ClusterSummary), as in production; false: the source uses admin kubeconfigs and targets run no agent.")
 	flag.BoolVar(&cfg.Profile, "profile", false, "Serve the agent's pprof and save its heap and a CPU profile of the Flotilla run (with -spread: the run under the policy; with -mesh: the first mesh cluster's agent, its CPU only) into -out.")
 	flag.BoolVar(&cfg.SourceOnly, "source-only", true, "src's release runs no Flotilla scheduler (the chart's scheduler.enabled=false), as a cluster that only sends its pods elsewhere would; false: it runs one, idle.")
@@ -572,6 +578,7 @@ func sourceAgentRelease(cfg config) (opts sandbox.ReleaseOptions, pprofAddr stri
 	if cfg.AgentMemLimit != "" {
 		opts.AgentEnv = append(opts.AgentEnv, "GOMEMLIMIT="+cfg.AgentMemLimit)
 	}
+	opts.Set = append(opts.Set, cfg.AgentSet...)
 	return opts, pprofAddr, nil
 }
 
