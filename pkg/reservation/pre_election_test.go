@@ -125,10 +125,7 @@ func TestTheOnlyTargetPreElects(t *testing.T) {
 	if a := h.allowance(first, "t1"); h.candidate(first, "t1") == nil || a != "" {
 		t.Fatalf("the first pod's candidate: allowance %q; want a candidate with none (t1 never answered)", a)
 	}
-	h.reserve(first, "t1", onNode{name: "n1"})
-	h.reconcile(first)
-	h.bindCandidate(first, "t1")
-	h.reconcile(first)
+	h.bindThere(first, "t1", onNode{name: "n1"})
 
 	pod := h.newSourcePod("web-1")
 	h.reconcile(pod)
@@ -173,10 +170,7 @@ func TestPreElectedUnderAPolicyThatDoesNotJudgeTheReservation(t *testing.T) {
 			// A first pod teaches the agent how the target answers.
 			first := h.newSourcePod("web-0")
 			h.reconcile(first)
-			h.reserve(first, "t1", onNode{name: "n1", zone: "a"})
-			h.reconcile(first)
-			h.bindCandidate(first, "t1")
-			h.reconcile(first)
+			h.bindThere(first, "t1", onNode{name: "n1", zone: "a"})
 
 			pod := h.newSourcePod("web-1")
 			h.reconcile(pod)
@@ -189,4 +183,14 @@ func TestPreElectedUnderAPolicyThatDoesNotJudgeTheReservation(t *testing.T) {
 			}
 		})
 	}
+}
+
+// bindThere plays pod's candidate in target reserving n, the agent's
+// election of it, and its binding, each looked at by the agent.
+func (h *harness) bindThere(pod *corev1.Pod, target string, n onNode) {
+	h.t.Helper()
+	h.reserve(pod, target, n)
+	h.reconcile(pod)
+	h.bindCandidate(pod, target)
+	h.reconcile(pod)
 }
