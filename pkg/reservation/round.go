@@ -3,6 +3,7 @@ package reservation
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"time"
 
@@ -35,6 +36,9 @@ type round struct {
 	placed     []placement.Domain
 	placements []candidate.Placement
 	observed   []Observed
+	// prep copies the objects the pod references into its targets and
+	// ties the copies to its candidates; nil when it references none.
+	prep candidate.Preparer
 	// missing is an object the pod references that the source lacks.
 	missing *objects.MissingError
 	// retries are why the round asks to be looked at again after
@@ -119,6 +123,7 @@ func (c *Controller) fanOut(ctx context.Context, r *round) error {
 		c.reportProblem(pod, problem)
 	}
 	prep, missing := c.objectsOf(ctx, pod)
+	r.prep = prep
 	r.missing = missing
 	c.reportWhyWaiting(ctx, r, len(invited))
 	if err := c.cleanUpOthers(ctx, pod, r.targets); err != nil {
@@ -373,6 +378,7 @@ func (c *Controller) apply(ctx context.Context, r *round, d Decision) (reconcile
 		c.Recorder.Eventf(pod, nil, corev1.EventTypeNormal, "ElectionWithdrawn", "Elect", "The elected candidate in target %s was unreserved; election %d is open again", election.Target, d.Elect.Generation)
 	}
 	if d.Bound != "" {
+		c.adoptBound(ctx, r, d.Bound)
 		return c.bind(ctx, pod, d.Bound, nodeOf(r.observed, d.Bound), election.Generation, candidatesIn(r.observed), r.targets)
 	}
 	if d.Elect == nil && d.Allow == nil && r.missing == nil && !election.Elected() {
@@ -569,5 +575,37 @@ func (s *siblingCount) end(narrowed bool) {
 	s.waiting = true
 	if s.waiters.wait(key, s.pod, s.seen) {
 		s.moved = true
+	}
+}
+
+// adoptBound ties the copies of the objects the pod references to its
+// candidate bound in target before the pod is bound, the last round that
+// looks at its candidates: no round ties them after. The round's fan-out
+// ties them when it finds the candidate in its target's cache; a
+// pre-elected candidate may bind before that cache shows it at all (the
+// round then sees it bound by reading it live), and its copies kept no
+// owner. Read live here too in that case; the copier remembers what it
+// tied, so this costs nothing when the fan-out did.
+func (c *Controller) adoptBound(ctx context.Context, r *round, target string) {
+	if r.prep == nil {
+		return
+	}
+	for _, p := range r.placements {
+		if p.Target.Name != target {
+			continue
+		}
+		cand := p.Candidate
+		if cand == nil || cand.UID == "" {
+			live, err := p.Target.Live(ctx, p.Target.NamespaceFor(r.pod.Namespace), candidate.CandidateNameOf(r.pod, c.SourceCluster, target))
+			if err != nil || live == nil || types.UID(live.Labels[protocol.SourceUIDLabel]) != r.pod.UID {
+				logr.FromContextOrDiscard(ctx).Info("The bound candidate could not be read to tie the copies to it", "target", target, "error", fmt.Sprint(err))
+				return
+			}
+			cand = live
+		}
+		if err := r.prep.Adopt(ctx, p.Target, cand); err != nil {
+			logr.FromContextOrDiscard(ctx).Info("Tying copies to the bound candidate failed", "target", target, "error", err.Error())
+		}
+		return
 	}
 }
