@@ -280,8 +280,8 @@ func (c *Controller) gangFanOut(r *round, views []candidate.View) []candidate.Vi
 	}
 	if r.gang.spec.Mode == gang.AnyClusters {
 		if sh := r.gang.choice.Share(r.gang.spec.MinMember); sh > 0 && sh <= gangSureShare {
-			// Its targets publish room for the gang many times over: a
-			// member's miss is unlikely in any of them, however busy
+			// Its targets publish room for the gang twice over or
+			// more: a member's miss is unlikely in any of them, however busy
 			// they are (their answers are slow when the source is).
 			// One candidate a member, drawn by their prospects (room
 			// first), as a sure target's pod gets; a miss or an overdue

@@ -450,7 +450,7 @@ func gangRun(ctx context.Context, cfg config, home *sandbox.Cluster, targets []*
 		return true, nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("the run's pods never went (the last deletion's error: %v): %w", deleteErr, err)
+		return nil, fmt.Errorf("the run's pods never went (the last failed deletion's error: %v): %w", deleteErr, err)
 	}
 	return r, nil
 }
