@@ -3,6 +3,7 @@ package reservation
 import (
 	"maps"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -74,3 +75,26 @@ const (
 	GangRecheck        = gangRecheck
 	GangElectedRecheck = gangElectedRecheck
 )
+
+// CountMemberReads counts the reads of a gang member's candidate in a
+// target's cache made while a round looks at its gang, until the test
+// ends.
+func CountMemberReads(t *testing.T) *atomic.Int64 {
+	n := &atomic.Int64{}
+	prev := memberCandidate
+	t.Cleanup(func() { memberCandidate = prev })
+	memberCandidate = func(tg *target.Target, source *corev1.Pod, sourceCluster string) (*corev1.Pod, bool) {
+		n.Add(1)
+		return prev(tg, source, sourceCluster)
+	}
+	return n
+}
+
+// Restart gives h a controller of the same configuration that remembers
+// nothing, as after the agent restarted.
+func (c *Controller) Restart() *Controller {
+	return &Controller{Client: c.Client, Reader: c.Reader, Kube: c.Kube, SourceCluster: c.SourceCluster, Targets: c.Targets,
+		Recorder: c.Recorder, Workers: c.Workers, MaxCandidates: c.MaxCandidates, Objects: c.Objects, Policies: c.Policies,
+		DenyAfter: c.DenyAfter, SourcePods: c.SourcePods, SelfFree: c.SelfFree, SelfTopology: c.SelfTopology, Clock: c.Clock,
+		ElectionTimeout: c.ElectionTimeout}
+}

@@ -306,11 +306,14 @@ func (c *Controller) gangGate(ctx context.Context, r *round) *GangGate {
 		return nil
 	}
 	if !g.sized {
+		c.noteCandidates(r)
 		return &GangGate{Why: g.why}
 	}
 	spec, pod := g.spec, r.pod
 	g.unlock = sync.OnceFunc(c.locks.lock("gang:" + spec.Key(pod.Namespace)))
 	r.hold(g.unlock)
+	// Under the gang's lock, as the other members' rounds read it.
+	c.noteCandidates(r)
 	// Listed once the gang's other rounds are done, each read as the
 	// cache holds it then (electionOf).
 	g.members = c.gangMembers(pod, spec)
@@ -353,6 +356,21 @@ func (c *Controller) gangGate(ctx context.Context, r *round) *GangGate {
 	}
 	c.takeTurn(r, members, gate)
 	return gate
+}
+
+// noteCandidates records where the round found or made the member's
+// candidates (every target of its placements: those it held, and those
+// it was sent to, a failed creation included, as the target may have made
+// it all the same), for its gang's other members' rounds to read it there
+// alone (observeMember): a round reads each of the gang's members, and
+// reading each in every target cost a gang of n members over K targets
+// n×K reads a round.
+func (c *Controller) noteCandidates(r *round) {
+	where := make([]string, 0, len(r.placements))
+	for _, p := range r.placements {
+		where = append(where, p.Target.Name)
+	}
+	c.memory.noteCandidates(r.pod.UID, where, c.now())
 }
 
 // sameAgain reads the gang's members again (the round's pod's candidates,
@@ -595,9 +613,23 @@ func (c *Controller) observeMember(pod *corev1.Pod, targets []*target.Target) ga
 			return gangMember(pod.Name, e, t.Name, nil)
 		}
 	}
-	observed := make([]Observed, 0, len(targets))
+	// Where its own last round saw its candidates, and where it stands
+	// elected: only its own rounds make its candidates, so one made since
+	// is one its target has not reserved yet, or its round is about to
+	// record; a member whose rounds ran in another process is read in
+	// every target. Reading it short of a candidate only counts its gang
+	// short of a place for a while, never a place it does not hold.
+	where, known := c.memory.candidateTargets(pod.UID)
+	n := len(targets)
+	if known {
+		n = min(n, len(where)+1)
+	}
+	observed := make([]Observed, 0, n)
 	for _, t := range targets {
-		cand, ok := candidate.Of(t, pod, c.SourceCluster)
+		if known && !slices.Contains(where, t.Name) && !(e.Elected() && e.Target == t.Name) {
+			continue
+		}
+		cand, ok := memberCandidate(t, pod, c.SourceCluster)
 		if !ok {
 			continue
 		}
@@ -607,6 +639,10 @@ func (c *Controller) observeMember(pod *corev1.Pod, targets []*target.Target) ga
 	}
 	return gangMember(pod.Name, e, "", observed)
 }
+
+// memberCandidate reads a gang member's candidate in a target's cache
+// (candidate.Of); a variable, so that a test can count the reads.
+var memberCandidate = candidate.Of
 
 // wakeGang looks at the gang's other members again after the round's
 // election, when that may change what they may do: the gang's first

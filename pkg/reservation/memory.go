@@ -87,6 +87,18 @@ type podMemo struct {
 	// steady is since when the pod has been in the state each clock
 	// watches.
 	steady [steadyClocks]*steadySince
+	// candidates are the targets where the pod's last round, a gang
+	// member's, found or made its candidates (noteCandidates): the other
+	// members' rounds read it there alone. Forgotten, they read it in
+	// every target.
+	candidates *seenCandidates
+}
+
+// seenCandidates are the targets where a gang member's last round saw its
+// candidates, and when.
+type seenCandidates struct {
+	targets []string
+	at      time.Time
 }
 
 // steadyClock names a wait that counts from when a pod entered a state,
@@ -182,7 +194,7 @@ func (p *podMemo) empty() bool {
 		}
 	}
 	return p.firstReserved == nil && p.policyProblem == nil && p.gangProblem == nil && p.bound == nil &&
-		p.election == nil && p.electedDomain == nil && p.full == nil && p.denied == nil
+		p.election == nil && p.electedDomain == nil && p.full == nil && p.denied == nil && p.candidates == nil
 }
 
 // forget drops everything remembered of a pod: it is placed.
@@ -232,6 +244,10 @@ func (m *memory) sweep(now time.Time) {
 			if s != nil && older(s.at, rememberStateFor) {
 				p.steady[i] = nil
 			}
+		}
+		// A member that waits records them again at each round.
+		if p.candidates != nil && older(p.candidates.at, rememberStateFor) {
+			p.candidates = nil
 		}
 		m.dropIfEmpty(uid, p)
 	}
@@ -314,6 +330,29 @@ func (m *memory) pollGang(key string, now time.Time, d time.Duration) bool {
 	}
 	m.gangPolls[key] = now.Add(d)
 	return true
+}
+
+// noteCandidates records the targets where a gang member's round found or
+// made its candidates. Only the member's own rounds make its candidates,
+// so no other target holds one, but for one a later round of it makes
+// before it records that round's targets in turn.
+func (m *memory) noteCandidates(uid types.UID, targets []string, now time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.memoOf(uid, true).candidates = &seenCandidates{targets: targets, at: now}
+}
+
+// candidateTargets are the targets recorded by noteCandidates; known is
+// false when none are (the pod's rounds ran in another process, or long
+// ago).
+func (m *memory) candidateTargets(uid types.UID) (targets []string, known bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := m.memoOf(uid, false)
+	if p == nil || p.candidates == nil {
+		return nil, false
+	}
+	return p.candidates.targets, true
 }
 
 // reservedSince is when the pod's first reservation was seen: now, when
