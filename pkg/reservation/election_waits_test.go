@@ -356,6 +356,59 @@ func TestGangWaitReportedAfterAWhile(t *testing.T) {
 	}
 }
 
+// TestGangWaitNotReportedWhileItComesCloser: a gang whose members keep
+// adding places says nothing of its wait until it has held no more places
+// than ever for gangReportAfter (5 s): at ten targets of a small control
+// plane a gang of 64 took longer than that to gather its reservations,
+// and each member's report cost the source a status write and an Event.
+// Places that come and go without adding up to more do not count.
+func TestGangWaitNotReportedWhileItComesCloser(t *testing.T) {
+	h := newHarness(t, twoTargets())
+	clock := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	h.c.Clock = clock
+	trio := func(p *corev1.Pod) {
+		p.Labels[protocol.PodGroupLabel] = "trio"
+		p.Annotations[protocol.GangMinMemberAnnotation] = "3"
+		p.CreationTimestamp = metav1.NewTime(clock.Now())
+	}
+	a, b := h.newSourcePod("a", trio), h.newSourcePod("b", trio)
+	waiting := func() bool {
+		for _, c := range h.sourcePod(a).Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Reason == "WaitingForGang" {
+				return true
+			}
+		}
+		return false
+	}
+	h.reconcile(a)
+	h.reconcile(b)
+	h.reserve(a, "t1", onNode{name: "n1", score: 50})
+	h.reconcile(a)
+	// 4 s on, b reserves: the gang holds two places, more than ever.
+	clock.Step(4 * time.Second)
+	h.reserve(b, "t1", onNode{name: "n2", score: 50})
+	h.reconcile(b)
+	clock.Step(2 * time.Second)
+	res := h.reconcile(a)
+	if waiting() {
+		t.Fatal("a member reported waiting 2 s after its gang last held more places")
+	}
+	if res.RequeueAfter <= 0 || res.RequeueAfter > 3*time.Second {
+		t.Errorf("looks again after %v, want within 3 s", res.RequeueAfter)
+	}
+	// b's place goes and comes back: two places again, no more than
+	// before, 5 s after the gang first held two.
+	h.unreserve(b, "t1", "Permit timed out")
+	h.reconcile(b)
+	clock.Step(3 * time.Second)
+	h.reserve(b, "t1", onNode{name: "n2", score: 50})
+	h.reconcile(b)
+	h.reconcile(a)
+	if !waiting() {
+		t.Error("a member whose gang held no more places than before for 5 s does not say it waits")
+	}
+}
+
 // TestGangWokenWhenFoundElectedWhole: a member's round that finds its gang
 // elected whole and allows it without an election of its own (its
 // election was written beside another's that it missed) sends the gang's

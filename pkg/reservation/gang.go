@@ -688,16 +688,18 @@ func (c *Controller) lookAgainAt(pods []*corev1.Pod) {
 	c.lookAgain(names)
 }
 
-// gangReportAfter is how long after its gang's newest member's creation a
-// member may wait for its gang unreported: gangs that find room complete
-// within a few seconds of their last member, and a status write and an
-// Event for each of their members would cost the source's API server more
-// than they tell (a gang of 64 made by a busy API server takes longer
-// than that to make).
+// gangReportAfter is how long a member may wait for its gang unreported
+// while the gang comes closer: gangs that find room complete within a few
+// seconds of their last member, and a status write and an Event for each
+// of their members would cost the source's API server more than they
+// tell (a gang of 64 made by a busy API server takes longer than that to
+// make, and its members' reservations, ten targets of a small control
+// plane each, longer than that to come in).
 const gangReportAfter = 5 * time.Second
 
 // reportGang says why a member waits for its gang, once per message, once
-// its gang has had no new member for gangReportAfter.
+// its gang has had no new member, and held no more places than it ever
+// did, for gangReportAfter.
 func (c *Controller) reportGang(ctx context.Context, r *round) {
 	if r.gang == nil || r.gang.verdict.Complete || r.election.Elected() {
 		return
@@ -707,6 +709,9 @@ func (c *Controller) reportGang(ctx context.Context, r *round) {
 		if m.CreationTimestamp.After(newest) {
 			newest = m.CreationTimestamp.Time
 		}
+	}
+	if closer := c.memory.gangCloser(r.gang.spec.Key(r.pod.Namespace), r.gang.verdict.Held, c.now()); closer.After(newest) {
+		newest = closer
 	}
 	if left := gangReportAfter - c.now().Sub(newest); left > 0 {
 		r.gang.again = soonest(r.gang.again, left)

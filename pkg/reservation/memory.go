@@ -35,6 +35,15 @@ type memory struct {
 	// gangTargets are the targets rounds last chose for oneCluster gangs
 	// complete there, by key, and when (keptTarget).
 	gangTargets map[string]chosenTarget
+	// gangMost are the most places rounds counted for each gang, by key,
+	// and when that most was first counted (gangCloser).
+	gangMost map[string]mostHeld
+}
+
+// mostHeld is the most places rounds counted for a gang, and since when.
+type mostHeld struct {
+	held int
+	at   time.Time
 }
 
 // chosenTarget is a target a round chose for its gang, and when.
@@ -271,6 +280,29 @@ func (m *memory) sweep(now time.Time) {
 			delete(m.gangTargets, key)
 		}
 	}
+	for key, most := range m.gangMost {
+		if older(most.at, rememberStateFor) {
+			delete(m.gangMost, key)
+		}
+	}
+}
+
+// gangCloser records that a round counted held places for the gang of
+// key, and returns since when the most places counted for it stand: now,
+// when held is more than ever counted. A gang whose reservations come and
+// go without ever adding up to more than before is not coming closer.
+func (m *memory) gangCloser(key string, held int, now time.Time) time.Time {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	most, ok := m.gangMost[key]
+	if ok && held <= most.held {
+		return most.at
+	}
+	if m.gangMost == nil {
+		m.gangMost = map[string]mostHeld{}
+	}
+	m.gangMost[key] = mostHeld{held: held, at: now}
+	return now
 }
 
 // noteGangTarget records the target a round chose for the gang of key.
