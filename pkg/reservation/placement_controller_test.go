@@ -6,7 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
 	clientfeatures "k8s.io/client-go/features"
 	clientfeaturestesting "k8s.io/client-go/features/testing"
 	kubefake "k8s.io/client-go/kubernetes/fake"
@@ -323,6 +327,27 @@ type harness struct {
 type fakeTarget struct {
 	*target.Target
 	api *kubefake.Clientset
+	// hidden are the names of the candidates whose changes the target's
+	// cache does not hear of (hideCandidate).
+	hidden sync.Map
+}
+
+// shown filters the events of the target's watch: none of a hidden
+// candidate.
+func (tg *fakeTarget) shown(ev watch.Event) (watch.Event, bool) {
+	if o, ok := ev.Object.(metav1.Object); ok {
+		if _, hide := tg.hidden.Load(o.GetName()); hide {
+			return ev, false
+		}
+	}
+	return ev, true
+}
+
+// hideCandidate keeps every change of the pod's candidate in the target
+// from its cache from now on: the cache lags, as an informer's may behind
+// what a live read of the API server says.
+func (h *harness) hideCandidate(pod *corev1.Pod, targetName string) {
+	h.targets[targetName].hidden.Store(candidate.CandidateNameOf(pod, sourceCluster, targetName), true)
 }
 
 // twoTargets are two targets alike.
@@ -373,15 +398,39 @@ func newHarness(t *testing.T, targets []target.Config, policies ...*v1alpha1.Pla
 	var all []*target.Target
 	for _, cfg := range targets {
 		api := kubefake.NewClientset()
+		ft := &fakeTarget{api: api}
+		// The target's cache watches through a filter that can hold back
+		// a candidate (hideCandidate), as a cache that lags.
+		api.PrependWatchReactor("pods", func(action k8stesting.Action) (bool, watch.Interface, error) {
+			var opts metav1.ListOptions
+			if w, ok := action.(k8stesting.WatchActionImpl); ok {
+				opts = w.ListOptions
+			}
+			w, err := api.Tracker().Watch(action.GetResource(), action.GetNamespace(), opts)
+			if err != nil {
+				return false, nil, err
+			}
+			return true, watch.Filter(w, ft.shown), nil
+		})
+		// Its API server gives every object a UID, as a real one does (a
+		// copy's owners are candidates, by UID).
+		var made atomic.Int64
+		api.PrependReactor("create", "*", func(action k8stesting.Action) (bool, runtime.Object, error) {
+			if o, ok := action.(k8stesting.CreateAction).GetObject().(metav1.Object); ok && o.GetUID() == "" {
+				o.SetUID(types.UID(fmt.Sprintf("%s-uid-%d", cfg.Name, made.Add(1))))
+			}
+			return false, nil, nil
+		})
 		cfg.SourceCluster = sourceCluster
 		tg, err := target.NewWithClient(cfg, api)
 		if err != nil {
 			t.Fatal(err)
 		}
+		ft.Target = tg
 		ctx, cancel := context.WithCancel(h.ctx)
 		tg.Start(ctx)
 		t.Cleanup(func() { cancel(); tg.Shutdown() })
-		h.targets[cfg.Name] = &fakeTarget{Target: tg, api: api}
+		h.targets[cfg.Name] = ft
 		all = append(all, tg)
 	}
 	for _, tg := range h.targets {
@@ -548,7 +597,10 @@ func (tg *fakeTarget) caughtUp() (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	live := list.(*corev1.PodList).Items
+	live := slices.DeleteFunc(list.(*corev1.PodList).Items, func(p corev1.Pod) bool {
+		_, hidden := tg.hidden.Load(p.Name)
+		return hidden
+	})
 	if len(live) != tg.CandidateCount() {
 		return false, nil
 	}
