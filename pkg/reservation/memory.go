@@ -103,8 +103,8 @@ type podMemo struct {
 	candidates *seenCandidates
 }
 
-// seenCandidates are the targets where a gang member's last round saw its
-// candidates, and when.
+// seenCandidates are the targets where a gang member's last round found or
+// made its candidates, and when.
 type seenCandidates struct {
 	targets []string
 	at      time.Time
