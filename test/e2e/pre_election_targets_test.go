@@ -25,9 +25,9 @@ import (
 // after another through each: once its target has answered, a pod is
 // elected there before its candidate exists (nonce *), is bound to that
 // target's virtual node and runs. A pre-election through a target whose
-// scheduler or identity did not take the pre-allowance would never bind:
-// the pod would wait for its election to be revoked after a minute, past
-// this test's wait.
+// scheduler or identity did not take the pre-allowance would not bind:
+// once overdue it is revoked and the pod elected the ordinary way, so no
+// pod would show the nonce *.
 func TestPreElectionThroughEveryKindOfTarget(t *testing.T) {
 	const home, tenant, remote = "pre-home", "pre-tenant", "pre-remote"
 	const viaKey = "example.com/via"
