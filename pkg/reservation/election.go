@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/flotilla-dev/flotilla/pkg/placement"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
 )
@@ -35,6 +37,10 @@ type Observed struct {
 	// Live is true when this was read from the target's API server rather
 	// than from the source's cache of it.
 	Live bool
+	// live is the candidate as that read found it (nil when not Live, or
+	// none): the round that binds the pod ties the copies of its objects
+	// to it when the cache does not hold it (adoptBound).
+	live *corev1.Pod
 	// Bonus is added to the reservation's score by the placement policy
 	// (spread and preferences).
 	Bonus int64

@@ -91,7 +91,7 @@ func (c *Controller) observeLive(ctx context.Context, pod *corev1.Pod, t *target
 		live = nil // another pod's of that name
 	}
 	o := observe(candidate.Placement{Target: t, Candidate: live, Err: err})
-	o.Live = err == nil
+	o.Live, o.live = err == nil, live
 	o.Bonus, o.Excluded = cached.Bonus, cached.Excluded
 	return o
 }

@@ -3,7 +3,6 @@ package reservation
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"time"
 
@@ -583,9 +582,10 @@ func (s *siblingCount) end(narrowed bool) {
 // looks at its candidates: no round ties them after. The round's fan-out
 // ties them when it finds the candidate in its target's cache; a
 // pre-elected candidate may bind before that cache shows it at all (the
-// round then sees it bound by reading it live), and its copies kept no
-// owner. Read live here too in that case; the copier remembers what it
-// tied, so this costs nothing when the fan-out did.
+// round then sees it bound by reading it live, confirmRelease), and its
+// copies kept no owner. The candidate that live read found is tied here;
+// the copier remembers what it tied, so this costs nothing when the
+// fan-out did.
 func (c *Controller) adoptBound(ctx context.Context, r *round, target string) {
 	if r.prep == nil {
 		return
@@ -596,12 +596,12 @@ func (c *Controller) adoptBound(ctx context.Context, r *round, target string) {
 		}
 		cand := p.Candidate
 		if cand == nil || cand.UID == "" {
-			live, err := p.Target.Live(ctx, p.Target.NamespaceFor(r.pod.Namespace), candidate.CandidateNameOf(r.pod, c.SourceCluster, target))
-			if err != nil || live == nil || types.UID(live.Labels[protocol.SourceUIDLabel]) != r.pod.UID {
-				logr.FromContextOrDiscard(ctx).Info("The bound candidate could not be read to tie the copies to it", "target", target, "error", fmt.Sprint(err))
+			o, _ := find(r.observed, target)
+			if o.live == nil {
+				logr.FromContextOrDiscard(ctx).Info("The bound candidate was not read to tie the copies to it", "target", target)
 				return
 			}
-			cand = live
+			cand = o.live
 		}
 		if err := r.prep.Adopt(ctx, p.Target, cand); err != nil {
 			logr.FromContextOrDiscard(ctx).Info("Tying copies to the bound candidate failed", "target", target, "error", err.Error())
