@@ -3,10 +3,8 @@ package e2e
 import (
 	"fmt"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -49,18 +47,7 @@ func TestPreElectionThroughEveryKindOfTarget(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	self := &v1alpha1.Target{ObjectMeta: metav1.ObjectMeta{Namespace: tenant, Name: "self"}}
-	self.Spec.Self = true
-	self.Spec.Labels = map[string]v1alpha1.LabelValue{viaKey: "tenant"}
-	if err := cl.Create(ctx, self); err != nil {
-		t.Fatal(err)
-	}
-	tenantNode := protocol.VirtualNodeName(tenant, "self")
-	if err := src.WaitTarget(ctx, client.ObjectKeyFromObject(self), 60*time.Second, func(st *v1alpha1.TargetStatus) bool {
-		return meta.IsStatusConditionTrue(st.Conditions, v1alpha1.TargetReady) && st.VirtualNode == tenantNode
-	}); err != nil {
-		t.Fatal(err)
-	}
+	_, tenantNode := readySelfTarget(t, src, tenant, map[string]v1alpha1.LabelValue{viaKey: "tenant"})
 	remoteNode := joinThroughSource(t, src, t1, remote)
 	joined := &v1alpha1.Target{}
 	if err := cl.Get(ctx, client.ObjectKey{Namespace: remote, Name: t1.Name}, joined); err != nil {

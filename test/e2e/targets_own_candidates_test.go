@@ -24,6 +24,26 @@ import (
 	"github.com/flotilla-dev/flotilla/test/sandbox"
 )
 
+// readySelfTarget creates the namespaced self Target "self" in namespace
+// of c, with labels, as the cluster's admin, and returns it and its
+// virtual node once it is Ready with that node.
+func readySelfTarget(t *testing.T, c *sandbox.Cluster, namespace string, labels map[string]v1alpha1.LabelValue) (*v1alpha1.Target, string) {
+	t.Helper()
+	tg := &v1alpha1.Target{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "self"}}
+	tg.Spec.Self = true
+	tg.Spec.Labels = labels
+	if err := c.CRClient().Create(t.Context(), tg); err != nil {
+		t.Fatal(err)
+	}
+	node := protocol.VirtualNodeName(namespace, "self")
+	if err := c.WaitTarget(t.Context(), client.ObjectKeyFromObject(tg), 60*time.Second, func(st *v1alpha1.TargetStatus) bool {
+		return meta.IsStatusConditionTrue(st.Conditions, v1alpha1.TargetReady) && st.VirtualNode == node
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return tg, node
+}
+
 // TestTargetsOfOneClusterPlaceEachPodOnce: a namespaced self Target in
 // team-a beside the self ClusterTarget of the same cluster. Both reach
 // team-a of this cluster, and each keeps to its own candidates: every pod
@@ -42,24 +62,14 @@ func TestTargetsOfOneClusterPlaceEachPodOnce(t *testing.T) {
 	}})
 	ctx := t.Context()
 	src := s.Cluster("src")
-	admin, cl := src.Client(), src.CRClient()
+	admin := src.Client()
 	for _, ns := range []string{teamA, teamB} {
 		createNamespace(t, admin, ns)
 	}
 	if _, err := sandbox.StartAgent(ctx, src, []*sandbox.Cluster{src}); err != nil {
 		t.Fatal(err)
 	}
-	tg := &v1alpha1.Target{ObjectMeta: metav1.ObjectMeta{Namespace: teamA, Name: "self"}}
-	tg.Spec.Self = true
-	if err := cl.Create(ctx, tg); err != nil {
-		t.Fatal(err)
-	}
-	tenantNode := protocol.VirtualNodeName(teamA, "self")
-	if err := src.WaitTarget(ctx, client.ObjectKeyFromObject(tg), 60*time.Second, func(st *v1alpha1.TargetStatus) bool {
-		return meta.IsStatusConditionTrue(st.Conditions, v1alpha1.TargetReady) && st.VirtualNode == tenantNode
-	}); err != nil {
-		t.Fatal(err)
-	}
+	tg, tenantNode := readySelfTarget(t, src, teamA, nil)
 
 	t.Run("both targets report that they overlap, naming each other and the namespace", func(t *testing.T) {
 		for key, names := range map[client.ObjectKey][]string{
