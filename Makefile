@@ -4,6 +4,10 @@ BIN := $(CURDIR)/bin
 GO ?= go
 SANDBOX_DIR ?= $(CURDIR)/.sandbox/demo
 TEST_TIMEOUT ?= 60m
+# End-to-end tests run this many at once (t.Parallel): each owns its
+# sandbox, and one alone leaves about half of two cores idle while it
+# waits on its clusters. More than two starves two cores.
+E2E_PARALLEL ?= 2
 
 .PHONY: all generate tools tools-demo tools-versions verify build build-schedulers test test-versions test-short test-unit test-e2e test-monitoring demo demo-down bench bench-mesh bench-sweep chaos chaos-planted scenarios scenarios-planted vet clean
 
@@ -36,6 +40,8 @@ verify:
 	$(GO) mod tidy
 	@set -e; for m in $(SCHEDULER_MINORS); do $(GO) mod tidy -modfile=hack/k8s/v$$m.mod; done
 	@git diff --exit-code -- go.mod go.sum hack/k8s || { echo "verify: go.mod, go.sum or hack/k8s/*.mod is not tidy: run go mod tidy (and go mod tidy -modfile=hack/k8s/v<minor>.mod) and commit them"; exit 1; }
+	@bad="$$(awk '/^func Test[A-Za-z0-9_]*\(t \*testing\.T\) \{$$/ { name = $$2; sub(/\(.*/, "", name); getline; if ($$0 != "\tt.Parallel()") print FILENAME ": " name }' test/e2e/*_test.go)"; \
+		if [ -n "$$bad" ]; then echo "verify: e2e tests must call t.Parallel() first (each owns its sandbox; see docs/sandbox.md):"; echo "$$bad"; exit 1; fi
 
 ## build: build flotilla-agent, flotilla-scheduler, flotilla-sandbox and kubectl-flotilla into ./bin
 build:
@@ -83,7 +89,7 @@ SHORT_E2E ?= TestJourney$$|TestGangAllOrNothing$$|TestInvitation$$|TestPlacement
 ## test-short: the inner loop: unit tests, the monitoring checks and one end-to-end test per feature (SHORT_E2E)
 test-short: tools build test-unit
 	$(GO) test -count=1 ./test/monitoring
-	$(GO) test -count=1 -p 1 -timeout $(TEST_TIMEOUT) -run '$(SHORT_E2E)' ./test/e2e
+	$(GO) test -count=1 -p 1 -parallel $(E2E_PARALLEL) -timeout $(TEST_TIMEOUT) -run '$(SHORT_E2E)' ./test/e2e
 
 ## test-monitoring: the chart's monitoring parts alone, in seconds, without a sandbox: promtool's check and unit tests of the alerts, the rendered ServiceMonitors, PrometheusRule and dashboard (make test runs them with test/...)
 test-monitoring: tools
@@ -91,7 +97,7 @@ test-monitoring: tools
 
 # Sandbox tests start real control planes: one package at a time.
 test-e2e:
-	$(GO) test -count=1 -p 1 -timeout $(TEST_TIMEOUT) ./test/...
+	$(GO) test -count=1 -p 1 -parallel $(E2E_PARALLEL) -timeout $(TEST_TIMEOUT) ./test/...
 
 FUZZTIME ?= 30s
 FUZZ_FLAGS ?= -parallel 1

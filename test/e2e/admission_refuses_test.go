@@ -33,6 +33,7 @@ import (
 // naming the field; ordinary candidates and bounded tokens still pass;
 // revoking the invitation leaves no token of the identity that works.
 func TestAdmissionRefusesWhatTheInvitedIdentityMayNotAsk(t *testing.T) {
+	t.Parallel()
 	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
 		{Name: "tgt", Nodes: []sandbox.NodeSpec{{CPU: "8"}}},
 	}})

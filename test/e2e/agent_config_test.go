@@ -65,6 +65,7 @@ func renderedConfig(t *testing.T, values ...string) *agent.Config {
 // value of the chart and a default of the agent cannot drift apart), and
 // that each of the chart's values reaches its field.
 func TestChartRendersTheAgentConfiguration(t *testing.T) {
+	t.Parallel()
 	t.Run("defaults", func(t *testing.T) {
 		c := renderedConfig(t)
 		if err := agent.Validate(c); err != nil {
@@ -170,6 +171,7 @@ func TestChartRendersTheAgentConfiguration(t *testing.T) {
 // Setup, as cmd/agent runs them) with its ServiceAccount's token: it
 // admits an opted-in pod and places it in the target.
 func TestAgentInProcess(t *testing.T) {
+	t.Parallel()
 	src, c2 := twoClusters(t, "4")
 	ctx := t.Context()
 	if _, err := sandbox.StartAgentWith(ctx, src, []*sandbox.Cluster{c2}, sandbox.ReleaseOptions{InProcess: true}); err != nil {

@@ -28,6 +28,7 @@ import (
 // API server must trust whichever replica it reaches, the standby as much as
 // the leader, through the fail-over too.
 func TestAgentLeaderElection(t *testing.T) {
+	t.Parallel()
 	// The agent binary with a configuration file of its own, not the
 	// chart's: no release.
 	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{{Name: "c1", Nodes: []sandbox.NodeSpec{{}}, WithoutRelease: true}}})

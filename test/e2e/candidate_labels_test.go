@@ -20,6 +20,7 @@ import (
 // sibling candidates, as kube-scheduler would have selected the source's
 // pods in one cluster.
 func TestCandidatesSelectTheirSiblings(t *testing.T) {
+	t.Parallel()
 	src, tgt := agentsOnSourceAndTarget(t, sandbox.NodeSpec{Name: "roomy", CPU: "8"}, sandbox.NodeSpec{Name: "busy", CPU: "8"})
 	ctx := t.Context()
 	invite(t, src, tgt)

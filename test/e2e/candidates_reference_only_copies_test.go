@@ -22,6 +22,7 @@ import (
 // field; a candidate naming the source's own copies, and the copies, pass.
 // TestObjects places pods whose copies the source's agent makes.
 func TestCandidatesReferenceOnlyCopies(t *testing.T) {
+	t.Parallel()
 	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
 		{Name: "tgt", Nodes: []sandbox.NodeSpec{{CPU: "8"}}},
 	}})

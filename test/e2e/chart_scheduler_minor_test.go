@@ -17,6 +17,7 @@ import (
 // refused with the value named, never run with another minor's build.
 // make test-versions runs each build in a cluster of its minor.
 func TestChartRunsTheSchedulerOfTheClustersMinor(t *testing.T) {
+	t.Parallel()
 	image := func(values ...string) string {
 		t.Helper()
 		for _, doc := range chartDocs(t, values...) {

@@ -26,6 +26,7 @@ import (
 // and scheduler with the chart's arguments, configuration and
 // ServiceAccounts: RBAC the chart forgot fails here.
 func TestChart(t *testing.T) {
+	t.Parallel()
 	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
 		// The release's scheduler takes the candidates: the cluster's own
 		// scheduler serves only default-scheduler.

@@ -17,6 +17,7 @@ import (
 // either stripped from every pod by the webhook (a gang's size, say,
 // silently dropped) or refused by the policy.
 func TestChartLetsAuthorsWriteTheirKeys(t *testing.T) {
+	t.Parallel()
 	for _, doc := range chartDocs(t) {
 		var vap admissionregistrationv1.ValidatingAdmissionPolicy
 		if yaml.Unmarshal(doc, &vap) != nil || vap.Kind != "ValidatingAdmissionPolicy" {

@@ -28,6 +28,7 @@ import (
 // status and explain as a user would: the built binary, run against each
 // cluster's kubeconfig.
 func TestCLI(t *testing.T) {
+	t.Parallel()
 	plugin := buildPlugin(t)
 	src, tgt := agentsOnSourceAndTarget(t, sandbox.NodeSpec{CPU: "8"})
 	ctx := t.Context()

@@ -40,6 +40,7 @@ const profileMarker = "/tmp/flotilla-profile-pwned"
 // Profiles as an attacker would write them are refused and run nothing,
 // and a deleted profile makes the target not Ready.
 func TestClusterProfileTargets(t *testing.T) {
+	t.Parallel()
 	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
 		{Name: "src", WithoutScheduler: true},
 		{Name: "spoke", Nodes: []sandbox.NodeSpec{{CPU: "4"}}},

@@ -16,6 +16,7 @@ import (
 // checks that each is refused with a message naming the field, and that
 // the well-formed ones pass.
 func TestCRDValidation(t *testing.T) {
+	t.Parallel()
 	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{{Name: "c1", WithoutScheduler: true}}})
 	cl := s.Cluster("c1").CRClient()
 	const head = "apiVersion: multicluster.flotilla.dev/v1alpha1\n"

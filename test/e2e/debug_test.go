@@ -33,6 +33,7 @@ import (
 // monitoring objects must pass a server-side dry run against the
 // Prometheus Operator's CRDs.
 func TestInspectableState(t *testing.T) {
+	t.Parallel()
 	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
 		{Name: "src", WithoutScheduler: true},
 		{Name: "c2", Nodes: []sandbox.NodeSpec{{CPU: "4"}}},

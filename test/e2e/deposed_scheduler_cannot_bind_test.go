@@ -24,6 +24,7 @@ import (
 // candidate ends bound exactly once, by the new leader's reservation, and
 // no version of it is ever bound by the old one.
 func TestADeposedSchedulerCannotBind(t *testing.T) {
+	t.Parallel()
 	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
 		// A short lease, so that a frozen leader is replaced in seconds,
 		// well within Permit's 30 s: the old leader still holds its

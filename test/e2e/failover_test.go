@@ -40,6 +40,7 @@ const failoverNotReadyAfter = 8 * time.Second
 // remains there; a DaemonSet that tolerates every taint does not leave pods
 // stuck on virtual nodes.
 func TestVirtualNodes(t *testing.T) {
+	t.Parallel()
 	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
 		{Name: "src", Nodes: []sandbox.NodeSpec{{CPU: "4"}}},
 		{Name: "c2", Nodes: []sandbox.NodeSpec{

@@ -42,6 +42,7 @@ import (
 //     the other target. Once the target is back, nothing of the lost
 //     members is left there.
 func TestGangFaults(t *testing.T) {
+	t.Parallel()
 	src, c2, c3 := gangFleet(t)
 	ctx := t.Context()
 	for _, c := range []*sandbox.Cluster{c2, c3} {

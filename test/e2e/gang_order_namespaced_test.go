@@ -27,6 +27,7 @@ import (
 // of both sources check that no member binds before its whole gang
 // stands elected.
 func TestGangsOfTwoSourcesMeetThroughNamespacedTargets(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	s1, s2, tg := twoSourcesAndATarget(t)
 	node1 := joinThroughSource(t, s1, tg, placementNS)

@@ -27,6 +27,7 @@ import (
 // both sources check that no member binds before its whole gang stands
 // elected.
 func TestGangsOfTwoSourcesMeetInOneTarget(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	s1, s2, tg := twoSourcesAndATarget(t)
 	for _, c := range []*sandbox.Cluster{s1, s2} {

@@ -41,6 +41,7 @@ import (
 // The watch checks throughout that no member binds before its whole gang
 // stands elected.
 func TestGangSizes(t *testing.T) {
+	t.Parallel()
 	src, c2, c3 := gangFleet(t, sandbox.WorkloadAPI...)
 	ctx := t.Context()
 	dyn := dynamicClient(t, src)

@@ -63,6 +63,7 @@ func (g *gangWatch) check(t *testing.T) {
 // over both targets. A watch of the source pods checks throughout that no
 // member binds before its whole gang stands elected.
 func TestGangAllOrNothing(t *testing.T) {
+	t.Parallel()
 	src, c2, c3 := gangFleet(t)
 	ctx := t.Context()
 	plugin := buildPlugin(t)
@@ -288,6 +289,7 @@ func onlyKey(m map[string]int) string {
 // its turn ran out or the queue forgot it (a minute unseen): second waited
 // about a minute, and so did every gang of the source after a deleted one.
 func TestADeletedGangGivesUpItsTurn(t *testing.T) {
+	t.Parallel()
 	src, c2 := twoClusters(t, "4")
 	ctx := t.Context()
 	if _, err := sandbox.StartAgent(ctx, src, []*sandbox.Cluster{c2}); err != nil {
@@ -360,6 +362,7 @@ func TestADeletedGangGivesUpItsTurn(t *testing.T) {
 // The watch checks throughout that no member binds before its whole gang
 // stood elected.
 func TestGangsTakeTurns(t *testing.T) {
+	t.Parallel()
 	src, c2 := twoClusters(t, "4")
 	ctx := t.Context()
 	agent, err := sandbox.StartAgent(ctx, src, []*sandbox.Cluster{c2})

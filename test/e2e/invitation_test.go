@@ -31,6 +31,7 @@ import (
 // kubeconfig, places pods through the invitation, renews the token, and
 // revokes it.
 func TestInvitation(t *testing.T) {
+	t.Parallel()
 	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
 		{Name: "src", WithoutScheduler: true},
 		{Name: "tgt", Nodes: []sandbox.NodeSpec{{CPU: "8"}}},

@@ -32,6 +32,7 @@ import (
 // bind before its whole gang stands elected. Last, a spread by zone then
 // capacity type over the fleet's nodes (spreadOverPairsNodesHave).
 func TestJourney(t *testing.T) {
+	t.Parallel()
 	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
 		sandbox.DemoCluster("c1", 3), sandbox.DemoCluster("c2", 3), sandbox.DemoCluster("c3", 3),
 	}})

@@ -37,6 +37,7 @@ const kubeletNS = "kubelet"
 // target's API server with the invited identity, where kwok serves the
 // streams. The agent's kubelet API refuses callers without nodes/proxy.
 func TestKubelet(t *testing.T) {
+	t.Parallel()
 	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
 		{Name: "src", WithoutScheduler: true},
 		{Name: "tgt", Nodes: []sandbox.NodeSpec{{}}},

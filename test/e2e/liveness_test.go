@@ -31,6 +31,7 @@ import (
 // name while its target cannot be reached: once the target is back, the
 // candidate of the earlier pod is collected, though the name lives on.
 func TestSameNameRecreated(t *testing.T) {
+	t.Parallel()
 	src, c2 := sourceAndTarget(t, "4")
 	ctx := t.Context()
 	srcPods, c2Pods := src.Client().CoreV1().Pods(placementNS), c2.Client().CoreV1().Pods(placementNS)
@@ -84,6 +85,7 @@ func TestSameNameRecreated(t *testing.T) {
 // that target does not answer, placement on the others does not wait a
 // call timeout for it.
 func TestBlackholedTarget(t *testing.T) {
+	t.Parallel()
 	src, c2 := sourceAndTarget(t, "32")
 	ctx := t.Context()
 
@@ -187,6 +189,7 @@ func sourceAndTarget(t *testing.T, cpu string) (src, c2 *sandbox.Cluster) {
 // ever; without releasing an election whose candidate is gone, b does;
 // without releasing one whose target is gone, c does.
 func TestElectionOnAStalledTarget(t *testing.T) {
+	t.Parallel()
 	const timeout = 20 * time.Second
 	src, c2, c3 := stalledTargets(t, "4", "agent.electionTimeout="+timeout.String())
 	ctx := t.Context()
@@ -318,6 +321,7 @@ func TestElectionOnAStalledTarget(t *testing.T) {
 // waits for the Permit timeout (30 s) and the test fails; without lifting,
 // the pod stays Pending.
 func TestLosersAreDenied(t *testing.T) {
+	t.Parallel()
 	src, c2, c3 := stalledTargets(t, "2", "agent.denyAfter=8s", "agent.electionTimeout=0s")
 	ctx := t.Context()
 	c2Pods, c3Pods := c2.Client().CoreV1().Pods(placementNS), c3.Client().CoreV1().Pods(placementNS)
@@ -452,6 +456,7 @@ func reportReserved(t *testing.T, pods corev1client.PodInterface, name, nonce st
 // the live read, the agent deletes the candidate during the cut, and the
 // pod ends up on another one.
 func TestStaleCacheKeepsTheLivePod(t *testing.T) {
+	t.Parallel()
 	src, c2 := twoClusters(t, "4")
 	ctx := t.Context()
 	cut, err := sandbox.NewForwarder(strings.TrimPrefix(src.Host, "https://"))
@@ -538,6 +543,7 @@ func TestStaleCacheKeepsTheLivePod(t *testing.T) {
 // nodes may grow). Without the check, small gets a candidate of the first
 // pod too, and the FannedOut Event names both targets.
 func TestTooLargeForATarget(t *testing.T) {
+	t.Parallel()
 	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
 		{Name: "src", WithoutScheduler: true},
 		{Name: "small", Nodes: []sandbox.NodeSpec{{CPU: "2"}}},

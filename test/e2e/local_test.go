@@ -27,6 +27,7 @@ import (
 // anti-affinity the room check does not weigh) is evicted, and its
 // replacement goes to away.
 func TestLocalFirst(t *testing.T) {
+	t.Parallel()
 	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
 		{Name: "home", Nodes: []sandbox.NodeSpec{{CPU: "2"}}},
 		{Name: "away", Nodes: []sandbox.NodeSpec{{CPU: "4"}}},

@@ -30,6 +30,7 @@ import (
 // PodScheduled=False, reason Unschedulable, naming why, instead of
 // failing. Without the hold-back the failures go on and no pod waits.
 func TestLostDelegatesHoldTheTargetBack(t *testing.T) {
+	t.Parallel()
 	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
 		{Name: "home", Nodes: []sandbox.NodeSpec{{CPU: "4"}}},
 		{Name: "away", Nodes: []sandbox.NodeSpec{{CPU: "8"}}},

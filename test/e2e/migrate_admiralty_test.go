@@ -35,6 +35,7 @@ import (
 // nothing, --apply creates Flotilla objects that the API server accepts, a
 // second --apply changes nothing, and Admiralty's objects are untouched.
 func TestMigrateAdmiralty(t *testing.T) {
+	t.Parallel()
 	plugin := buildPlugin(t)
 	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{{Name: "c1", WithoutScheduler: true}}})
 	c1 := s.Cluster("c1")

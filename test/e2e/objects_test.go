@@ -30,6 +30,7 @@ import (
 // never written over someone else's, and a missing one keeps the pod
 // Pending until it exists.
 func TestObjects(t *testing.T) {
+	t.Parallel()
 	src, tgt := agentsOnSourceAndTarget(t, sandbox.NodeSpec{CPU: "8"})
 	ctx := t.Context()
 	srcClient, tgtClient := src.Client(), tgt.Client()

@@ -28,6 +28,7 @@ import (
 // agent allows the candidate its record names, for the same election, and
 // no other: the record on the source pod is the only memory there is.
 func TestAgentKilledBetweenElectionAndAllowance(t *testing.T) {
+	t.Parallel()
 	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
 		{Name: "src", WithoutScheduler: true},
 		// A Permit timeout far beyond the test: the elected reservation
@@ -135,6 +136,7 @@ func TestAgentKilledBetweenElectionAndAllowance(t *testing.T) {
 // source reports it, never binds its pod there, places the pod in a once a
 // candidate is elected there, and deletes b's candidate.
 func TestRogueBindingNeverAdopted(t *testing.T) {
+	t.Parallel()
 	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
 		{Name: "src", WithoutScheduler: true},
 		{Name: "a", Nodes: []sandbox.NodeSpec{{CPU: "4"}}},

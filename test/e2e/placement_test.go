@@ -47,6 +47,7 @@ func placementSandbox(t *testing.T) (*sandbox.Sandbox, *sandbox.Agent) {
 
 // TestPlacement drives the whole protocol on three real clusters.
 func TestPlacement(t *testing.T) {
+	t.Parallel()
 	s, agent := placementSandbox(t)
 	ctx := t.Context()
 	c1 := s.Cluster("c1").Client()

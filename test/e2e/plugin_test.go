@@ -34,6 +34,7 @@ var pluginLogLevel = []string{"--v=3"}
 // TestPlugin drives the candidate protocol against the FlotillaCandidate
 // plugin of a real scheduler, playing the source by hand.
 func TestPlugin(t *testing.T) {
+	t.Parallel()
 	// The plugin on its own: the cluster's scheduler serves the flotilla
 	// profile, no release. The node has a region and a zone but no
 	// capacity type.
@@ -182,6 +183,7 @@ func TestPlugin(t *testing.T) {
 // TestPluginPermitTimeout checks that a reservation nobody answers ends when
 // Permit times out and that the candidate then reserves again.
 func TestPluginPermitTimeout(t *testing.T) {
+	t.Parallel()
 	config := strings.Replace(sandbox.DefaultSchedulerConfig, "permitTimeoutSeconds: 30", "permitTimeoutSeconds: 3", 1)
 	if config == sandbox.DefaultSchedulerConfig {
 		t.Fatal("DefaultSchedulerConfig no longer sets permitTimeoutSeconds: 30")

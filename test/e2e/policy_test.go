@@ -40,6 +40,7 @@ var policyTopology = map[string][2]string{
 // and four zones, under PlacementPolicies of the source cluster c1 (its own
 // target too). c4 has room for two one-CPU pods only.
 func TestPlacementPolicy(t *testing.T) {
+	t.Parallel()
 	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
 		{Name: "c1", Nodes: []sandbox.NodeSpec{{CPU: "16"}}},
 		{Name: "c2", Nodes: []sandbox.NodeSpec{{CPU: "16"}}},

@@ -27,6 +27,7 @@ import (
 // once overdue it is revoked and the pod elected the ordinary way, so no
 // pod would show the nonce *.
 func TestPreElectionThroughEveryKindOfTarget(t *testing.T) {
+	t.Parallel()
 	const home, tenant, remote = "pre-home", "pre-tenant", "pre-remote"
 	const viaKey = "example.com/via"
 	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{

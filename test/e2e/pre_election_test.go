@@ -23,6 +23,7 @@ import (
 // to that target. Without pre-elections every pod's candidate is reported
 // Reserved and allowed, and no election has the nonce *.
 func TestPreElection(t *testing.T) {
+	t.Parallel()
 	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
 		{Name: "src", WithoutScheduler: true},
 		{Name: "t1", Nodes: []sandbox.NodeSpec{{CPU: "8"}}},

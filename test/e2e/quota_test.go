@@ -28,6 +28,7 @@ import (
 // source's candidate is created by hand in the target, which is what the
 // plugin sees of any source.
 func TestQuota(t *testing.T) {
+	t.Parallel()
 	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
 		{Name: "src", Nodes: []sandbox.NodeSpec{{CPU: "4"}}},
 		{Name: "tgt", Nodes: []sandbox.NodeSpec{{CPU: "16"}}},

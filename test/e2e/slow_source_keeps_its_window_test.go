@@ -21,6 +21,7 @@ import (
 // there and never sends a candidate to another target: a timeout in Permit
 // does not widen the window.
 func TestSlowSourceKeepsItsWindow(t *testing.T) {
+	t.Parallel()
 	const permitTimeout = 2
 	spec := func(name string) sandbox.ClusterSpec {
 		return sandbox.ClusterSpec{Name: name, Nodes: []sandbox.NodeSpec{{CPU: "4"}}, PermitTimeoutSeconds: permitTimeout}

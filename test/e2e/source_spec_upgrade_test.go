@@ -23,6 +23,7 @@ import (
 // the opt-in label (which the webhook is called for; it matters only at
 // creation).
 func TestSourcePodsAdmittedBeforeOriginalFields(t *testing.T) {
+	t.Parallel()
 	src, tgt := agentsOnSourceAndTarget(t, sandbox.NodeSpec{CPU: "8"})
 	ctx := t.Context()
 	invite(t, src, tgt)

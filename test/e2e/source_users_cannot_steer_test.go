@@ -30,6 +30,7 @@ import (
 // admission let in, and a candidate's labels are Flotilla's unless the
 // target's invitation keeps the source pod's.
 func TestSourceUsersCannotSteer(t *testing.T) {
+	t.Parallel()
 	src, tgt := agentsOnSourceAndTarget(t, sandbox.NodeSpec{CPU: "8"})
 	ctx := t.Context()
 	invite(t, src, tgt)

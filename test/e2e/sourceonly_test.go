@@ -21,6 +21,7 @@ import (
 // an invitation) says why it is not Ready instead of leaving candidates
 // Pending without a word.
 func TestSourceOnly(t *testing.T) {
+	t.Parallel()
 	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
 		{Name: "src", SourceOnly: true, Nodes: []sandbox.NodeSpec{{CPU: "4"}}},
 		{Name: "tgt", Nodes: []sandbox.NodeSpec{{CPU: "4"}}},

@@ -19,6 +19,7 @@ import (
 // counted, its on-demand place would be given out again and two pods
 // would run on on-demand nodes.
 func TestSplitCountsPodsKeptHome(t *testing.T) {
+	t.Parallel()
 	onDemand := map[string]string{protocol.DefaultCapacityNodeLabel: protocol.CapacityOnDemand}
 	spot := map[string]string{protocol.DefaultCapacityNodeLabel: protocol.CapacitySpot}
 	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{{Name: "home", Nodes: []sandbox.NodeSpec{

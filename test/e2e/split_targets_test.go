@@ -44,6 +44,7 @@ const acrossNS = "fleet"
 // cost that does not rank spot pods first, and a restarted agent that
 // forgets the slots its pods hold.
 func TestCapacitySplitAcrossTargets(t *testing.T) {
+	t.Parallel()
 	onDemand := map[string]string{protocol.DefaultCapacityNodeLabel: protocol.CapacityOnDemand}
 	spot := map[string]string{protocol.DefaultCapacityNodeLabel: protocol.CapacitySpot}
 	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{

@@ -43,6 +43,7 @@ const splitMinReady = 3
 // pods one at a time, never two unavailable at once, to 1 on-demand and 4
 // spot; a bad annotation is told on the Deployment and its pods still run.
 func TestCapacitySplit(t *testing.T) {
+	t.Parallel()
 	onDemand := map[string]string{protocol.DefaultCapacityNodeLabel: protocol.CapacityOnDemand}
 	spot := map[string]string{protocol.DefaultCapacityNodeLabel: protocol.CapacitySpot}
 	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{{Name: "solo", Nodes: []sandbox.NodeSpec{

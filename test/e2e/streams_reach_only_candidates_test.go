@@ -47,6 +47,7 @@ const streamsNS = "streams"
 // on the source pod (the protocol's own calls) work, and each delegate's
 // start and stop costs the target's agent at most one write.
 func TestStreamsReachOnlyCandidates(t *testing.T) {
+	t.Parallel()
 	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
 		{Name: "src", WithoutScheduler: true},
 		{Name: "tgt", Nodes: []sandbox.NodeSpec{{}}},

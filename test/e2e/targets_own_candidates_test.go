@@ -56,6 +56,7 @@ func readySelfTarget(t *testing.T, c *sandbox.Cluster, namespace string, labels 
 // succeeded, a second run of the same pod group binds only once its own
 // four members stand elected.
 func TestTargetsOfOneClusterPlaceEachPodOnce(t *testing.T) {
+	t.Parallel()
 	const teamA, teamB, replicas = "team-a", "team-b", 4
 	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
 		{Name: "src", Nodes: []sandbox.NodeSpec{{CPU: "8"}, {CPU: "8"}}},
@@ -280,6 +281,7 @@ func TestTargetsOfOneClusterPlaceEachPodOnce(t *testing.T) {
 // pod is gone. A pod of another namespace gets no candidate through it,
 // and no NotInvited or Unschedulable message names it.
 func TestNamespacedTargetToAnotherCluster(t *testing.T) {
+	t.Parallel()
 	const other = "elsewhere"
 	src, tgt := agentsOnSourceAndTarget(t, sandbox.NodeSpec{CPU: "8"})
 	ctx := t.Context()

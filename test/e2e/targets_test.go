@@ -22,6 +22,7 @@ import (
 // TestLiveTargets adds, breaks and removes targets of a running agent: no
 // process restarts in between.
 func TestLiveTargets(t *testing.T) {
+	t.Parallel()
 	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
 		{Name: "src", WithoutScheduler: true},
 		{Name: "t1", Nodes: []sandbox.NodeSpec{{CPU: "4"}}},

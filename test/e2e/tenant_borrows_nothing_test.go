@@ -48,6 +48,7 @@ const (
 // namespaced Target to another cluster places its namespace's pods, and
 // none of another namespace.
 func TestTenantBorrowsNothing(t *testing.T) {
+	t.Parallel()
 	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
 		{Name: "src", Nodes: []sandbox.NodeSpec{{CPU: "8"}}},
 		{Name: "remote", Nodes: []sandbox.NodeSpec{{CPU: "16"}}},

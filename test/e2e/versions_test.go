@@ -40,6 +40,7 @@ import (
 //     label;
 //   - a target's API server stopped, its pods move to the other target.
 func TestMixedMinors(t *testing.T) {
+	t.Parallel()
 	for _, f := range []struct{ src, c2, c3 string }{
 		{sandbox.CurrentMinor(), "1.35", "1.36"},
 		{"1.35", "1.36", sandbox.CurrentMinor()},

@@ -34,6 +34,7 @@ import (
 // bound to an old node that a ClusterTarget of its name kept is served by
 // the Target beside the ClusterTarget's own node controller.
 func TestVirtualNodeNamesDoNotCollide(t *testing.T) {
+	t.Parallel()
 	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
 		{Name: "src", Nodes: []sandbox.NodeSpec{{Name: "home-node", CPU: "8"}, {Name: "flotilla-real", CPU: "1"}}},
 		{Name: "remote", Nodes: []sandbox.NodeSpec{{Name: "remote-node", CPU: "8"}}},

@@ -34,6 +34,7 @@ const kwokPodCIDR = "10.244.0.0/16"
 // delegate, survive an agent restart, fail when their delegate is lost, and
 // take their delegate with them when deleted.
 func TestVnode(t *testing.T) {
+	t.Parallel()
 	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
 		// No release in src: the test makes source pods itself, which the
 		// release's policy lets only its webhook and agent do.

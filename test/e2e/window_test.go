@@ -24,6 +24,7 @@ import (
 // gets one candidate, pods spread over the targets, and a pod that its first
 // target cannot run widens to the next until one can.
 func TestFanOutWindow(t *testing.T) {
+	t.Parallel()
 	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
 		{Name: "src", Nodes: []sandbox.NodeSpec{{CPU: "1"}}},
 		{Name: "small1", Nodes: []sandbox.NodeSpec{{CPU: "4"}}},
@@ -143,6 +144,7 @@ func firstChoice(t *testing.T, pod *corev1.Pod, clusters []*sandbox.Cluster) str
 // target far less for the pods that come after. Drawing blindly, two
 // pods in three would get a candidate there in either batch.
 func TestFanOutLearns(t *testing.T) {
+	t.Parallel()
 	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
 		{Name: "src", WithoutScheduler: true},
 		{Name: "c1", Nodes: []sandbox.NodeSpec{{CPU: "64"}}},
