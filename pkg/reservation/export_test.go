@@ -2,6 +2,7 @@ package reservation
 
 import (
 	"maps"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -91,10 +92,17 @@ func CountMemberReads(t *testing.T) *atomic.Int64 {
 }
 
 // Restart gives h a controller of the same configuration that remembers
-// nothing, as after the agent restarted.
+// nothing, as after the agent restarted: its exported fields (what
+// cmd/agent sets) are copied, its unexported ones (what it learns as it
+// runs) start empty. Copied by reflection, so that a field added later is
+// not silently left out of the restarted controller.
 func (c *Controller) Restart() *Controller {
-	return &Controller{Client: c.Client, Reader: c.Reader, Kube: c.Kube, SourceCluster: c.SourceCluster, Targets: c.Targets,
-		Recorder: c.Recorder, Workers: c.Workers, MaxCandidates: c.MaxCandidates, Objects: c.Objects, Policies: c.Policies,
-		DenyAfter: c.DenyAfter, SourcePods: c.SourcePods, SelfFree: c.SelfFree, SelfTopology: c.SelfTopology, Clock: c.Clock,
-		ElectionTimeout: c.ElectionTimeout}
+	old := reflect.ValueOf(c).Elem()
+	restarted := reflect.New(old.Type())
+	for i := range old.NumField() {
+		if old.Type().Field(i).IsExported() {
+			restarted.Elem().Field(i).Set(old.Field(i))
+		}
+	}
+	return restarted.Interface().(*Controller)
 }
