@@ -55,7 +55,7 @@ func TestGangSizes(t *testing.T) {
 	plugin := buildPlugin(t)
 	pods := src.Client().CoreV1().Pods(placementNS)
 	g := watchGangs(t, src, placementNS, map[string]int{"pg": 4, "job:train": 4, "workload:w/workers": 4, "jobset:mpi": 5})
-	create := func(members []*corev1.Pod) {
+	create := func(t *testing.T, members []*corev1.Pod) {
 		t.Helper()
 		for _, p := range members {
 			if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
@@ -65,7 +65,7 @@ func TestGangSizes(t *testing.T) {
 	}
 	// waiting waits until every member says it waits for a gang whose
 	// message holds msg, and fails at once should one bind.
-	waiting := func(members []*corev1.Pod, msg string) {
+	waiting := func(t *testing.T, members []*corev1.Pod, msg string) {
 		t.Helper()
 		waitFor(t, 90*time.Second, "every member waiting: "+msg, func() (bool, string) {
 			on, waiting, err := gangState(ctx, pods, members, msg)
@@ -83,7 +83,7 @@ func TestGangSizes(t *testing.T) {
 			return waiting == len(members), fmt.Sprintf("%d of %d waiting", waiting, len(members))
 		})
 	}
-	wholeInOne := func(members []*corev1.Pod, n int) {
+	wholeInOne := func(t *testing.T, members []*corev1.Pod, n int) {
 		t.Helper()
 		waitFor(t, 3*time.Minute, fmt.Sprintf("%d members bound in one target", n), func() (bool, string) {
 			on, _, _ := gangState(ctx, pods, members, "")
@@ -91,9 +91,22 @@ func TestGangSizes(t *testing.T) {
 		})
 		g.check(t)
 	}
-	gone := func(members []*corev1.Pod) {
+	// gone deletes the members, those not bound first: deleting the bound
+	// ones first frees their room, and a member beyond the gang's size
+	// waiting beside it (the PodGroup's fifth) may then be placed as the
+	// running gang's newcomer by a round whose cache still shows the
+	// deleted ones, bound while the watch sees its gang torn down.
+	gone := func(t *testing.T, members []*corev1.Pod) {
 		t.Helper()
+		var bound []*corev1.Pod
 		for _, p := range members {
+			if live, err := pods.Get(ctx, p.Name, metav1.GetOptions{}); err == nil && live.Spec.NodeName != "" {
+				bound = append(bound, p)
+				continue
+			}
+			_ = pods.Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+		}
+		for _, p := range bound {
 			_ = pods.Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
 		}
 		waitFor(t, time.Minute, "the members' candidates gone", func() (bool, string) {
@@ -115,13 +128,13 @@ func TestGangSizes(t *testing.T) {
 		for _, p := range members {
 			delete(p.Annotations, protocol.GangMinMemberAnnotation)
 		}
-		create(members)
-		waiting(members, "5 members of pod group pg")
+		create(t, members)
+		waiting(t, members, "5 members of pod group pg")
 		if _, err := podGroups.Patch(ctx, "pg", types.MergePatchType, []byte(`{"spec":{"minMember":4}}`), metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		wholeInOne(members, 4)
-		gone(members)
+		wholeInOne(t, members, 4)
+		gone(t, members)
 	})
 
 	t.Run("a Job's parallelism", func(t *testing.T) {
@@ -156,7 +169,7 @@ func TestGangSizes(t *testing.T) {
 			n := len(members())
 			return n == 5, fmt.Sprintf("%d pods", n)
 		})
-		waiting(members(), "5 members of job train")
+		waiting(t, members(), "5 members of job train")
 		// explain reads the Job's size as the agent does.
 		var e struct {
 			Gang *struct {
@@ -178,11 +191,11 @@ func TestGangSizes(t *testing.T) {
 			return n == 4, fmt.Sprintf("%d pods", n)
 		})
 		running := members()
-		wholeInOne(running, 4)
+		wholeInOne(t, running, 4)
 		if err := jobs.Delete(ctx, "train", metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)}); err != nil {
 			t.Fatal(err)
 		}
-		gone(running)
+		gone(t, running)
 	})
 
 	t.Run("a Kubernetes PodGroup's gang policy", func(t *testing.T) {
@@ -196,8 +209,8 @@ func TestGangSizes(t *testing.T) {
 			sandbox.InSchedulingGroup(p, "w")
 			members = append(members, p)
 		}
-		create(members)
-		waiting(members, "5 members of scheduling group w")
+		create(t, members)
+		waiting(t, members, "5 members of scheduling group w")
 		// c2's API server serves the PodGroup API too, so it would keep a
 		// pod's spec.schedulingGroup: its candidates show what the agent
 		// sent.
@@ -219,8 +232,8 @@ func TestGangSizes(t *testing.T) {
 		if _, err := podGroups.Update(ctx, pg, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		wholeInOne(members, 4)
-		gone(members)
+		wholeInOne(t, members, 4)
+		gone(t, members)
 	})
 
 	t.Run("a JobSet's replicated jobs", func(t *testing.T) {
@@ -244,11 +257,11 @@ func TestGangSizes(t *testing.T) {
 			p.Annotations = map[string]string{protocol.GangAnnotation: protocol.GangOfJobSet}
 			members = append(members, p)
 		}
-		create(members[:4])
-		waiting(members[:4], "5 members of jobset mpi")
-		create(members[4:])
-		wholeInOne(members, 5)
-		gone(members)
+		create(t, members[:4])
+		waiting(t, members[:4], "5 members of jobset mpi")
+		create(t, members[4:])
+		wholeInOne(t, members, 5)
+		gone(t, members)
 	})
 }
 
