@@ -41,6 +41,10 @@ type View struct {
 	// (a reservation, or no node) longer than OverdueAfterFor the
 	// target's answer time.
 	Overdue bool
+	// Waiting is whether the pod's candidate there waits for an answer:
+	// it holds no reservation, is not bound, and the target has not
+	// failed the pod.
+	Waiting bool
 }
 
 // ViewsOf reads the targets' views for the source pod, in the targets'
@@ -82,7 +86,7 @@ func Sight(source *corev1.Pod, sourceCluster string, targets []*target.Target) [
 			c, ok := t.Candidate(ns, name)
 			s.View.Failed = ok && target.Unschedulable(c) != ""
 			if ok && !s.View.Failed && !c.CreationTimestamp.IsZero() && !target.ReservedOrBound(c) {
-				s.waitingSince = c.CreationTimestamp.Time
+				s.waitingSince, s.View.Waiting = c.CreationTimestamp.Time, true
 			}
 		}
 		out[i] = s
@@ -131,8 +135,9 @@ func Pick(targets []*target.Target, views []View) []*target.Target {
 // With limit <= 0 that is every target. Otherwise the pod keeps the targets
 // that hold its candidates, the first targets of its order join them until
 // it has limit, and the set widens by limit for as long as every target in
-// it has failed the pod: its candidate is unschedulable there, or the
-// target is unreachable. The set is computed from what the targets hold
+// it has failed the pod (its candidate is unschedulable there, or the
+// target is unreachable) or holds its candidate Overdue (the target
+// answers nothing: its scheduler may be down). The set is computed from what the targets hold
 // and report, so it survives agent restarts without any state of its own.
 //
 // The order is a weighted rendezvous hash of the pod's UID: the weights are
@@ -156,7 +161,7 @@ func Eligible(views []View, uid string, limit int) []View {
 			rest = append(rest, v)
 		}
 	}
-	if len(chosen) >= limit && !AllFailed(chosen) {
+	if len(chosen) >= limit && !stalled(chosen) {
 		// The pod's draw was made: no need to weigh the others.
 		return chosen
 	}
@@ -165,7 +170,7 @@ func Eligible(views []View, uid string, limit int) []View {
 	for len(rest) > 0 {
 		n := min(take, len(rest))
 		chosen, rest = append(chosen, rest[:n]...), rest[n:]
-		if !AllFailed(chosen) {
+		if !stalled(chosen) {
 			break
 		}
 		take = limit
@@ -199,6 +204,38 @@ func ToFanOut(views []View, uid string, limit int, elected bool) []View {
 		}
 	}
 	return Eligible(views, uid, limit)
+}
+
+// stalled reports whether no view can still place the pod soon: every
+// target has failed it (AllFailed), or holds its candidate Overdue (true of
+// no view). A target whose scheduler stopped (its API server still
+// answering, so its candidate is neither refused nor unschedulable) must
+// not hold a pod whose other candidates missed: past the overdue bar the
+// window widens as it does for a miss.
+func stalled(views []View) bool {
+	for _, v := range views {
+		if !v.Failed && !v.Overdue {
+			return false
+		}
+	}
+	return true
+}
+
+// WidensWhenOverdue reports whether the views (a pod's window, as ToFanOut
+// returned it) would widen once the candidates that wait there are
+// Overdue: none is stalled yet, and every one has failed the pod, is
+// overdue, or waits for an answer. Nothing but time makes a silent target
+// overdue, so the caller looks at the pod again by then.
+func WidensWhenOverdue(views []View) bool {
+	if stalled(views) {
+		return false
+	}
+	for _, v := range views {
+		if !v.Failed && !v.Overdue && !v.Waiting {
+			return false
+		}
+	}
+	return true
 }
 
 // anyOverdue reports whether some view is Overdue.

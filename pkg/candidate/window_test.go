@@ -196,6 +196,27 @@ func TestEligibleKeepsAndWidens(t *testing.T) {
 			t.Errorf("after creating, the set moved: %s, was %s", names(now), names(got))
 		}
 	})
+	t.Run("a silent target widens it beside a miss", func(t *testing.T) {
+		// t2's scheduler is down: its API server takes the candidate and
+		// nothing ever answers it. The pod's other candidate missed.
+		waiting := func(v *View) { v.Holds = true }
+		silent := func(v *View) { v.Holds, v.Overdue = true, true }
+		if got := Eligible(with(5, map[string]func(*View){"t4": refused, "t2": waiting}), uid, 2); len(got) != 2 {
+			t.Errorf("one refused, one waiting on time, max 2: %s, want the two held alone", names(got))
+		}
+		if got := Eligible(with(5, map[string]func(*View){"t4": waiting, "t2": silent}), uid, 2); len(got) != 2 {
+			t.Errorf("one waiting on time, one overdue, max 2: %s, want the two held alone", names(got))
+		}
+		for name, set := range map[string]map[string]func(*View){
+			"one refused, one overdue": {"t4": refused, "t2": silent},
+			"both overdue":             {"t4": silent, "t2": silent},
+		} {
+			got := Eligible(with(5, set), uid, 2)
+			if len(got) != 4 || got[0].Name != "t2" || got[1].Name != "t4" {
+				t.Errorf("%s, max 2: %s, want t2,t4 and two others", name, names(got))
+			}
+		}
+	})
 }
 
 // TestEligibleFollowsWeights checks that first candidates go to targets in

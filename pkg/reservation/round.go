@@ -66,7 +66,9 @@ type round struct {
 	gangPolls bool
 	// lone is when to look again at a pod whose candidate waits alone for
 	// its target's answer (candidate.ToFanOut): once overdue, a second
-	// joins it (or, pre-elected, it is revoked). Zero: it does not.
+	// joins it (or, pre-elected, it is revoked); or whose candidates
+	// missed or wait (candidate.WidensWhenOverdue): once the waiting ones
+	// are overdue, the window widens. Zero: it does not.
 	lone time.Duration
 	// preElected: this round elected the pod's lone target before its
 	// candidate existed, and created the candidate pre-allowed
@@ -165,7 +167,15 @@ func (c *Controller) fanOut(ctx context.Context, r *round) error {
 		// Its gang chose its targets for all its members.
 		eligible = candidate.Pick(r.pl.selected, c.gangFanOut(r, views))
 	} else {
-		eligible = candidate.Pick(r.pl.selected, candidate.ToFanOut(views, string(pod.UID), c.MaxCandidates, r.election.Elected()))
+		window := candidate.ToFanOut(views, string(pod.UID), c.MaxCandidates, r.election.Elected())
+		eligible = candidate.Pick(r.pl.selected, window)
+		if len(eligible) > 1 && prospects != nil && !r.election.Elected() && candidate.WidensWhenOverdue(window) {
+			// Nothing else wakes a pod whose candidates missed or wait
+			// in targets that never answer (a scheduler down).
+			for _, t := range eligible {
+				r.lone = soonest(r.lone, prospects(t).OverdueAfter())
+			}
+		}
 	}
 	if len(eligible) == 1 && prospects != nil && !r.election.Elected() {
 		// Nothing else wakes a pod whose lone candidate's target never

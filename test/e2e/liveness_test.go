@@ -595,3 +595,82 @@ func TestTooLargeForATarget(t *testing.T) {
 		return a == 1 && b == 1, fmt.Sprintf("%d in small, %d in large", a, b)
 	})
 }
+
+// TestASilentTargetDoesNotHoldAPod: a target whose scheduler is down (its
+// API server and agent up, so it takes candidates and answers none)
+// beside one that cannot run the pod (no node has the label the pod
+// selects) must not hold the pods whose two candidates went to them: once
+// the silent target's candidate is overdue, the pod's window widens to
+// the third target, small but able, as it does when both miss. The two
+// large targets draw most first candidates (each publishes 32 times the
+// third's room), so most of the six pods start with that pair. Without
+// widening on an overdue candidate, such a pod waits for ever: a scheduler
+// that crashed, or that lost its lease while its API server was away
+// (TestPlacement's unreachable target, on a loaded machine), and was not
+// restarted.
+func TestASilentTargetDoesNotHoldAPod(t *testing.T) {
+	t.Parallel()
+	const disk, pods = "example.com/disk", 6
+	ssd := map[string]string{disk: "ssd"}
+	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
+		{Name: "src", WithoutScheduler: true},
+		{Name: "miss", Nodes: []sandbox.NodeSpec{{CPU: "64"}}},
+		{Name: "silent", Nodes: []sandbox.NodeSpec{{CPU: "64", Labels: ssd}}},
+		{Name: "able", Nodes: []sandbox.NodeSpec{{CPU: "2", Labels: ssd}}},
+	}})
+	ctx := t.Context()
+	src, silent := s.Cluster("src"), s.Cluster("silent")
+	createNamespace(t, src.Client(), placementNS)
+	if err := silent.Stop(sandbox.CandidateScheduler); err != nil {
+		t.Fatal(err)
+	}
+	targets := []*sandbox.Cluster{s.Cluster("miss"), silent, s.Cluster("able")}
+	for _, c := range append(targets, src) {
+		if _, err := sandbox.StartAgent(ctx, c, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range targets {
+		invite(t, src, c)
+		// The draw weighs each target by its summary's room: once the
+		// virtual node shows it, the source has read it.
+		waitNode(t, src.Client(), protocol.VirtualNodeName("", c.Name), 60*time.Second, "with the capacity of "+c.Name+"'s summary", func(n *corev1.Node) bool {
+			return n.Status.Allocatable.Cpu().Value() == map[string]int64{"miss": 64, "silent": 64, "able": 2}[c.Name]
+		})
+	}
+
+	d := optedInDeployment("held", pods, "100m")
+	d.Spec.Template.Spec.NodeSelector = ssd
+	if _, err := src.Client().AppsV1().Deployments(placementNS).Create(ctx, d, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	running := waitSourcePods(t, src.Client(), "app=held", pods, func(p *corev1.Pod) bool {
+		return p.Spec.NodeName == protocol.VirtualNodeName("", "able") && p.Status.Phase == corev1.PodRunning
+	})
+	// The case under test happened: some pod held candidates in both the
+	// target that missed and the silent one before it was elected in able.
+	both := 0
+	for i := range running {
+		list, err := src.Client().CoreV1().Events(placementNS).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.uid=" + string(running[i].UID)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range list.Items {
+			_, among, ok := strings.Cut(e.Message, "of the candidates in ")
+			if e.Reason == "Scheduled" && ok && strings.Contains(among, "miss") && strings.Contains(among, "silent") {
+				both++
+			}
+		}
+	}
+	if both == 0 {
+		t.Fatalf("no pod of %d had candidates in both miss and silent: the draw did not test the silent target", pods)
+	}
+	t.Logf("%d of %d pods widened past a miss and a silent target", both, pods)
+	waitFor(t, 30*time.Second, "no candidate left in silent", func() (bool, string) {
+		list, err := silent.Client().CoreV1().Pods(placementNS).List(ctx, metav1.ListOptions{LabelSelector: protocol.CandidateLabel + "=true"})
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(list.Items) == 0, fmt.Sprintf("%d candidates left", len(list.Items))
+	})
+}
