@@ -538,8 +538,19 @@ func (c *Cluster) Run(name, binary string, args ...string) (*Process, error) {
 
 // RunEnv is Run with env ("KEY=value") added to the process's environment.
 func (c *Cluster) RunEnv(name, binary string, env []string, args ...string) (*Process, error) {
+	return c.run(name, binary, env, false, args...)
+}
+
+// runPod is RunEnv for a process that stands in for a pod of a Deployment
+// (the release's agent and scheduler): when it exits on its own, it is
+// started again after the kubelet's back-off (Process.restarts).
+func (c *Cluster) runPod(name, binary string, env []string, args ...string) (*Process, error) {
+	return c.run(name, binary, env, true, args...)
+}
+
+func (c *Cluster) run(name, binary string, env []string, restarts bool, args ...string) (*Process, error) {
 	p := c.newProcess(name, binary, filepath.Join(c.logDir, c.Name+"-"+name+".log"), args...)
-	p.env = env
+	p.env, p.restarts = env, restarts
 	if err := p.start(); err != nil {
 		return nil, err
 	}

@@ -21,10 +21,30 @@ type Process struct {
 	// onStart is called with the name and pid right after each start (ClusterSpec.OnProcessStart).
 	onStart func(name string, pid int) error
 
+	// restarts is set for a process that stands in for a pod whose
+	// containers the kubelet restarts (restartPolicy Always: the release's
+	// agent and scheduler): when it exits on its own (not by Stop or
+	// Kill), it is started again after a back-off, as kubelet does.
+	restarts bool
+
 	mu     sync.Mutex
 	cmd    *exec.Cmd
 	exited chan struct{}
+	// stopped is set by Stop and Kill, until Start: a restart due after
+	// a back-off does not happen.
+	stopped bool
+	// backoff is the wait before the next restart (restartBackoff).
+	backoff time.Duration
 }
+
+// The kubelet's back-off between restarts of a container that keeps
+// exiting: 10 s, doubled at each exit up to 5 min, and back to 10 s once
+// it ran for 10 min (variables for the package's own test).
+var (
+	restartBackoff    = 10 * time.Second
+	maxRestartBackoff = 5 * time.Minute
+	restartResetAfter = 10 * time.Minute
+)
 
 func newProcess(name, binary, logPath string, args ...string) *Process {
 	return &Process{name: name, binary: binary, args: args, logPath: logPath}
@@ -68,13 +88,45 @@ func (p *Process) start() error {
 		}
 	}
 	exited := make(chan struct{})
+	started := time.Now()
 	go func() {
-		_ = cmd.Wait()
+		err := cmd.Wait()
+		if p.restarts {
+			p.exitedOnItsOwn(cmd, started, err, logFile)
+		}
 		logFile.Close()
 		close(exited)
 	}()
-	p.cmd, p.exited = cmd, exited
+	p.cmd, p.exited, p.stopped = cmd, exited, false
 	return nil
+}
+
+// exitedOnItsOwn starts a process that restarts (Process.restarts) again
+// after its back-off, unless Stop or Kill ended it (they forget cmd before
+// they signal it) or ends it meanwhile. It says so in the process's log.
+func (p *Process) exitedOnItsOwn(cmd *exec.Cmd, started time.Time, err error, logFile *os.File) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd != cmd || p.stopped {
+		return
+	}
+	if time.Since(started) >= restartResetAfter || p.backoff == 0 {
+		p.backoff = restartBackoff
+	}
+	wait := p.backoff
+	p.backoff = min(2*p.backoff, maxRestartBackoff)
+	fmt.Fprintf(logFile, "==== %s exited on its own (%v); starting it again in %s, as the kubelet would\n", time.Now().Format(time.RFC3339Nano), err, wait)
+	time.AfterFunc(wait, func() {
+		p.mu.Lock()
+		again := p.cmd == cmd && !p.stopped
+		if again {
+			p.cmd, p.exited = nil, nil
+		}
+		p.mu.Unlock()
+		if again {
+			_ = p.start()
+		}
+	})
 }
 
 // running reports whether the process was started and has not exited.
@@ -107,7 +159,7 @@ func (p *Process) pid() int {
 func (p *Process) stop(grace time.Duration) error {
 	p.mu.Lock()
 	cmd, exited := p.cmd, p.exited
-	p.cmd, p.exited = nil, nil
+	p.cmd, p.exited, p.stopped = nil, nil, true
 	p.mu.Unlock()
 	if cmd == nil {
 		return nil

@@ -145,7 +145,7 @@ func (c *Cluster) InstallRelease(ctx context.Context, opts ReleaseOptions) (*Rel
 		}
 		return r, r.Agent.WaitReady(ctx)
 	}
-	p, err := c.RunEnv("agent", filepath.Join(c.binDir, "flotilla-agent"), append(pod.env, opts.AgentEnv...), append(args, opts.AgentArgs...)...)
+	p, err := c.runPod("agent", filepath.Join(c.binDir, "flotilla-agent"), append(pod.env, opts.AgentEnv...), append(args, opts.AgentArgs...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -189,7 +189,7 @@ func (r *Release) StartAgentReplica(ctx context.Context, name string) (*Agent, e
 		"--kubelet-port":              strconv.Itoa(ports[3]),
 		"--webhook-cert-dir":          certDir,
 	})
-	p, err := c.RunEnv(name, filepath.Join(c.binDir, "flotilla-agent"), append(slices.Clone(r.agentPod.env), r.agentOpts.AgentEnv...), args...)
+	p, err := c.runPod(name, filepath.Join(c.binDir, "flotilla-agent"), append(slices.Clone(r.agentPod.env), r.agentOpts.AgentEnv...), args...)
 	if err != nil {
 		return nil, err
 	}
@@ -248,7 +248,7 @@ func (c *Cluster) runReleaseScheduler(ctx context.Context, r *Release, deploymen
 	if err != nil {
 		return err
 	}
-	p, err := c.Run(string(CandidateScheduler), sched, args...)
+	p, err := c.runPod(string(CandidateScheduler), sched, nil, args...)
 	if err != nil {
 		return err
 	}
@@ -299,7 +299,7 @@ func (c *Cluster) StartSchedulerReplica(ctx context.Context, name string) (*Proc
 	if err != nil {
 		return nil, err
 	}
-	p, err := c.Run(name, sched, args...)
+	p, err := c.runPod(name, sched, nil, args...)
 	if err != nil {
 		return nil, err
 	}
