@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/flotilla-dev/flotilla/pkg/candidate"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
@@ -185,4 +186,38 @@ func (c *Controller) repin(ctx context.Context, pod *corev1.Pod, stale []candida
 	logr.FromContextOrDiscard(ctx).V(2).Info("Deleted candidates pinned to domains the spread closed, to pin them again", "candidates", names)
 	// Their deletion brings the pod back.
 	return 0
+}
+
+// overdueConfirm is how long this process must have seen a pod's
+// candidates in the same targets overdue (candidate.View.Overdue) before
+// it acts on it, bringing in another target: a process that was paused or
+// starved of CPU wakes with timers due and caches that have not yet
+// caught up with the answers given meanwhile, and would find every
+// candidate that waited through the pause overdue for a moment.
+const overdueConfirm = 2 * time.Second
+
+// confirmOverdue clears the views' Overdue marks until the same targets
+// have stood overdue for overdueConfirm as this process saw them
+// (overdueClock), and returns how long until then (0: confirmed, or none
+// overdue).
+func (c *Controller) confirmOverdue(uid types.UID, views []candidate.View) time.Duration {
+	var overdue []string
+	for _, v := range views {
+		if v.Overdue {
+			overdue = append(overdue, v.Name)
+		}
+	}
+	if len(overdue) == 0 {
+		c.memory.stop(uid, overdueClock)
+		return 0
+	}
+	since := c.memory.since(uid, overdueClock, strings.Join(overdue, ","), c.now())
+	wait := overdueConfirm - c.now().Sub(since)
+	if wait <= 0 {
+		return 0
+	}
+	for i := range views {
+		views[i].Overdue = false
+	}
+	return wait
 }

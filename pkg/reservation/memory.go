@@ -124,6 +124,9 @@ const (
 	// repinClock counts how long the pod has had the same candidates
 	// pinned to closed domains, for repinAfter.
 	repinClock
+	// overdueClock counts how long the pod's candidates in the same
+	// targets have stood overdue, for overdueConfirm.
+	overdueClock
 	steadyClocks
 )
 

@@ -70,6 +70,7 @@ func parts() []part {
 		steady("election clock", electionClock),
 		steady("deny clock", denyClock),
 		steady("repin clock", repinClock),
+		steady("overdue clock", overdueClock),
 		{"gang size", gangSizeTTL,
 			func(m *memory, uid types.UID, now time.Time) {
 				m.noteGangSize("gang/"+string(uid), gangSize{n: 4, at: now})

@@ -162,6 +162,9 @@ func (c *Controller) fanOut(ctx context.Context, r *round) error {
 		prospects = nil
 	}
 	views := r.pl.seen.views(r.pl.selected, prospects)
+	if wait := c.confirmOverdue(pod.UID, views); wait > 0 {
+		r.lone = soonest(r.lone, wait)
+	}
 	var eligible []*target.Target
 	if byGang {
 		// Its gang chose its targets for all its members.
@@ -180,7 +183,7 @@ func (c *Controller) fanOut(ctx context.Context, r *round) error {
 	if len(eligible) == 1 && prospects != nil && !r.election.Elected() {
 		// Nothing else wakes a pod whose lone candidate's target never
 		// answers.
-		r.lone = prospects(eligible[0]).OverdueAfter()
+		r.lone = soonest(r.lone, prospects(eligible[0]).OverdueAfter())
 	}
 	shape := r.shaper()
 	if err := c.preElect(ctx, r, eligible, c.sureOf(&r.pl, prospects)); err != nil {
