@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
@@ -134,6 +135,9 @@ type Controller struct {
 	// memory is what this process remembers of the pods it places, and of
 	// their gangs' sizes, between reconciles.
 	memory memory
+	// stalls tells when this process last came out of a pause or a
+	// starvation (confirmOverdue).
+	stalls stallWatch
 	// waiters are the pods the spread narrowed, woken when a sibling moves.
 	waiters spreadWaiters
 	// changes sends pods to the queue.
@@ -195,6 +199,9 @@ func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 	workers := c.Workers
 	if workers <= 0 {
 		workers = 16
+	}
+	if err := mgr.Add(manager.RunnableFunc(c.stalls.run)); err != nil {
+		return err
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("placement").

@@ -198,8 +198,9 @@ const overdueConfirm = 2 * time.Second
 
 // confirmOverdue clears the views' Overdue marks until the same targets
 // have stood overdue for overdueConfirm as this process saw them
-// (overdueClock), and returns how long until then (0: confirmed, or none
-// overdue).
+// (overdueClock), counted from the end of the last stall of this process
+// if that came later (stallWatch), and returns how long until then (0:
+// confirmed, or none overdue).
 func (c *Controller) confirmOverdue(uid types.UID, views []candidate.View) time.Duration {
 	var overdue []string
 	for _, v := range views {
@@ -212,6 +213,11 @@ func (c *Controller) confirmOverdue(uid types.UID, views []candidate.View) time.
 		return 0
 	}
 	since := c.memory.since(uid, overdueClock, strings.Join(overdue, ","), c.now())
+	if stall := c.stalls.endedAt(c.now()); stall.After(since) {
+		// Seen overdue before a stall: what it saw then may have changed
+		// unread since.
+		since = stall
+	}
 	wait := overdueConfirm - c.now().Sub(since)
 	if wait <= 0 {
 		return 0

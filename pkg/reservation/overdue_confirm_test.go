@@ -55,4 +55,48 @@ func TestOverdueIsActedOnOnceConfirmed(t *testing.T) {
 	// t2 answered (its cache caught up): none overdue, the count stops.
 	step(time.Second, nil, 0, 0)
 	step(time.Second, []string{"t2"}, overdueConfirm, 0)
+
+	// The process stalls (paused) after it first saw t2 overdue: what it
+	// saw before may have changed unread, so it counts again from the
+	// stall's end, noticed first by the watch's own silence, then by its
+	// late tick.
+	tick := func(d time.Duration) {
+		for end := clock.Now().Add(d); clock.Now().Before(end); {
+			clock.SetTime(clock.Now().Add(stallTick))
+			c.stalls.note(clock.Now())
+		}
+	}
+	tick(time.Second)
+	step(overdueConfirm+3*time.Second, []string{"t2"}, overdueConfirm, 0)
+	c.stalls.note(clock.Now())
+	tick(overdueConfirm / 2)
+	if wait := c.confirmOverdue(uid, views("t2")); wait != overdueConfirm/2 {
+		t.Errorf("half the confirmation after the stall: wait %s, want %s", wait, overdueConfirm/2)
+	}
+	tick(overdueConfirm / 2)
+	step(0, []string{"t2"}, 0, 1)
+}
+
+// TestStallWatch: a tick later than a stall's worth marks a stall's end;
+// while the watch has not ticked for that long, the stall ends now; a
+// watch that never ran tells of none.
+func TestStallWatch(t *testing.T) {
+	var s stallWatch
+	at := time.Unix(1000, 0)
+	if got := s.endedAt(at.Add(time.Hour)); !got.IsZero() {
+		t.Errorf("a watch that never ran: stall ended at %s", got)
+	}
+	s.note(at)
+	s.note(at.Add(stallTick))
+	if got := s.endedAt(at.Add(stallTick + stallLate)); !got.IsZero() {
+		t.Errorf("ticking on time: stall ended at %s", got)
+	}
+	late := at.Add(stallTick + stallTick + stallLate + time.Millisecond)
+	if got := s.endedAt(late); !got.Equal(late) {
+		t.Errorf("a tick overdue by more than a stall: ended at %s, want now (%s)", got, late)
+	}
+	s.note(late)
+	if got := s.endedAt(late.Add(stallTick)); !got.Equal(late) {
+		t.Errorf("after the late tick: ended at %s, want %s", got, late)
+	}
 }
