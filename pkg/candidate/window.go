@@ -137,8 +137,9 @@ func Pick(targets []*target.Target, views []View) []*target.Target {
 // it has limit, and the set widens by limit for as long as every target in
 // it has failed the pod (its candidate is unschedulable there, or the
 // target is unreachable) or holds its candidate Overdue (the target
-// answers nothing: its scheduler may be down). The set is computed from what the targets hold
-// and report, so it survives agent restarts without any state of its own.
+// answers nothing: its scheduler may be down). The set is computed from
+// what the targets hold and report, so it survives agent restarts without
+// any state of its own.
 //
 // The order is a weighted rendezvous hash of the pod's UID: the weights are
 // the targets' prospects (View.Weight), so each pod draws its targets at

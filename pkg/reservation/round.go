@@ -172,9 +172,10 @@ func (c *Controller) fanOut(ctx context.Context, r *round) error {
 	} else {
 		window := candidate.ToFanOut(views, string(pod.UID), c.MaxCandidates, r.election.Elected())
 		eligible = candidate.Pick(r.pl.selected, window)
-		if len(eligible) > 1 && prospects != nil && !r.election.Elected() && candidate.WidensWhenOverdue(window) {
+		if len(eligible) > 1 && len(eligible) < len(r.pl.selected) && prospects != nil && !r.election.Elected() && candidate.WidensWhenOverdue(window) {
 			// Nothing else wakes a pod whose candidates missed or wait
-			// in targets that never answer (a scheduler down).
+			// in targets that never answer (a scheduler down), while
+			// there is a target to widen to.
 			for _, t := range eligible {
 				r.lone = soonest(r.lone, prospects(t).OverdueAfter())
 			}
