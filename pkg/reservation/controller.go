@@ -200,7 +200,7 @@ func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 	if workers <= 0 {
 		workers = 16
 	}
-	if err := mgr.Add(manager.RunnableFunc(c.stalls.run)); err != nil {
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error { return c.stalls.run(ctx, c.now) })); err != nil {
 		return err
 	}
 	return ctrl.NewControllerManagedBy(mgr).

@@ -26,17 +26,19 @@ type stallWatch struct {
 	ended time.Time
 }
 
-// run ticks until ctx ends (a manager's Runnable).
-func (s *stallWatch) run(ctx context.Context) error {
+// run ticks until ctx ends (a manager's Runnable), noting each tick at
+// now: the clock the rounds judge waits by (Controller.now), so that the
+// stalls it tells of compare with their times.
+func (s *stallWatch) run(ctx context.Context, now func() time.Time) error {
 	t := time.NewTicker(stallTick)
 	defer t.Stop()
-	s.note(time.Now())
+	s.note(now())
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
-			s.note(time.Now())
+			s.note(now())
 		}
 	}
 }
