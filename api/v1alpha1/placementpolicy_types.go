@@ -60,8 +60,9 @@ type ClusterAffinity struct {
 	Preferred []PreferredClusters `json:"preferred,omitempty"`
 	// FallbackGroups are tried in order: the pods go to targets of the
 	// first group, and to those of the next only when every target of the
-	// earlier groups cannot run them (unschedulable or unreachable). A
-	// target in no group gets no pod when groups are set.
+	// earlier groups cannot run them (unschedulable, unreachable, or not
+	// answering their candidates). A target in no group gets no pod when
+	// groups are set.
 	// +optional
 	// +kubebuilder:validation:MaxItems=8
 	FallbackGroups []metav1.LabelSelector `json:"fallbackGroups,omitempty"`

@@ -48,6 +48,13 @@ const (
 	// OverdueAfter is how long a pod's lone candidate may wait for an
 	// answer, at least, before a second joins it (OverdueAfterFor).
 	OverdueAfter = 3 * time.Second
+	// OverdueConfirm is how long an agent must have seen a pod's
+	// candidates in the same targets overdue before it acts on it: a
+	// process that was paused or starved of CPU wakes with timers due and
+	// caches that have not yet caught up with the answers given
+	// meanwhile, and would find every candidate that waited through the
+	// pause overdue for a moment.
+	OverdueConfirm = 2 * time.Second
 )
 
 // SureOf says whether one candidate is enough for a target: its published

@@ -35,6 +35,16 @@ import (
 // not answer is reported without holding up the others.
 const targetTimeout = 10 * time.Second
 
+// overdueAfter and overdueConfirm are the agent's least wait on a
+// candidate its target does not answer before it counts it overdue
+// (candidate.OverdueAfter) and the time it must have seen it so before it
+// acts (candidate.OverdueConfirm); kept here so that the plugin does not
+// build the agent's packages in, and checked against them by a test.
+const (
+	overdueAfter   = 3 * time.Second
+	overdueConfirm = 2 * time.Second
+)
+
 // maxEvents is how many of the pod's latest Events explain prints.
 const maxEvents = 10
 
@@ -115,6 +125,12 @@ type Answer struct {
 	// Bonus is what the policy adds to the target's reservation score in
 	// the election: the spread score times its weight, plus preferences.
 	Bonus *int64 `json:"bonus,omitempty"`
+	// Overdue: the candidate is Waiting, unanswered for longer than the
+	// agent waits on a target that answers none of its candidates
+	// (at least candidate.OverdueAfter and OverdueConfirm): a target whose
+	// scheduler is down. A policy's later fallback group is then used as
+	// if the target could not run the pod.
+	Overdue bool `json:"overdue,omitempty"`
 	// LeftOut says why the agent sends the pod no candidate there now,
 	// before any policy (placementpolicy.Prefilter): the target is held
 	// back, or its summary says none of its nodes can run the pod (its
@@ -481,7 +497,7 @@ func answerFor(t targetInfo, pod *corev1.Pod, el protocol.Election, cand *corev1
 		if d, err := protocol.ParsePinnedDomain(cand.Annotations[protocol.DomainAnnotation]); err == nil && d != nil {
 			a.Domain = showDomain(d)
 		}
-		candidateAnswer(&a, cand)
+		candidateAnswer(&a, cand, time.Now())
 		return a
 	}
 	skip := skipReason(t, pod)
@@ -497,10 +513,10 @@ func answerFor(t targetInfo, pod *corev1.Pod, el protocol.Election, cand *corev1
 	return a
 }
 
-// candidateAnswer reads what the target's scheduler said of a candidate:
-// the binding itself first, then the plugin's report and the scheduler's
-// condition.
-func candidateAnswer(a *Answer, cand *corev1.Pod) {
+// candidateAnswer reads what the target's scheduler said of a candidate
+// by now: the binding itself first, then the plugin's report and the
+// scheduler's condition.
+func candidateAnswer(a *Answer, cand *corev1.Pod, now time.Time) {
 	var state protocol.State
 	var stateErr string
 	if raw := cand.Annotations[protocol.StateAnnotation]; raw != "" {
@@ -541,6 +557,10 @@ func candidateAnswer(a *Answer, cand *corev1.Pod) {
 	default:
 		a.Answer = AnswerWaiting
 		notes = append(notes, "the target's scheduler has not reported on it yet")
+		if waited := now.Sub(cand.CreationTimestamp.Time); !cand.CreationTimestamp.IsZero() && waited > overdueAfter+overdueConfirm {
+			a.Overdue = true
+			notes = append(notes, fmt.Sprintf("unanswered for %s: overdue once the target has answered none of the agent's candidates for as long (3 times its answer time, at least %s, and %s more)", waited.Round(time.Second), overdueAfter, overdueConfirm))
+		}
 	}
 	if stateErr != "" {
 		notes = append(notes, stateErr)

@@ -199,8 +199,9 @@ func explainPolicy(pod *corev1.Pod, res placementpolicy.Resolved, views []policy
 		a := answerOf[cl.Name]
 		// The spread counts the domains of the nodes the pod may use. A
 		// later fallback group is used only once every target of the
-		// earlier ones answered that it cannot run the pod.
-		targets = append(targets, placementpolicy.Target{Cluster: placement.ForPod(cl, needs.NodeSelector, needs.Required), Failed: a != nil && a.Answer == AnswerUnschedulable})
+		// earlier ones answered that it cannot run the pod, or holds its
+		// candidate overdue.
+		targets = append(targets, placementpolicy.Target{Cluster: placement.ForPod(cl, needs.NodeSelector, needs.Required), Failed: a != nil && (a.Answer == AnswerUnschedulable || a.Overdue)})
 	}
 	// The agent's own plan: the same selection, fallback and spread.
 	plan := placementpolicy.Select(compiled, targets)

@@ -138,6 +138,17 @@ func TestExplainPolicy(t *testing.T) {
 		t.Errorf("c4 with the first group unschedulable: %q, want selected", answers[3].Policy)
 	}
 
+	// One target of the earlier group silent (its candidate overdue), the
+	// others unschedulable: the fallback group is used, as the agent does;
+	// not while the silent target's candidate is within its time.
+	for _, overdue := range []bool{true, false} {
+		answers = []Answer{{Target: "c1", Answer: AnswerUnschedulable}, {Target: "c2", Answer: AnswerWaiting, Overdue: overdue}, {Target: "c3", Answer: AnswerUnschedulable}, {Target: "c4"}, {Target: "c5"}}
+		explainPolicy(&pod, placementpolicy.Resolved{Policy: &pol}, views, nil, siblings, answers)
+		if got := answers[3].Policy == "selected"; got != overdue {
+			t.Errorf("c4 with c2's candidate overdue %t: %q", overdue, answers[3].Policy)
+		}
+	}
+
 	// A problem: the pod is placed as if no policy applied.
 	pe = explainPolicy(&pod, placementpolicy.Resolved{Problem: "two policies"}, views, nil, siblings, answers)
 	if pe == nil || pe.Problem != "two policies" {

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/flotilla-dev/flotilla/pkg/candidate"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
 )
 
@@ -31,6 +32,14 @@ func unschedulable(msg string) func(*corev1.Pod) {
 		p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{
 			Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: msg,
 		})
+	}
+}
+
+// TestOverdueBarIsTheAgents: explain keeps its own copy of the agent's
+// overdue bar so that the plugin does not build the agent in.
+func TestOverdueBarIsTheAgents(t *testing.T) {
+	if overdueAfter != candidate.OverdueAfter || overdueConfirm != candidate.OverdueConfirm {
+		t.Errorf("explain's overdue bar %s + %s, the agent's %s + %s", overdueAfter, overdueConfirm, candidate.OverdueAfter, candidate.OverdueConfirm)
 	}
 }
 
@@ -72,6 +81,16 @@ func TestAnswerFor(t *testing.T) {
 		{
 			name: "an unreadable pin", target: t1, pod: pending,
 			cand: candidateWith("", func(p *corev1.Pod) { p.Annotations[protocol.DomainAnnotation] = `{"zone":"eu-1a"}` }),
+			want: Answer{Answer: AnswerWaiting, Reason: "the target's scheduler has not reported on it yet"},
+		},
+		{
+			name: "waiting past the agent's least overdue bar", target: t1, pod: pending,
+			cand: candidateWith("", func(p *corev1.Pod) { p.CreationTimestamp = metav1.NewTime(time.Now().Add(-time.Minute)) }),
+			want: Answer{Answer: AnswerWaiting, Overdue: true, Reason: "the target's scheduler has not reported on it yet; unanswered for 1m0s: overdue once the target has answered none of the agent's candidates for as long (3 times its answer time, at least 3s, and 2s more)"},
+		},
+		{
+			name: "waiting within it", target: t1, pod: pending,
+			cand: candidateWith("", func(p *corev1.Pod) { p.CreationTimestamp = metav1.NewTime(time.Now().Add(-4 * time.Second)) }),
 			want: Answer{Answer: AnswerWaiting, Reason: "the target's scheduler has not reported on it yet"},
 		},
 		{

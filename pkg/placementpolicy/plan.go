@@ -11,9 +11,10 @@ import (
 // placement sees it, and whether it failed the pod.
 type Target struct {
 	placement.Cluster
-	// Failed is set when the target is unreachable or its candidate of the
-	// pod says it cannot run it: a later fallback group is used only once
-	// every target of the earlier ones failed.
+	// Failed is set when the target is unreachable, its candidate of the
+	// pod says it cannot run it, or that candidate is overdue (the target
+	// answers none of the agent's candidates): a later fallback group is
+	// used only once every target of the earlier ones failed.
 	Failed bool
 }
 
@@ -31,6 +32,9 @@ type Plan struct {
 	// Excluded says, per other target, why the policy keeps the pod from
 	// it; a spread's verdict begins with SpreadExclusion.
 	Excluded map[string]string
+	// HeldBack is how many targets of later fallback groups are not
+	// selected while an earlier group may run the pod.
+	HeldBack int
 	// Known are the domains of the selected targets a spread counts
 	// (placement.CountedDomains: with those of nodes that take no pods),
 	// those whose domains are known (see DomainsKnown), without
@@ -81,6 +85,7 @@ func Select(c *Compiled, targets []Target) Plan {
 		for _, later := range groups[i+1:] {
 			for _, cl := range later {
 				p.Excluded[cl.Name] = fmt.Sprintf("in fallback group %d, not needed while an earlier group can run the pod", i+2)
+				p.HeldBack++
 			}
 		}
 		break

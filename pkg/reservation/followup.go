@@ -92,7 +92,8 @@ func (c *Controller) applyDenials(ctx context.Context, pod *corev1.Pod, election
 // A pre-election (protocol.AnyReservation) is revoked sooner: as soon as
 // its candidate reports no node fits it, or once it is overdue
 // (candidate.Prospect.Overdue: its target answered nothing for as long,
-// as when a lone candidate's second would join it); the pod's next
+// as when a lone candidate's second would join it, and confirmed as
+// confirmOverdue confirms it); the pod's next
 // election is an ordinary one, its candidates reserving before any is
 // elected.
 func (c *Controller) revokeIfStalled(ctx context.Context, pod *corev1.Pod, election protocol.Election, placements []candidate.Placement) time.Duration {
@@ -128,8 +129,15 @@ func (c *Controller) revokeIfStalled(ctx context.Context, pod *corev1.Pod, elect
 		case unschedulable != "":
 			timeout, why = 0, "found no node for the candidate elected before it answered ("+unschedulable+")"
 		case heard.Overdue(waited):
+			// Once confirmed, as the fan-out acts on an overdue candidate:
+			// after a stall of this process, its cache may not show the
+			// answer yet.
+			if wait := c.confirmOverdue(pod.UID, preElectionClock, []candidate.View{{Name: election.Target, Overdue: true}}); wait > 0 {
+				return wait
+			}
 			timeout, why = 0, fmt.Sprintf("answered neither the candidate elected before it answered nor any other within %s", bar)
 		default:
+			c.memory.stop(pod.UID, preElectionClock)
 			// Look again when it may be overdue (its target may have gone
 			// quiet by then), or at the election timeout.
 			if next := waited + max(bar-min(waited, heard.Quiet), time.Second); timeout <= 0 || next < timeout {
@@ -189,19 +197,17 @@ func (c *Controller) repin(ctx context.Context, pod *corev1.Pod, stale []candida
 }
 
 // overdueConfirm is how long this process must have seen a pod's
-// candidates in the same targets overdue (candidate.View.Overdue) before
-// it acts on it, bringing in another target: a process that was paused or
-// starved of CPU wakes with timers due and caches that have not yet
-// caught up with the answers given meanwhile, and would find every
-// candidate that waited through the pause overdue for a moment.
-const overdueConfirm = 2 * time.Second
+// candidates in the same targets overdue before it acts on it
+// (candidate.OverdueConfirm).
+const overdueConfirm = candidate.OverdueConfirm
 
 // confirmOverdue clears the views' Overdue marks until the same targets
-// have stood overdue for overdueConfirm as this process saw them
-// (overdueClock), counted from the end of the last stall of this process
+// have stood overdue for overdueConfirm as this process saw them (on
+// clock: overdueClock for the fan-out window, fallbackClock for a policy's
+// fallback groups, preElectionClock for revoking a pre-election), counted from the end of the last stall of this process
 // if that came later (stallWatch), and returns how long until then (0:
 // confirmed, or none overdue).
-func (c *Controller) confirmOverdue(uid types.UID, views []candidate.View) time.Duration {
+func (c *Controller) confirmOverdue(uid types.UID, clock steadyClock, views []candidate.View) time.Duration {
 	var overdue []string
 	for _, v := range views {
 		if v.Overdue {
@@ -209,10 +215,10 @@ func (c *Controller) confirmOverdue(uid types.UID, views []candidate.View) time.
 		}
 	}
 	if len(overdue) == 0 {
-		c.memory.stop(uid, overdueClock)
+		c.memory.stop(uid, clock)
 		return 0
 	}
-	since := c.memory.since(uid, overdueClock, strings.Join(overdue, ","), c.now())
+	since := c.memory.since(uid, clock, strings.Join(overdue, ","), c.now())
 	if stall := c.stalls.endedAt(c.now()); stall.After(since) {
 		// Seen overdue before a stall: what it saw then may have changed
 		// unread since.

@@ -127,6 +127,12 @@ const (
 	// overdueClock counts how long the pod's candidates in the same
 	// targets have stood overdue, for overdueConfirm.
 	overdueClock
+	// fallbackClock counts the same for the targets of a policy's
+	// fallback groups, which widen on it apart from the fan-out window.
+	fallbackClock
+	// preElectionClock counts the same for the target of a pod's
+	// pre-election, which is revoked on it.
+	preElectionClock
 	steadyClocks
 )
 

@@ -42,7 +42,7 @@ func TestOverdueIsActedOnOnceConfirmed(t *testing.T) {
 		t.Helper()
 		clock.SetTime(clock.Now().Add(d))
 		vs := views(overdue...)
-		if wait := c.confirmOverdue(uid, vs); wait != wantWait || marked(vs) != wantMarked {
+		if wait := c.confirmOverdue(uid, overdueClock, vs); wait != wantWait || marked(vs) != wantMarked {
 			t.Errorf("at +%s, overdue %v: wait %s with %d marked, want %s with %d", d, overdue, wait, marked(vs), wantWait, wantMarked)
 		}
 	}
@@ -70,7 +70,7 @@ func TestOverdueIsActedOnOnceConfirmed(t *testing.T) {
 	step(overdueConfirm+3*time.Second, []string{"t2"}, overdueConfirm, 0)
 	c.stalls.note(clock.Now())
 	tick(overdueConfirm / 2)
-	if wait := c.confirmOverdue(uid, views("t2")); wait != overdueConfirm/2 {
+	if wait := c.confirmOverdue(uid, overdueClock, views("t2")); wait != overdueConfirm/2 {
 		t.Errorf("half the confirmation after the stall: wait %s, want %s", wait, overdueConfirm/2)
 	}
 	tick(overdueConfirm / 2)
@@ -98,5 +98,28 @@ func TestStallWatch(t *testing.T) {
 	s.note(late)
 	if got := s.endedAt(late.Add(stallTick)); !got.Equal(late) {
 		t.Errorf("after the late tick: ended at %s, want %s", got, late)
+	}
+}
+
+// TestOverdueClocksCountApart: the fallback groups' and a pre-election's
+// confirmations count apart from the fan-out window's. A round whose
+// window finds nothing overdue (its selected targets widened past the
+// silent group) must not start the count of the silent group again, or
+// the pod would flip back to that group every other round.
+func TestOverdueClocksCountApart(t *testing.T) {
+	clock := clocktesting.NewFakePassiveClock(time.Unix(1000, 0))
+	c := &Controller{Clock: clock}
+	const uid = "pod-1"
+	silent := func() []candidate.View { return []candidate.View{{Name: "near", Holds: true, Overdue: true}} }
+	if wait := c.confirmOverdue(uid, fallbackClock, silent()); wait != overdueConfirm {
+		t.Fatalf("first seen overdue: wait %s, want %s", wait, overdueConfirm)
+	}
+	for _, clk := range []steadyClock{overdueClock, preElectionClock} {
+		clock.SetTime(clock.Now().Add(overdueConfirm / 4))
+		c.confirmOverdue(uid, clk, []candidate.View{{Name: "far", Holds: true, Waiting: true}})
+	}
+	clock.SetTime(clock.Now().Add(overdueConfirm / 2))
+	if vs := silent(); c.confirmOverdue(uid, fallbackClock, vs) != 0 || !vs[0].Overdue {
+		t.Errorf("after %s on the fallback clock, the other clocks stopped meanwhile: not confirmed", overdueConfirm)
 	}
 }

@@ -70,6 +70,10 @@ type plan struct {
 	// seen is what the round read of the targets, each once; nil outside
 	// a round.
 	seen *seenTargets
+	// look is when to look at the pod again for its fallback groups: the
+	// candidates of the earlier ones may be overdue, or their overdue
+	// marks confirmed, by then (0: no need).
+	look time.Duration
 }
 
 // leftOut returns the candidates of the pod in invited targets that did
@@ -174,7 +178,17 @@ func (c *Controller) planFor(ctx context.Context, pod *corev1.Pod, invited []*ta
 	}
 	p.policy = compiled
 	p.clusters = make(map[string]placement.Cluster, len(invited))
-	views := seen.views(invited, nil)
+	var heard func(*target.Target) candidate.Prospect
+	if len(compiled.Selector.Groups) > 1 {
+		// A later fallback group is used once every target of the
+		// earlier ones failed the pod or holds its candidate overdue: a
+		// target whose scheduler is down never answers it.
+		heard = func(t *target.Target) candidate.Prospect { return candidate.Heard(t.Outcomes()) }
+	}
+	views := seen.views(invited, heard)
+	if heard != nil {
+		p.look = c.confirmOverdue(pod.UID, fallbackClock, views)
+	}
 	targets := make([]placementpolicy.Target, len(invited))
 	for i, t := range invited {
 		cl := clusters[i]
@@ -188,11 +202,41 @@ func (c *Controller) planFor(ctx context.Context, pod *corev1.Pod, invited []*ta
 		p.clusters[t.Name] = cl
 		// The spread counts the domains of the nodes the pod may use; a
 		// sibling's domain (placeOf) is read from the whole target.
-		targets[i] = placementpolicy.Target{Cluster: placement.ForPod(cl, p.needs.NodeSelector, p.needs.Required), Failed: views[i].Failed}
+		targets[i] = placementpolicy.Target{Cluster: placement.ForPod(cl, p.needs.NodeSelector, p.needs.Required), Failed: views[i].Failed || views[i].Overdue}
 	}
 	p.plan = placementpolicy.Select(compiled, targets)
 	p.adopt(invited)
+	if heard != nil && p.plan.HeldBack > 0 {
+		p.look = soonest(p.look, lookForOverdue(p.selected, views, invited, heard))
+	}
 	return p, "", nil
+}
+
+// lookForOverdue is when to look again at a pod whose selected targets
+// have each failed it or wait to answer it (candidate.WidensWhenOverdue),
+// for the waiting ones may then be overdue: nothing else wakes a pod whose
+// candidates wait in targets that never answer. It is 0 when some selected
+// target may still place the pod on its own (no candidate there yet, or a
+// reservation).
+func lookForOverdue(selected []*target.Target, views []candidate.View, invited []*target.Target, heard func(*target.Target) candidate.Prospect) time.Duration {
+	of := make(map[*target.Target]candidate.View, len(invited))
+	for i, t := range invited {
+		of[t] = views[i]
+	}
+	mine := make([]candidate.View, len(selected))
+	for i, t := range selected {
+		mine[i] = of[t]
+	}
+	if !candidate.WidensWhenOverdue(mine) {
+		return 0
+	}
+	var look time.Duration
+	for i, t := range selected {
+		if mine[i].Waiting {
+			look = soonest(look, heard(t).OverdueAfter())
+		}
+	}
+	return look
 }
 
 // adopt takes the pure plan's selection and exclusions into the plan,

@@ -68,7 +68,8 @@ type round struct {
 	// its target's answer (candidate.ToFanOut): once overdue, a second
 	// joins it (or, pre-elected, it is revoked); or whose candidates
 	// missed or wait (candidate.WidensWhenOverdue): once the waiting ones
-	// are overdue, the window widens. Zero: it does not.
+	// are overdue, the window widens; or whose policy's earlier fallback
+	// groups missed or wait (plan.look). Zero: it does not.
 	lone time.Duration
 	// preElected: this round elected the pod's lone target before its
 	// candidate existed, and created the candidate pre-allowed
@@ -120,6 +121,9 @@ func (c *Controller) fanOut(ctx context.Context, r *round) error {
 		return err
 	}
 	r.pl = pl
+	if pl.look > 0 {
+		r.lone = soonest(r.lone, pl.look)
+	}
 	if problem != "" {
 		c.reportProblem(pod, problem)
 	}
@@ -162,7 +166,7 @@ func (c *Controller) fanOut(ctx context.Context, r *round) error {
 		prospects = nil
 	}
 	views := r.pl.seen.views(r.pl.selected, prospects)
-	if wait := c.confirmOverdue(pod.UID, views); wait > 0 {
+	if wait := c.confirmOverdue(pod.UID, overdueClock, views); wait > 0 {
 		r.lone = soonest(r.lone, wait)
 	}
 	var eligible []*target.Target

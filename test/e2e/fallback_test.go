@@ -1,0 +1,139 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/flotilla-dev/flotilla/api/v1alpha1"
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
+	"github.com/flotilla-dev/flotilla/test/sandbox"
+)
+
+// TestFallbackGroups places pods under a PlacementPolicy whose first
+// fallback group is one target, near, and whose second is far, both
+// reached through invited identities. The second group is used only for a
+// pod near cannot run: first because near has no room left for it, then
+// because near's scheduler is down, so that near takes candidates through
+// its API server and never answers them.
+func TestFallbackGroups(t *testing.T) {
+	t.Parallel()
+	const tier = "example.com/tier"
+	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
+		{Name: "src", WithoutScheduler: true},
+		{Name: "near", Nodes: []sandbox.NodeSpec{{CPU: "2"}}},
+		{Name: "far", Nodes: []sandbox.NodeSpec{{CPU: "8"}}},
+	}})
+	ctx := t.Context()
+	src, near, far := s.Cluster("src"), s.Cluster("near"), s.Cluster("far")
+	createNamespace(t, src.Client(), placementNS)
+	for _, c := range []*sandbox.Cluster{src, near, far} {
+		if _, err := sandbox.StartAgent(ctx, c, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cr := src.CRClient()
+	for _, c := range []*sandbox.Cluster{near, far} {
+		invite(t, src, c)
+		patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"labels": map[string]string{tier: c.Name}}})
+		if err := cr.Patch(ctx, &v1alpha1.ClusterTarget{ObjectMeta: metav1.ObjectMeta{Name: c.Name}}, client.RawPatch(types.MergePatchType, patch)); err != nil {
+			t.Fatal(err)
+		}
+		cpu := map[string]int64{"near": 2, "far": 8}[c.Name]
+		waitNode(t, src.Client(), protocol.VirtualNodeName("", c.Name), 60*time.Second, "with its tier and the capacity of its summary", func(n *corev1.Node) bool {
+			return n.Labels[tier] == c.Name && n.Status.Allocatable.Cpu().Value() == cpu
+		})
+	}
+	policy := &v1alpha1.PlacementPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "near-first", Namespace: placementNS},
+		Spec: v1alpha1.PlacementPolicySpec{
+			ClusterAffinity: &v1alpha1.ClusterAffinity{FallbackGroups: []metav1.LabelSelector{
+				{MatchLabels: map[string]string{tier: "near"}},
+				{MatchLabels: map[string]string{tier: "far"}},
+			}},
+		},
+	}
+	if err := cr.Create(ctx, policy); err != nil {
+		t.Fatal(err)
+	}
+	srcKube := src.Client()
+	onNode := func(target string) func(*corev1.Pod) bool {
+		return func(p *corev1.Pod) bool {
+			return p.Spec.NodeName == protocol.VirtualNodeName("", target) && p.Status.Phase == corev1.PodRunning
+		}
+	}
+
+	t.Run("a full group", func(t *testing.T) {
+		// near holds two of the three; the third goes to far, and only
+		// it: far is never asked while near can run a pod.
+		if _, err := srcKube.AppsV1().Deployments(placementNS).Create(ctx, optedInDeployment("spill", 3, "800m"), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 120*time.Second, "two pods of spill running in near, one in far", func() (bool, string) {
+			list, err := srcKube.CoreV1().Pods(placementNS).List(ctx, metav1.ListOptions{LabelSelector: "app=spill,!" + protocol.CandidateLabel})
+			if err != nil {
+				return false, err.Error()
+			}
+			in := map[string]int{}
+			for i := range list.Items {
+				for _, target := range []string{"near", "far"} {
+					if onNode(target)(&list.Items[i]) {
+						in[target]++
+					}
+				}
+			}
+			return in["near"] == 2 && in["far"] == 1 && len(list.Items) == 3, fmt.Sprintf("%d pods, running %v", len(list.Items), in)
+		})
+	})
+
+	t.Run("a silent group", func(t *testing.T) {
+		// near has room (400m) and its summary says so, but nothing
+		// answers its candidates.
+		if err := near.Stop(sandbox.CandidateScheduler); err != nil {
+			t.Fatal(err)
+		}
+		const pods = 2
+		if _, err := srcKube.AppsV1().Deployments(placementNS).Create(ctx, optedInDeployment("quiet", pods, "100m"), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		running := waitSourcePods(t, srcKube, "app=quiet", pods, onNode("far"))
+		// The case under test happened: each pod's candidate waited in
+		// near before far was asked.
+		for i := range running {
+			list, err := srcKube.CoreV1().Events(placementNS).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.uid=" + string(running[i].UID)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var said []string
+			tried := false
+			for _, e := range list.Items {
+				said = append(said, e.Reason+": "+e.Message)
+				_, among, ok := strings.Cut(e.Message, "of the candidates in ")
+				tried = tried || (e.Reason == "Scheduled" && ok && strings.Contains(among, "near"))
+			}
+			if !tried {
+				t.Errorf("pod %s ran in far without a candidate in near first: %s", running[i].Name, strings.Join(said, " | "))
+			}
+		}
+		waitFor(t, 30*time.Second, "no candidate of quiet left in near", func() (bool, string) {
+			list, err := near.Client().CoreV1().Pods(placementNS).List(ctx, metav1.ListOptions{LabelSelector: protocol.CandidateLabel + "=true"})
+			if err != nil {
+				return false, err.Error()
+			}
+			left := 0
+			for _, p := range list.Items {
+				if p.Spec.NodeName == "" {
+					left++
+				}
+			}
+			return left == 0, fmt.Sprintf("%d unbound candidates left", left)
+		})
+	})
+}
