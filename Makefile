@@ -96,9 +96,15 @@ test-short: tools build test-unit
 test-monitoring: tools
 	$(GO) test -count=1 ./test/monitoring
 
-# Sandbox tests start real control planes: one package at a time.
+# Sandbox tests start real control planes, two sandboxes at a time: first
+# the packages other than test/e2e two at a time, each running its tests
+# one after another (the longest, scenarios and chaos, listed first so
+# they overlap); then test/e2e, E2E_PARALLEL tests at a time. Port slots
+# (test/sandbox) keep the ports of two test processes apart.
+SANDBOX_PKGS = ./test/scenario ./test/chaos $$($(GO) list ./test/... | grep -v -e '/test/e2e$$' -e '/test/scenario$$' -e '/test/chaos$$')
 test-e2e:
-	$(GO) test -count=1 -p 1 -parallel $(E2E_PARALLEL) -timeout $(TEST_TIMEOUT) ./test/...
+	$(GO) test -count=1 -p 2 -timeout $(TEST_TIMEOUT) $(SANDBOX_PKGS)
+	$(GO) test -count=1 -p 1 -parallel $(E2E_PARALLEL) -timeout $(TEST_TIMEOUT) ./test/e2e
 
 FUZZTIME ?= 30s
 FUZZ_FLAGS ?= -parallel 1
