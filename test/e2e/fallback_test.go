@@ -137,3 +137,90 @@ func TestFallbackGroups(t *testing.T) {
 		})
 	})
 }
+
+// TestFallbackPastASilentSelfTarget: the same through other kinds of
+// target. The first fallback group is the source cluster itself (its self
+// ClusterTarget), the second a namespaced Target to another cluster,
+// joined by the namespace's owners alone. A pod runs at home while the
+// source's candidate scheduler answers; with it stopped, the next pods
+// wait at home, then run through the namespaced Target.
+func TestFallbackPastASilentSelfTarget(t *testing.T) {
+	t.Parallel()
+	const tier, ns = "example.com/tier", "edge"
+	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
+		{Name: "src", Nodes: []sandbox.NodeSpec{{CPU: "8"}}},
+		{Name: "t1", Nodes: []sandbox.NodeSpec{{CPU: "8"}}},
+	}})
+	ctx := t.Context()
+	src, t1 := s.Cluster("src"), s.Cluster("t1")
+	admin, cr := src.Client(), src.CRClient()
+	createNamespace(t, admin, ns)
+	if _, err := sandbox.StartAgent(ctx, t1, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sandbox.StartAgent(ctx, src, []*sandbox.Cluster{src}); err != nil {
+		t.Fatal(err)
+	}
+	patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"labels": map[string]string{tier: "home"}}})
+	if err := cr.Patch(ctx, &v1alpha1.ClusterTarget{ObjectMeta: metav1.ObjectMeta{Name: src.Name}}, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		t.Fatal(err)
+	}
+	awayNode := joinThroughSource(t, src, t1, ns)
+	if err := cr.Patch(ctx, &v1alpha1.Target{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: t1.Name}}, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"labels":{"`+tier+`":"away"}}}`))); err != nil {
+		t.Fatal(err)
+	}
+	homeNode := protocol.VirtualNodeName("", src.Name)
+	for node, want := range map[string]string{homeNode: "home", awayNode: "away"} {
+		waitNode(t, admin, node, 60*time.Second, "with its tier", func(n *corev1.Node) bool { return n.Labels[tier] == want })
+	}
+	policy := &v1alpha1.PlacementPolicy{ObjectMeta: metav1.ObjectMeta{Name: "home-first", Namespace: ns}}
+	policy.Spec.ClusterAffinity = &v1alpha1.ClusterAffinity{FallbackGroups: []metav1.LabelSelector{
+		{MatchLabels: map[string]string{tier: "home"}},
+		{MatchLabels: map[string]string{tier: "away"}},
+	}}
+	if err := cr.Create(ctx, policy); err != nil {
+		t.Fatal(err)
+	}
+	pods := admin.CoreV1().Pods(ns)
+	runsOn := func(name, node string) *corev1.Pod {
+		t.Helper()
+		var got *corev1.Pod
+		waitFor(t, 120*time.Second, name+" running on "+node, func() (bool, string) {
+			p, err := pods.Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			got = p
+			return p.Spec.NodeName == node && p.Status.Phase == corev1.PodRunning, fmt.Sprintf("on %q, %s", p.Spec.NodeName, p.Status.Phase)
+		})
+		return got
+	}
+	if _, err := pods.Create(ctx, optedInPod("at-home", "100m"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	runsOn("at-home", homeNode)
+
+	if err := src.Stop(sandbox.CandidateScheduler); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"away-0", "away-1"} {
+		if _, err := pods.Create(ctx, optedInPod(name, "100m"), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range []string{"away-0", "away-1"} {
+		p := runsOn(name, awayNode)
+		list, err := admin.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.uid=" + string(p.UID)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tried := false
+		for _, e := range list.Items {
+			_, among, ok := strings.Cut(e.Message, "of the candidates in ")
+			tried = tried || (e.Reason == "Scheduled" && ok && strings.Contains(among, src.Name))
+		}
+		if !tried {
+			t.Errorf("%s ran away without a candidate at home first", name)
+		}
+	}
+}
