@@ -5,7 +5,8 @@ GO ?= go
 SANDBOX_DIR ?= $(CURDIR)/.sandbox/demo
 TEST_TIMEOUT ?= 60m
 # End-to-end tests run this many at once (t.Parallel; each owns its
-# sandbox): two at a time take 34 minutes instead of 42 (docs/sandbox.md);
+# sandbox): two at a time took 1,418 s instead of 1,923 s on one day
+# (docs/sandbox.md);
 # make test E2E_PARALLEL=1 runs them one at a time, to tell whether a test
 # that fails only races its neighbour.
 E2E_PARALLEL ?= 2
