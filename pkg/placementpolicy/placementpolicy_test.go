@@ -10,6 +10,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/flotilla-dev/flotilla/api/v1alpha1"
+	"github.com/flotilla-dev/flotilla/pkg/placement"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
 )
 
@@ -97,5 +98,47 @@ func TestCompile(t *testing.T) {
 	bad.Spec.ClusterSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "region", Operator: "Near"}}}
 	if _, err := Compile(&bad); err == nil || !strings.Contains(err.Error(), "spec.clusterSelector") {
 		t.Errorf("a bad selector gives %v, want an error naming spec.clusterSelector", err)
+	}
+}
+
+// TestSelectWidensFallbackGroups: the next group is selected only once
+// every target of the earlier ones failed the pod, and HeldBack counts
+// the targets of the groups still held back.
+func TestSelectWidensFallbackGroups(t *testing.T) {
+	p := pp("tiers", nil)
+	p.Spec.ClusterAffinity = &v1alpha1.ClusterAffinity{FallbackGroups: []metav1.LabelSelector{
+		{MatchLabels: map[string]string{"tier": "1"}},
+		{MatchLabels: map[string]string{"tier": "2"}},
+		{MatchLabels: map[string]string{"tier": "3"}},
+	}}
+	c, err := Compile(&p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := func(name, tier string, failed bool) Target {
+		return Target{Cluster: placement.Cluster{Name: name, Labels: map[string]string{"tier": tier}}, Failed: failed}
+	}
+	for _, tc := range []struct {
+		name     string
+		failed   map[string]bool
+		selected string
+		heldBack int
+	}{
+		{"none failed", nil, "a1,a2", 3},
+		{"one of the first group failed", map[string]bool{"a1": true}, "a1,a2", 3},
+		{"the first group failed", map[string]bool{"a1": true, "a2": true}, "a1,a2,b1", 2},
+		{"the first two failed", map[string]bool{"a1": true, "a2": true, "b1": true}, "a1,a2,b1,c1,c2", 0},
+		{"a later group failed alone", map[string]bool{"b1": true}, "a1,a2", 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			plan := Select(c, []Target{
+				target("a1", "1", tc.failed["a1"]), target("a2", "1", tc.failed["a2"]),
+				target("b1", "2", tc.failed["b1"]),
+				target("c1", "3", tc.failed["c1"]), target("c2", "3", tc.failed["c2"]),
+			})
+			if got := strings.Join(plan.Selected, ","); got != tc.selected || plan.HeldBack != tc.heldBack {
+				t.Errorf("selected %s, held back %d; want %s, %d", got, plan.HeldBack, tc.selected, tc.heldBack)
+			}
+		})
 	}
 }

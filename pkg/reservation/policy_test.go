@@ -3,6 +3,7 @@ package reservation
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -96,5 +97,53 @@ func TestStalePins(t *testing.T) {
 	}
 	if fmt.Sprint(got) != "[wide]" {
 		t.Errorf("stale %v, want [wide]", got)
+	}
+}
+
+// TestLookForOverdue: a pod whose selected targets have each failed it or
+// wait to answer is looked at again when the waiting ones may be overdue
+// (nothing else wakes a pod whose targets say nothing); not while a
+// selected target has no candidate yet, or holds a reservation, or once
+// every one has failed or is overdue (the plan widened then).
+func TestLookForOverdue(t *testing.T) {
+	newTarget := func(name string) *target.Target {
+		tg, err := target.New(target.Config{Name: name, REST: &rest.Config{Host: "https://127.0.0.1:1"}, SourceCluster: "src"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tg
+	}
+	near, near2, far := newTarget("near"), newTarget("near2"), newTarget("far")
+	invited := []*target.Target{near, near2, far}
+	heard := func(t *target.Target) candidate.Prospect {
+		// near answers in 2 s on average: its bar is 6 s.
+		if t == near {
+			return candidate.Prospect{Answered: 2 * time.Second}
+		}
+		return candidate.Prospect{}
+	}
+	waiting := candidate.View{Holds: true, Waiting: true}
+	failed := candidate.View{Holds: true, Failed: true}
+	for _, tc := range []struct {
+		name  string
+		views [2]candidate.View
+		want  time.Duration
+	}{
+		{"both wait", [2]candidate.View{waiting, waiting}, candidate.OverdueAfter},
+		{"near waits, near2 failed", [2]candidate.View{waiting, failed}, 6 * time.Second},
+		{"near2 has no candidate yet", [2]candidate.View{waiting, {}}, 0},
+		{"near2 holds a reservation", [2]candidate.View{waiting, {Holds: true}}, 0},
+		{"both failed", [2]candidate.View{failed, failed}, 0},
+		{"near overdue, near2 failed", [2]candidate.View{{Holds: true, Overdue: true}, failed}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			views := []candidate.View{tc.views[0], tc.views[1], {}}
+			for i, tg := range invited {
+				views[i].Name = tg.Name
+			}
+			if got := lookForOverdue([]*target.Target{near, near2}, views, invited, heard); got != tc.want {
+				t.Errorf("look again in %s, want %s", got, tc.want)
+			}
+		})
 	}
 }

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/flotilla-dev/flotilla/api/v1alpha1"
@@ -107,19 +108,8 @@ func TestFallbackGroups(t *testing.T) {
 		// The case under test happened: each pod's candidate waited in
 		// near before far was asked.
 		for i := range running {
-			list, err := srcKube.CoreV1().Events(placementNS).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.uid=" + string(running[i].UID)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			var said []string
-			tried := false
-			for _, e := range list.Items {
-				said = append(said, e.Reason+": "+e.Message)
-				_, among, ok := strings.Cut(e.Message, "of the candidates in ")
-				tried = tried || (e.Reason == "Scheduled" && ok && strings.Contains(among, "near"))
-			}
-			if !tried {
-				t.Errorf("pod %s ran in far without a candidate in near first: %s", running[i].Name, strings.Join(said, " | "))
+			if among := electedAmong(t, srcKube, &running[i]); !strings.Contains(among, "near") {
+				t.Errorf("pod %s ran in far without a candidate in near first: elected among %q", running[i].Name, among)
 			}
 		}
 		waitFor(t, 30*time.Second, "no candidate of quiet left in near", func() (bool, string) {
@@ -209,18 +199,25 @@ func TestFallbackPastASilentSelfTarget(t *testing.T) {
 		}
 	}
 	for _, name := range []string{"away-0", "away-1"} {
-		p := runsOn(name, awayNode)
-		list, err := admin.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.uid=" + string(p.UID)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		tried := false
-		for _, e := range list.Items {
-			_, among, ok := strings.Cut(e.Message, "of the candidates in ")
-			tried = tried || (e.Reason == "Scheduled" && ok && strings.Contains(among, src.Name))
-		}
-		if !tried {
-			t.Errorf("%s ran away without a candidate at home first", name)
+		if among := electedAmong(t, admin, runsOn(name, awayNode)); !strings.Contains(among, src.Name) {
+			t.Errorf("%s ran away without a candidate at home first: elected among %q", name, among)
 		}
 	}
+}
+
+// electedAmong is the targets that held the pod's candidates when it was
+// elected, as its Scheduled Event names them ("" when it has none).
+func electedAmong(t *testing.T, kube kubernetes.Interface, pod *corev1.Pod) string {
+	t.Helper()
+	list, err := kube.CoreV1().Events(pod.Namespace).List(t.Context(), metav1.ListOptions{FieldSelector: "involvedObject.uid=" + string(pod.UID)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range list.Items {
+		if _, among, ok := strings.Cut(e.Message, "of the candidates in "); ok && e.Reason == "Scheduled" {
+			among, _, _ = strings.Cut(among, ", whose node")
+			return among
+		}
+	}
+	return ""
 }

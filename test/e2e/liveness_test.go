@@ -651,15 +651,8 @@ func TestASilentTargetDoesNotHoldAPod(t *testing.T) {
 	// target that missed and the silent one before it was elected in able.
 	both := 0
 	for i := range running {
-		list, err := src.Client().CoreV1().Events(placementNS).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.uid=" + string(running[i].UID)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, e := range list.Items {
-			_, among, ok := strings.Cut(e.Message, "of the candidates in ")
-			if e.Reason == "Scheduled" && ok && strings.Contains(among, "miss") && strings.Contains(among, "silent") {
-				both++
-			}
+		if among := electedAmong(t, src.Client(), &running[i]); strings.Contains(among, "miss") && strings.Contains(among, "silent") {
+			both++
 		}
 	}
 	if both == 0 {
