@@ -248,6 +248,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	pod := &corev1.Pod{}
 	if err := c.Client.Get(ctx, req.NamespacedName, pod); err != nil {
 		if apierrors.IsNotFound(err) {
+			roundsGone.Inc()
 			return c.gone(ctx, req, targets)
 		}
 		return reconcile.Result{}, err
@@ -256,6 +257,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, nil
 	}
 	if pod.DeletionTimestamp != nil {
+		roundsDeleting.Inc()
 		// Its siblings' counts change: those it narrowed look again.
 		if key := workloadOf(pod); key != "" {
 			c.waiters.done(pod.Namespace+"/"+key, req.NamespacedName, false)
@@ -264,6 +266,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return c.cleanUp(ctx, pod, nothing, targets)
 	}
 	if pod.Spec.NodeName != "" {
+		roundsBound.Inc()
 		c.memory.forget(pod.UID)
 		if key := workloadOf(pod); key != "" {
 			c.waiters.done(pod.Namespace+"/"+key, req.NamespacedName, false)
@@ -277,10 +280,16 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return c.cleanUp(ctx, pod, delegate(pod.UID, elected), targets)
 	}
 	if c.staleElection(pod) {
+		roundsStale.Inc()
 		// The update event of our own write will bring the pod back.
 		return reconcile.Result{}, nil
 	}
 	election, err := protocol.ParseElection(pod.Annotations[protocol.ElectionAnnotation])
+	if election.Elected() {
+		roundsElected.Inc()
+	} else {
+		roundsWaiting.Inc()
+	}
 	if err != nil {
 		c.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, "BadElection", "Elect", "Election record is malformed; remove the %s annotation to start over: %v", protocol.ElectionAnnotation, err)
 		return reconcile.Result{}, nil

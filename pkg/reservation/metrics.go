@@ -34,14 +34,24 @@ var (
 		Name: "flotilla_gang_yields_total",
 		Help: "Turns that gangs of this source gave up without completing: their candidates were then denied (they held no node) for a backoff.",
 	})
-	gangReleased = prometheus.NewCounter(prometheus.CounterOpts{
+	placementRounds = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "flotilla_placement_rounds_total",
+		Help: "Rounds of the placement controller, by the state of the source pod each found: waiting (no target elected), elected (not bound yet), bound, deleting, gone, or stale (the cache did not show this agent's own election write yet: the round did nothing). Where the agent's CPU per pod goes: each round but a stale one reads the pod's targets.",
+	}, []string{"pod"})
+	roundsWaiting  = placementRounds.WithLabelValues("waiting")
+	roundsElected  = placementRounds.WithLabelValues("elected")
+	roundsBound    = placementRounds.WithLabelValues("bound")
+	roundsDeleting = placementRounds.WithLabelValues("deleting")
+	roundsGone     = placementRounds.WithLabelValues("gone")
+	roundsStale    = placementRounds.WithLabelValues("stale")
+	gangReleased   = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "flotilla_gang_reservations_released_total",
 		Help: "Candidates of gang members that their gang denied, so that they hold or take no node: another gang goes first, or under anyClusters the member keeps a place in another target.",
 	})
 )
 
 func init() {
-	metrics.Registry.MustRegister(electionSeconds, podBoundSeconds, gangsWaiting, gangPlacedSeconds, gangYields, gangReleased)
+	metrics.Registry.MustRegister(electionSeconds, podBoundSeconds, gangsWaiting, gangPlacedSeconds, gangYields, gangReleased, placementRounds)
 }
 
 // sinceCreation is how long ago pod was created.

@@ -73,6 +73,10 @@ type GangRun struct {
 	// RoundsPerMember are the source agent's placement rounds
 	// (reconciles) per member in the same window (Flotilla only).
 	RoundsPerMember float64 `json:"roundsPerMember,omitempty"`
+	// RoundsByState are RoundsPerMember by the state of the source pod
+	// each round found (flotilla_placement_rounds_total's pod label:
+	// waiting, elected, bound, deleting, gone, stale).
+	RoundsByState map[string]float64 `json:"roundsByState,omitempty"`
 }
 
 // GangReport is the -gangs bench's result.
@@ -395,6 +399,14 @@ func gangRun(ctx context.Context, cfg config, home *sandbox.Cluster, targets []*
 	r.TargetRequests = perPod(before.targets, after.targets, float64(members))
 	r.HomeCPUMillis = homeCPU
 	r.RoundsPerMember = (after.rounds - before.rounds) / float64(members)
+	for state, n := range after.roundsByState {
+		if d := n - before.roundsByState[state]; d > 0 {
+			if r.RoundsByState == nil {
+				r.RoundsByState = map[string]float64{}
+			}
+			r.RoundsByState[state] = d / float64(members)
+		}
+	}
 	if cfg.budget != nil {
 		clusters := []string{home.Name}
 		for _, t := range targets {
@@ -456,31 +468,38 @@ func gangRun(ctx context.Context, cfg config, home *sandbox.Cluster, targets []*
 }
 
 // placementRounds is the agent's count of placement reconciles so far,
-// read from its /metrics at addr (0 when addr is "").
-func placementRounds(ctx context.Context, addr string) (float64, error) {
+// and of its rounds by the state of the pod each found
+// (flotilla_placement_rounds_total), read from its /metrics at addr (0
+// and nil when addr is "").
+func placementRounds(ctx context.Context, addr string) (total float64, byState map[string]float64, err error) {
 	if addr == "" {
-		return 0, nil
+		return 0, nil, nil
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	defer func() { _ = resp.Body.Close() }()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
-	total := 0.0
+	byState = map[string]float64{}
 	for line := range strings.Lines(string(body)) {
-		if name, _, v, ok := sample(strings.TrimSpace(line)); ok && name == "controller_runtime_reconcile_total" && label(line, "controller") == "placement" {
+		name, _, v, ok := sample(strings.TrimSpace(line))
+		switch {
+		case !ok:
+		case name == "controller_runtime_reconcile_total" && label(line, "controller") == "placement":
 			total += v
+		case name == "flotilla_placement_rounds_total":
+			byState[label(line, "pod")] += v
 		}
 	}
-	return total, nil
+	return total, byState, nil
 }
 
 // reservedCandidates counts the candidates in targets that hold a
@@ -593,7 +612,11 @@ func (r *GangReport) Markdown() string {
 				procs = append(procs, fmt.Sprintf("%s %.1f", p, run.r.HomeCPUMillis[p]))
 			}
 			if run.r.RoundsPerMember > 0 {
-				procs = append(procs, fmt.Sprintf("(the agent's placement rounds per member: %.1f)", run.r.RoundsPerMember))
+				var by []string
+				for _, state := range slices.Sorted(maps.Keys(run.r.RoundsByState)) {
+					by = append(by, fmt.Sprintf("%s %.1f", state, run.r.RoundsByState[state]))
+				}
+				procs = append(procs, fmt.Sprintf("(the agent's placement rounds per member: %.1f; by the member's state: %s)", run.r.RoundsPerMember, strings.Join(by, ", ")))
 			}
 			fmt.Fprintf(&b, "| %d | %s | %s |\n", size, run.name, strings.Join(procs, ", "))
 		}
@@ -628,6 +651,7 @@ func writesText(r Requests) string {
 type counters struct {
 	home, targets Requests
 	rounds        float64
+	roundsByState map[string]float64
 }
 
 // readCounters reads counters now; agentMetrics is the home agent's
@@ -639,7 +663,7 @@ func readCounters(ctx context.Context, home *sandbox.Cluster, targets []*sandbox
 	if c.targets, err = scrapeAll(ctx, targets); err != nil {
 		return c, err
 	}
-	c.rounds, err = placementRounds(ctx, agentMetrics)
+	c.rounds, c.roundsByState, err = placementRounds(ctx, agentMetrics)
 	return c, err
 }
 
