@@ -19,13 +19,7 @@ import (
 // room comes from this cluster's view when there is one, so that a cluster
 // whose pods did not fit at home (localFirst) draws itself rarely.
 func TestWeighSelfFromTheView(t *testing.T) {
-	newTarget := func(name string, self bool) *target.Target {
-		tg, err := target.New(target.Config{Name: name, REST: &rest.Config{Host: "https://127.0.0.1:1"}, SourceCluster: "src", Self: self})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tg
-	}
+	newTarget := func(name string, self bool) *target.Target { return unreachable(t, name, self) }
 	p := &plan{
 		selected: []*target.Target{newTarget("home", true), newTarget("away", false)},
 		needs:    placementpolicy.Needs{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m")}},
@@ -63,13 +57,7 @@ func TestWeighSelfFromTheView(t *testing.T) {
 // open domain, bound, in the elected target or in a target of one domain
 // is not.
 func TestStalePins(t *testing.T) {
-	newTarget := func(name string) *target.Target {
-		tg, err := target.New(target.Config{Name: name, REST: &rest.Config{Host: "https://127.0.0.1:1"}, SourceCluster: "src"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tg
-	}
+	newTarget := func(name string) *target.Target { return unreachable(t, name, false) }
 	pinned := func(zone string, bound bool) *corev1.Pod {
 		c := &corev1.Pod{}
 		candidate.Pin(c, []string{"zone"}, []string{zone}, []bool{true})
@@ -106,13 +94,7 @@ func TestStalePins(t *testing.T) {
 // selected target has no candidate yet, or holds a reservation, or once
 // every one has failed or is overdue (the plan widened then).
 func TestLookForOverdue(t *testing.T) {
-	newTarget := func(name string) *target.Target {
-		tg, err := target.New(target.Config{Name: name, REST: &rest.Config{Host: "https://127.0.0.1:1"}, SourceCluster: "src"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tg
-	}
+	newTarget := func(name string) *target.Target { return unreachable(t, name, false) }
 	near, near2, far := newTarget("near"), newTarget("near2"), newTarget("far")
 	invited := []*target.Target{near, near2, far}
 	heard := func(t *target.Target) candidate.Prospect {
@@ -146,4 +128,14 @@ func TestLookForOverdue(t *testing.T) {
 			}
 		})
 	}
+}
+
+// unreachable is a target named name that nothing answers at.
+func unreachable(t *testing.T, name string, self bool) *target.Target {
+	t.Helper()
+	tg, err := target.New(target.Config{Name: name, REST: &rest.Config{Host: "https://127.0.0.1:1"}, SourceCluster: "src", Self: self})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tg
 }
