@@ -72,8 +72,8 @@ func TestFallbackGroups(t *testing.T) {
 	}
 
 	t.Run("a full group", func(t *testing.T) {
-		// near holds two of the three; the third goes to far, and only
-		// it: far is never asked while near can run a pod.
+		// near holds two of the three, which go there first; the third,
+		// unschedulable in near, runs in far.
 		if _, err := srcKube.AppsV1().Deployments(placementNS).Create(ctx, optedInDeployment("spill", 3, "800m"), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -112,7 +112,7 @@ func TestFallbackGroups(t *testing.T) {
 				t.Errorf("pod %s ran in far without a candidate in near first: elected among %q", running[i].Name, among)
 			}
 		}
-		waitFor(t, 30*time.Second, "no candidate of quiet left in near", func() (bool, string) {
+		waitFor(t, 30*time.Second, "no unbound candidate left in near", func() (bool, string) {
 			list, err := near.Client().CoreV1().Pods(placementNS).List(ctx, metav1.ListOptions{LabelSelector: protocol.CandidateLabel + "=true"})
 			if err != nil {
 				return false, err.Error()
