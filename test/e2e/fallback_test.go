@@ -43,10 +43,7 @@ func TestFallbackGroups(t *testing.T) {
 	cr := src.CRClient()
 	for _, c := range []*sandbox.Cluster{near, far} {
 		invite(t, src, c)
-		patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"labels": map[string]string{tier: c.Name}}})
-		if err := cr.Patch(ctx, &v1alpha1.ClusterTarget{ObjectMeta: metav1.ObjectMeta{Name: c.Name}}, client.RawPatch(types.MergePatchType, patch)); err != nil {
-			t.Fatal(err)
-		}
+		labelTarget(t, cr, &v1alpha1.ClusterTarget{ObjectMeta: metav1.ObjectMeta{Name: c.Name}}, map[string]string{tier: c.Name})
 		cpu := map[string]int64{"near": 2, "far": 8}[c.Name]
 		waitNode(t, src.Client(), protocol.VirtualNodeName("", c.Name), 60*time.Second, "with its tier and the capacity of its summary", func(n *corev1.Node) bool {
 			return n.Labels[tier] == c.Name && n.Status.Allocatable.Cpu().Value() == cpu
@@ -151,14 +148,9 @@ func TestFallbackPastASilentSelfTarget(t *testing.T) {
 	if _, err := sandbox.StartAgent(ctx, src, []*sandbox.Cluster{src}); err != nil {
 		t.Fatal(err)
 	}
-	patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"labels": map[string]string{tier: "home"}}})
-	if err := cr.Patch(ctx, &v1alpha1.ClusterTarget{ObjectMeta: metav1.ObjectMeta{Name: src.Name}}, client.RawPatch(types.MergePatchType, patch)); err != nil {
-		t.Fatal(err)
-	}
+	labelTarget(t, cr, &v1alpha1.ClusterTarget{ObjectMeta: metav1.ObjectMeta{Name: src.Name}}, map[string]string{tier: "home"})
 	awayNode := joinThroughSource(t, src, t1, ns)
-	if err := cr.Patch(ctx, &v1alpha1.Target{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: t1.Name}}, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"labels":{"`+tier+`":"away"}}}`))); err != nil {
-		t.Fatal(err)
-	}
+	labelTarget(t, cr, &v1alpha1.Target{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: t1.Name}}, map[string]string{tier: "away"})
 	homeNode := protocol.VirtualNodeName("", src.Name)
 	for node, want := range map[string]string{homeNode: "home", awayNode: "away"} {
 		waitNode(t, admin, node, 60*time.Second, "with its tier", func(n *corev1.Node) bool { return n.Labels[tier] == want })
@@ -220,4 +212,17 @@ func electedAmong(t *testing.T, kube kubernetes.Interface, pod *corev1.Pod) stri
 		}
 	}
 	return ""
+}
+
+// labelTarget sets labels in the spec of a ClusterTarget or a Target (a
+// merge patch: other labels stay).
+func labelTarget(t *testing.T, cr client.Client, target client.Object, labels map[string]string) {
+	t.Helper()
+	patch, err := json.Marshal(map[string]any{"spec": map[string]any{"labels": labels}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cr.Patch(t.Context(), target, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		t.Fatal(err)
+	}
 }

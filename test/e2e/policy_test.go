@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -12,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -57,10 +55,7 @@ func TestPlacementPolicy(t *testing.T) {
 	}
 	cr := c1.CRClient()
 	for name, where := range policyTopology {
-		patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"labels": map[string]string{regionKey: where[0], zoneKey: where[1]}}})
-		if err := cr.Patch(ctx, &v1alpha1.ClusterTarget{ObjectMeta: metav1.ObjectMeta{Name: name}}, client.RawPatch(types.MergePatchType, patch)); err != nil {
-			t.Fatal(err)
-		}
+		labelTarget(t, cr, &v1alpha1.ClusterTarget{ObjectMeta: metav1.ObjectMeta{Name: name}}, map[string]string{regionKey: where[0], zoneKey: where[1]})
 	}
 	kube := c1.Client()
 	waitFor(t, 60*time.Second, "virtual nodes carry their target's region and zone", func() (bool, string) {
