@@ -173,7 +173,7 @@ func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 	c.changes = changes
 	c.Targets.OnCandidate(func(cand *corev1.Pod) {
 		ns, name := cand.Annotations[protocol.SourceNamespaceAnnotation], cand.Annotations[protocol.SourceNameAnnotation]
-		if ns == "" || name == "" {
+		if ns == "" || name == "" || c.delegateOfBound(cand) {
 			return
 		}
 		changes <- event.TypedGenericEvent[*corev1.Pod]{Object: &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}}
@@ -205,7 +205,7 @@ func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("placement").
-		For(&corev1.Pod{}, builder.WithPredicates(predicate.NewPredicateFuncs(isSourcePod))).
+		For(&corev1.Pod{}, builder.WithPredicates(predicate.NewPredicateFuncs(isSourcePod), predicate.Funcs{UpdateFunc: mayMove})).
 		WatchesRawSource(source.Channel(changes, &handler.TypedEnqueueRequestForObject[*corev1.Pod]{})).
 		WithOptions(controller.Options{
 			MaxConcurrentReconciles: workers,
@@ -214,6 +214,40 @@ func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 			RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](5*time.Millisecond, 30*time.Second),
 		}).
 		Complete(c)
+}
+
+// mayMove reports whether an update of a source pod may give its round
+// something to do: every update but those of a pod bound to the same node
+// before and after, and not being deleted. Those are the status its
+// virtual node mirrors from its delegate, and labels or annotations: the
+// round of a bound pod (cleanUp) reads neither, and the update that bound
+// the pod brought it already (a cleanUp that fails is retried by the
+// queue).
+func mayMove(e event.UpdateEvent) bool {
+	before, ok1 := e.ObjectOld.(*corev1.Pod)
+	after, ok2 := e.ObjectNew.(*corev1.Pod)
+	if !ok1 || !ok2 {
+		return true
+	}
+	return before.Spec.NodeName == "" || after.Spec.NodeName != before.Spec.NodeName || after.DeletionTimestamp != nil
+}
+
+// delegateOfBound reports whether cand is bound, and its source pod, as
+// the cache holds it, bound too and not being deleted: cand is the pod's
+// delegate (a candidate bound beside it was made unbound, and that event
+// brought the pod's round, which deletes it). What cand does next (its
+// status as it runs) is its virtual node's to mirror; the pod's round has
+// nothing left to do with it.
+func (c *Controller) delegateOfBound(cand *corev1.Pod) bool {
+	if c.SourcePods == nil || cand.Spec.NodeName == "" {
+		return false
+	}
+	obj, ok, err := c.SourcePods.GetByKey(target.SourceKey(cand))
+	if err != nil || !ok {
+		return false
+	}
+	pod, ok := obj.(*corev1.Pod)
+	return ok && pod.Spec.NodeName != "" && pod.DeletionTimestamp == nil && string(pod.UID) == cand.Labels[protocol.SourceUIDLabel]
 }
 
 // requeueUnbound sends every source pod that is not bound yet to the queue.

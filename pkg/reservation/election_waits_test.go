@@ -586,3 +586,46 @@ func TestOneMemberPollsItsGangWhileItsElectionsAreWritten(t *testing.T) {
 		}
 	}
 }
+
+// TestAnAllowedMemberLooksNoMoreAtItsGang: once a member's candidate
+// carries its election's allowance, nothing its gang does changes what its
+// round may do, so its rounds (the echo of the allowance, its candidate's
+// binding) read none of the other members (in a gang of 64, each of a
+// member's rounds read 63 others twice), and the one that finds its
+// candidate bound binds it. A member whose target reserved it anew is not
+// allowed on that reservation: its gang is looked at again.
+func TestAnAllowedMemberLooksNoMoreAtItsGang(t *testing.T) {
+	h := newHarness(t, twoTargets())
+	a, b := pairReservedInT1(h)
+	h.reconcile(a)
+	h.reconcile(b)
+	h.reconcile(a)
+	for _, m := range []*corev1.Pod{a, b} {
+		if h.allowance(m, "t1") == "" {
+			t.Fatalf("%s not allowed with its gang elected whole", m.Name)
+		}
+	}
+	reads := reservation.CountMemberReads(t)
+	h.reconcile(b)
+	h.bindCandidate(b, "t1")
+	h.reconcile(b)
+	if node := h.sourcePod(b).Spec.NodeName; node != target.NodeNameOf("t1") {
+		t.Fatalf("b bound to %q after its candidate bound in t1, want %s", node, target.NodeNameOf("t1"))
+	}
+	if n := reads.Load(); n != 0 {
+		t.Errorf("an allowed member's rounds read its gang's members %d times, want none", n)
+	}
+	// b bound is read from the source pod, not from its candidate: a
+	// third member, not bound, is what a look at the gang reads.
+	c := h.newSourcePod("c", func(p *corev1.Pod) {
+		p.Labels[protocol.PodGroupLabel] = "pair"
+		p.Annotations[protocol.GangMinMemberAnnotation] = "2"
+	})
+	h.reconcile(c)
+	h.reserve(a, "t1", onNode{name: "n2", score: 50})
+	reads.Store(0)
+	h.reconcile(a)
+	if reads.Load() == 0 {
+		t.Error("a member reserved anew was not looked at with its gang")
+	}
+}

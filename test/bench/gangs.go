@@ -398,15 +398,7 @@ func gangRun(ctx context.Context, cfg config, home *sandbox.Cluster, targets []*
 	r.SourceRequests = perPod(before.home, after.home, float64(members))
 	r.TargetRequests = perPod(before.targets, after.targets, float64(members))
 	r.HomeCPUMillis = homeCPU
-	r.RoundsPerMember = (after.rounds - before.rounds) / float64(members)
-	for state, n := range after.roundsByState {
-		if d := n - before.roundsByState[state]; d > 0 {
-			if r.RoundsByState == nil {
-				r.RoundsByState = map[string]float64{}
-			}
-			r.RoundsByState[state] = d / float64(members)
-		}
-	}
+	r.RoundsPerMember, r.RoundsByState = roundsPer(after.rounds-before.rounds, before.roundsByState, after.roundsByState, float64(members))
 	if cfg.budget != nil {
 		clusters := []string{home.Name}
 		for _, t := range targets {
@@ -612,11 +604,7 @@ func (r *GangReport) Markdown() string {
 				procs = append(procs, fmt.Sprintf("%s %.1f", p, run.r.HomeCPUMillis[p]))
 			}
 			if run.r.RoundsPerMember > 0 {
-				var by []string
-				for _, state := range slices.Sorted(maps.Keys(run.r.RoundsByState)) {
-					by = append(by, fmt.Sprintf("%s %.1f", state, run.r.RoundsByState[state]))
-				}
-				procs = append(procs, fmt.Sprintf("(the agent's placement rounds per member: %.1f; by the member's state: %s)", run.r.RoundsPerMember, strings.Join(by, ", ")))
+				procs = append(procs, fmt.Sprintf("(the agent's placement rounds per member: %.1f; by the member's state: %s)", run.r.RoundsPerMember, statesText(run.r.RoundsByState)))
 			}
 			fmt.Fprintf(&b, "| %d | %s | %s |\n", size, run.name, strings.Join(procs, ", "))
 		}
@@ -643,6 +631,16 @@ func writesText(r Requests) string {
 		}
 	}
 	return fmt.Sprintf("%.2f | %s", r.Writes, strings.Join(kinds, ", "))
+}
+
+// statesText lists rounds by state, in the states' order: "bound 1.0,
+// elected 3.4".
+func statesText(byState map[string]float64) string {
+	var by []string
+	for _, state := range slices.Sorted(maps.Keys(byState)) {
+		by = append(by, fmt.Sprintf("%s %.1f", state, byState[state]))
+	}
+	return strings.Join(by, ", ")
 }
 
 // counters are what a gang run reads before its first create and after

@@ -505,7 +505,9 @@ func run(cfg config, keep, hold bool) (*Report, error) {
 		}
 		fmt.Fprintln(os.Stderr, "bench: flotilla run")
 		report.Flotilla, err = profiledRun(ctx, cfg, pprofAddr, agent.MetricsAddr, func() (*Run, error) {
-			return measure(ctx, cfg, s.Clusters, src, targets, podShape{optIn: true}, procs)
+			return withRounds(ctx, agent.MetricsAddr, func() (*Run, error) {
+				return measure(ctx, cfg, s.Clusters, src, targets, podShape{optIn: true}, procs)
+			})
 		})
 		if err != nil {
 			return nil, fmt.Errorf("flotilla: %w", err)
@@ -522,7 +524,9 @@ func run(cfg config, keep, hold bool) (*Report, error) {
 			return err
 		}
 		r, err := profiledRun(ctx, cfg, pprofAddr, agent.MetricsAddr, func() (*Run, error) {
-			return measure(ctx, cfg, s.Clusters, src, targets, podShape{optIn: true, replicaSet: spreadWorkload}, procs)
+			return withRounds(ctx, agent.MetricsAddr, func() (*Run, error) {
+				return measure(ctx, cfg, s.Clusters, src, targets, podShape{optIn: true, replicaSet: spreadWorkload}, procs)
+			})
 		})
 		if err != nil {
 			return fmt.Errorf("flotilla, spread policy: %w", err)

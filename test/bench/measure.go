@@ -75,6 +75,47 @@ type Run struct {
 	// EventsByReason counts the Events of the run's pods in home by
 	// reason, each Event as many times as it occurred (its series).
 	EventsByReason map[string]int `json:"eventsByReason"`
+	// RoundsPerPod are the home agent's placement rounds in the run per
+	// pod (flotilla_placement_rounds_total), and RoundsByState the same by
+	// the state of the source pod each round found; none for the
+	// baseline.
+	RoundsPerPod  float64            `json:"roundsPerPod,omitempty"`
+	RoundsByState map[string]float64 `json:"roundsByState,omitempty"`
+}
+
+// withRounds runs a measured run and adds to it the home agent's
+// placement rounds per pod, read from its metrics at addr before and
+// after.
+func withRounds(ctx context.Context, addr string, run func() (*Run, error)) (*Run, error) {
+	before, beforeByState, err := placementRounds(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	r, err := run()
+	if err != nil || r.Pods == 0 {
+		return r, err
+	}
+	after, afterByState, err := placementRounds(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	r.RoundsPerPod, r.RoundsByState = roundsPer(after-before, beforeByState, afterByState, float64(r.Pods))
+	return r, nil
+}
+
+// roundsPer divides the rounds between two readings by n, in all and by
+// state (states with none left out).
+func roundsPer(total float64, before, after map[string]float64, n float64) (float64, map[string]float64) {
+	var byState map[string]float64
+	for state, v := range after {
+		if d := v - before[state]; d > 0 {
+			if byState == nil {
+				byState = map[string]float64{}
+			}
+			byState[state] = d / n
+		}
+	}
+	return total / n, byState
 }
 
 // Percentiles of a latency, in milliseconds.

@@ -141,6 +141,9 @@ func (r *Report) Markdown() string {
 		schedulerCPU += p.CPUSeconds
 	}
 	row("CPU/pod of Flotilla's pods (every agent and Flotilla scheduler) / of kube-scheduler", 1000*releaseCPU/float64(f.Pods), 1000*schedulerCPU/float64(base.Pods), "ms")
+	if f.RoundsPerPod > 0 {
+		fmt.Fprintf(&b, "| agent: placement rounds per pod (by the pod's state: %s) | %.1f | | |\n", statesText(f.RoundsByState), f.RoundsPerPod)
+	}
 	for _, p := range f.Processes {
 		fmt.Fprintf(&b, "| %s: CPU s, peak RSS | %.1f s, %.0f MiB | | |\n", p.Name, p.CPUSeconds, p.PeakRSSMiB)
 	}
