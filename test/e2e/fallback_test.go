@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -23,7 +24,9 @@ import (
 // reached through invited identities. The second group is used only for a
 // pod near cannot run: first because near has no room left for it, then
 // because near's scheduler is down, so that near takes candidates through
-// its API server and never answers them.
+// its API server and never answers them; last for a oneCluster gang that
+// near has room for but, silent, never answers (each member's plan widens
+// on its own candidate's overdue mark, and the gang must still run whole).
 func TestFallbackGroups(t *testing.T) {
 	t.Parallel()
 	const tier = "example.com/tier"
@@ -122,6 +125,48 @@ func TestFallbackGroups(t *testing.T) {
 			}
 			return left == 0, fmt.Sprintf("%d unbound candidates left", left)
 		})
+	})
+
+	t.Run("a gang past a silent group", func(t *testing.T) {
+		// near, its scheduler still down, gets its room back and its
+		// summary says it holds the whole gang: the gang's members go
+		// there first, and once near is overdue, all of them to far.
+		if err := srcKube.AppsV1().Deployments(placementNS).Delete(ctx, "spill", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		nearCR := near.CRClient()
+		waitFor(t, 60*time.Second, "near's summary publishing room for the gang (1.5 CPU)", func() (bool, string) {
+			var sums v1alpha1.ClusterSummaryList
+			if err := nearCR.List(ctx, &sums); err != nil {
+				return false, err.Error()
+			}
+			for _, sum := range sums.Items {
+				if sum.Status.Free.Cpu().Cmp(resource.MustParse("1500m")) >= 0 {
+					return true, ""
+				}
+			}
+			return false, fmt.Sprintf("%d summaries, none with 1.5 CPU free", len(sums.Items))
+		})
+		const size = 3
+		watch := watchGangs(t, src, placementNS, map[string]int{"crew": size})
+		members := gangPods("crew", size, size, protocol.GangOneCluster)
+		for _, m := range members {
+			m.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("500m")
+			if _, err := srcKube.CoreV1().Pods(placementNS).Create(ctx, m, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		running := waitSourcePods(t, srcKube, protocol.PodGroupLabel+"=crew", size, onNode("far"))
+		watch.check(t)
+		asked := 0
+		for i := range running {
+			if strings.Contains(electedAmong(t, srcKube, &running[i]), "near") {
+				asked++
+			}
+		}
+		if asked == 0 {
+			t.Error("the gang ran in far without a candidate in near first: the silent group was never tried")
+		}
 	})
 }
 
