@@ -26,7 +26,8 @@ type Prospect struct {
 	// candidates (target.Outcomes.Quiet).
 	Quiet time.Duration
 	// Misses is the share of the target's recent candidates that found no
-	// node, or no answer before the pod went elsewhere (0..1).
+	// node, or no answer before the pod went elsewhere once overdue
+	// (0..1).
 	Misses float64
 	// Preference is the placement policy's score of the target (the
 	// weights of the preferred clusters it matches).
@@ -47,7 +48,7 @@ const (
 	sureAnswer = 2 * time.Second
 	// OverdueAfter is how long a pod's lone candidate may wait for an
 	// answer, at least, before a second joins it (OverdueAfterFor).
-	OverdueAfter = 3 * time.Second
+	OverdueAfter = target.OverdueAfter
 	// OverdueConfirm is how long an agent must have seen a pod's
 	// candidates in the same targets overdue before it acts on it: a
 	// process that was paused or starved of CPU wakes with timers due and
@@ -71,7 +72,7 @@ func SureOf(room float64, waiting, ended int, answer time.Duration, misses float
 // answers in answer on average before a second joins it: three times that,
 // at least OverdueAfter.
 func OverdueAfterFor(answer time.Duration) time.Duration {
-	return max(OverdueAfter, 3*answer)
+	return target.OverdueAfterFor(answer)
 }
 
 // Heard is the prospect of a target as far as its answers to this agent's

@@ -19,7 +19,7 @@ import (
 type Outcomes struct {
 	// Answer is the time from creating a candidate to the target's answer,
 	// a moving average; a candidate deleted before any answer (its pod
-	// went elsewhere first) counts the time until then. It is at least the
+	// went elsewhere first), once overdue, counts the time until then. It is at least the
 	// age of the oldest candidate still waiting for one, so a target that
 	// stops answering loses its place as its wait grows. Zero before
 	// anything is known.
@@ -40,14 +40,28 @@ type Outcomes struct {
 	// QuietSeconds is Quiet in seconds, for /debug/state.
 	QuietSeconds float64 `json:"quietSeconds"`
 	// Misses is the share of recent candidates (0..1) the target found no
-	// node for, or did not answer before this agent deleted them: a moving
-	// average that fades with time since the last candidate ended, so a
-	// target full an hour ago is tried again.
+	// node for, or left overdue (OverdueAfterFor its answers; any, when it
+	// never answered) until this agent deleted them: a moving average that
+	// fades with time since the last candidate ended, so a target full an
+	// hour ago is tried again.
 	Misses float64 `json:"misses"`
 	// Waiting is how many candidates wait for an answer.
 	Waiting int `json:"waiting"`
 	// Ended is how many candidates were counted since the agent started.
 	Ended int `json:"ended"`
+}
+
+// OverdueAfter is how long a candidate may wait for its target's answer,
+// at least, before it is overdue (OverdueAfterFor).
+const OverdueAfter = 3 * time.Second
+
+// OverdueAfterFor is how long a candidate waits, in a target that answers
+// in answer on average, before it is overdue: three times that, at least
+// OverdueAfter. The fan-out then sends a lone candidate's second
+// (candidate.Prospect.Overdue), and a candidate deleted unanswered sooner
+// than that is no miss (outcomes.deleted).
+func OverdueAfterFor(answer time.Duration) time.Duration {
+	return max(OverdueAfter, 3*answer)
 }
 
 const (
@@ -74,6 +88,11 @@ type outcomes struct {
 	answer, misses float64
 	last           time.Time
 	ended          int
+	// replyTime is the average time in seconds of the target's answers
+	// alone (a reservation, or no node), replied how many it gave: what a
+	// candidate deleted unanswered is judged against (deleted).
+	replyTime float64
+	replied   int
 	// heard is when the target last answered one of the candidates.
 	heard time.Time
 }
@@ -100,9 +119,27 @@ func (o *outcomes) sent(key string) {
 	o.byKey[key] = o.waiting.PushBack(sent{key: key, at: o.now()})
 }
 
-// deleted counts a candidate this agent deleted: if it was still waiting
-// for an answer, the target missed it.
-func (o *outcomes) deleted(key string) { o.end(key, true) }
+// deleted counts a candidate this agent deleted while it still waited for
+// an answer as a miss, unless the target has answered candidates before
+// and this one was not overdue yet against those answers
+// (OverdueAfterFor): its pod went elsewhere while this target could still
+// answer in its time, which tells nothing of the target, so it is dropped
+// as one deleted by another is. Counted, such lost races made a target
+// that answered in its time in a burst look like one that misses: the
+// pods drawn there got a second candidate, which lost more races (1.4 to
+// 1.65 candidates a pod in bursts whose agent bound sooner, against 1.2).
+// A target that never answered, or that left a candidate overdue, still
+// misses.
+func (o *outcomes) deleted(key string) {
+	o.mu.Lock()
+	if e, ok := o.byKey[key]; ok && o.replied > 0 && o.now().Sub(e.Value.(sent).at) < OverdueAfterFor(time.Duration(o.replyTime*float64(time.Second))) {
+		o.drop(key)
+		o.mu.Unlock()
+		return
+	}
+	o.mu.Unlock()
+	o.end(key, true, false)
+}
 
 // seen looks at a candidate's change in the cache: its first answer ends
 // it; one deleted by someone else is only dropped.
@@ -122,10 +159,10 @@ func (o *outcomes) seen(c *corev1.Pod) {
 		o.mu.Unlock()
 	case ReservedOrBound(c):
 		o.hear()
-		o.end(key, false)
+		o.end(key, false, true)
 	case Unschedulable(c) != "":
 		o.hear()
-		o.end(key, true)
+		o.end(key, true, true)
 	}
 }
 
@@ -145,8 +182,10 @@ func (o *outcomes) drop(key string) (sent, bool) {
 	return o.waiting.Remove(e).(sent), true
 }
 
-// end counts a waiting candidate's outcome, if it is still waiting.
-func (o *outcomes) end(key string, missed bool) {
+// end counts a waiting candidate's outcome, if it is still waiting:
+// missed when the target found no node or it was deleted unanswered,
+// replied when the target answered it.
+func (o *outcomes) end(key string, missed, replied bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	s, ok := o.drop(key)
@@ -168,6 +207,14 @@ func (o *outcomes) end(key string, missed bool) {
 	}
 	o.ended++
 	o.last = now
+	if replied {
+		if o.replied == 0 {
+			o.replyTime = took
+		} else {
+			o.replyTime += outcomeWeight * (took - o.replyTime)
+		}
+		o.replied++
+	}
 }
 
 // fadedMisses is the share of misses as of now; o.mu is held.

@@ -1,6 +1,7 @@
 package target
 
 import (
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -15,8 +16,10 @@ import (
 
 // TestOutcomes checks what the source learns of a target: the time to the
 // first answer of each candidate it sent, misses (no node found, or no
-// answer before the agent deleted the candidate), the wait of candidates
-// with no answer yet, and that candidates deleted by others do not count.
+// answer in the target's usual time before the agent deleted the
+// candidate), the wait of candidates with no answer yet, and that
+// candidates deleted by others, or by the agent sooner than the target
+// answers, do not count.
 func TestOutcomes(t *testing.T) {
 	now := time.Unix(1000, 0)
 	o := newOutcomes()
@@ -75,17 +78,27 @@ func TestOutcomes(t *testing.T) {
 	if faded := o.get().Misses; !near(faded, outcomeWeight/2) {
 		t.Errorf("misses after a half-life: %v, want %v", faded, outcomeWeight/2)
 	}
-	// A candidate this agent deletes unanswered is a miss, and its wait
-	// counts as an answer time.
+	// A candidate this agent deletes unanswered once overdue (past three
+	// times the answers' 3s) is a miss, and its wait counts as an answer
+	// time.
 	before := o.get()
 	o.sent(candidateKey("ns", "d"))
-	now = now.Add(4 * time.Second)
+	now = now.Add(10 * time.Second)
 	o.deleted(candidateKey("ns", "d"))
 	got = o.get()
-	faded := before.Misses * math.Exp2(-4/missHalfLife.Seconds())
-	if got.Ended != 3 || !near(got.Misses, faded+outcomeWeight*(1-faded)) || !near(got.AnswerSeconds, before.AnswerSeconds+outcomeWeight*(4-before.AnswerSeconds)) {
-		t.Errorf("d deleted unanswered after 4s: %+v (before %+v)", got, before)
+	faded := before.Misses * math.Exp2(-10/missHalfLife.Seconds())
+	if got.Ended != 3 || !near(got.Misses, faded+outcomeWeight*(1-faded)) || !near(got.AnswerSeconds, before.AnswerSeconds+outcomeWeight*(10-before.AnswerSeconds)) {
+		t.Errorf("d deleted unanswered after 10s: %+v (before %+v)", got, before)
 	}
+	// One deleted unanswered before it was overdue lost a race: it
+	// neither counts nor holds the answer time up.
+	o.sent(candidateKey("ns", "quick"))
+	now = now.Add(8 * time.Second)
+	o.deleted(candidateKey("ns", "quick"))
+	if again := o.get(); again.Ended != got.Ended || again.Waiting != 0 || again.Answer != got.Answer || again.Misses >= got.Misses {
+		t.Errorf("quick deleted unanswered after 8s, the target answering in 3s: %+v, was %+v", again, got)
+	}
+	got = o.get()
 	// Deleting one that was answered changes nothing.
 	o.deleted(candidateKey("ns", "a"))
 	if again := o.get(); again != got {
@@ -170,4 +183,23 @@ func FuzzUnschedulable(f *testing.F) {
 			t.Fatalf("Unschedulable of %d conditions %s=%s (%s, %q) = %q", n, typ, status, reason, message, got)
 		}
 	})
+}
+
+// TestOutcomesOfASilentTarget: a target that never answered misses every
+// candidate this agent deletes, however soon (it is not judged against
+// answers it never gave), and keeps missing them: the waits of deleted
+// candidates are no answers to judge the next ones by.
+func TestOutcomesOfASilentTarget(t *testing.T) {
+	now := time.Unix(1000, 0)
+	o := newOutcomes()
+	o.now = func() time.Time { return now }
+	for i, wait := range []time.Duration{3 * time.Second, 100 * time.Millisecond, time.Second, 200 * time.Millisecond} {
+		key := candidateKey("ns", fmt.Sprint(i))
+		o.sent(key)
+		now = now.Add(wait)
+		o.deleted(key)
+		if got := o.get(); got.Ended != i+1 || got.Misses < 0.5 {
+			t.Fatalf("candidate %d deleted unanswered after %s by a target that never answered: %+v", i, wait, got)
+		}
+	}
 }
