@@ -19,17 +19,18 @@ import (
 type Outcomes struct {
 	// Answer is the time from creating a candidate to the target's answer,
 	// a moving average; a candidate deleted before any answer (its pod
-	// went elsewhere first), once overdue, counts the time until then. It is at least the
+	// went elsewhere first) counts the time until then if it was overdue
+	// or its target never answered (outcomes.deleted). It is at least the
 	// age of the oldest candidate still waiting for one, so a target that
 	// stops answering loses its place as its wait grows. Zero before
 	// anything is known.
 	Answer time.Duration `json:"-"`
 	// AnswerSeconds is Answer in seconds, for /debug/state.
 	AnswerSeconds float64 `json:"answerSeconds"`
-	// Answered is the moving average of the answers alone, not raised by
-	// the candidates still waiting: what a candidate's wait is judged
-	// against (is it overdue?). Were it Answer, the oldest waiting
-	// candidate would never be overdue, its own wait raising the bar.
+	// Answered is that moving average alone, not raised by the candidates
+	// still waiting: what a candidate's wait is judged against (is it
+	// overdue?). Were it Answer, the oldest waiting candidate would never
+	// be overdue, its own wait raising the bar.
 	Answered time.Duration `json:"-"`
 	// Quiet is how long the target has given no answer to any of this
 	// agent's candidates (since the oldest still waiting was sent, when it
