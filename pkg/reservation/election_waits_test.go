@@ -475,11 +475,13 @@ func TestGangKeepsTheTargetAnEarlierRoundChose(t *testing.T) {
 // pair makes a gang of two source pods, a and b (pod group pair).
 func pair(h *harness) (a, b *corev1.Pod) {
 	h.t.Helper()
-	member := func(p *corev1.Pod) {
-		p.Labels[protocol.PodGroupLabel] = "pair"
-		p.Annotations[protocol.GangMinMemberAnnotation] = "2"
-	}
-	return h.newSourcePod("a", member), h.newSourcePod("b", member)
+	return h.newSourcePod("a", inPair), h.newSourcePod("b", inPair)
+}
+
+// inPair makes a source pod a member of pod group pair, of size 2.
+func inPair(p *corev1.Pod) {
+	p.Labels[protocol.PodGroupLabel] = "pair"
+	p.Annotations[protocol.GangMinMemberAnnotation] = "2"
 }
 
 // pairReservedInT1 is pair with each member's candidate reserved in t1.
@@ -617,10 +619,7 @@ func TestAnAllowedMemberLooksNoMoreAtItsGang(t *testing.T) {
 	}
 	// b bound is read from the source pod, not from its candidate: a
 	// third member, not bound, is what a look at the gang reads.
-	c := h.newSourcePod("c", func(p *corev1.Pod) {
-		p.Labels[protocol.PodGroupLabel] = "pair"
-		p.Annotations[protocol.GangMinMemberAnnotation] = "2"
-	})
+	c := h.newSourcePod("c", inPair)
 	h.reconcile(c)
 	h.reserve(a, "t1", onNode{name: "n2", score: 50})
 	reads.Store(0)

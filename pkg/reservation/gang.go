@@ -382,12 +382,18 @@ func (c *Controller) allowedAlready(r *round) *GangGate {
 		return nil
 	}
 	c.noteCandidates(r)
-	key := r.gang.spec.Key(r.pod.Namespace)
-	if q, queued := c.gangs().Done(key); queued {
-		gangPlacedSeconds.Observe(c.now().Sub(q.Created).Seconds())
-		gangsWaiting.Set(float64(c.gangs().Len()))
-	}
+	c.leaveQueue(r.gang.spec.Key(r.pod.Namespace), true)
+	gangsWaiting.Set(float64(c.gangs().Len()))
 	return &GangGate{Target: e.Target, Allow: true}
+}
+
+// leaveQueue takes gang key out of this source's queue of gangs; placed
+// says it leaves because it allows its members (not only because one of
+// them is bound), and its time in the queue is observed then.
+func (c *Controller) leaveQueue(key string, placed bool) {
+	if o, queued := c.gangs().Done(key); queued && placed {
+		gangPlacedSeconds.Observe(c.now().Sub(o.Created).Seconds())
+	}
 }
 
 // noteCandidates records where the round found or made the member's
@@ -477,9 +483,7 @@ func (c *Controller) takeTurn(r *round, members []gang.Member, g *GangGate) {
 	v := r.gang.verdict
 	defer func() { gangsWaiting.Set(float64(c.gangs().Len())) }()
 	if v.Allow || slices.ContainsFunc(members, func(m gang.Member) bool { return m.Bound }) {
-		if o, queued := c.gangs().Done(key); queued && v.Allow {
-			gangPlacedSeconds.Observe(c.now().Sub(o.Created).Seconds())
-		}
+		c.leaveQueue(key, v.Allow)
 		return
 	}
 	if v.Complete {

@@ -15,11 +15,10 @@ import (
 )
 
 // TestOutcomes checks what the source learns of a target: the time to the
-// first answer of each candidate it sent, misses (no node found, or no
-// answer in the target's usual time before the agent deleted the
-// candidate), the wait of candidates with no answer yet, and that
-// candidates deleted by others, or by the agent sooner than the target
-// answers, do not count.
+// first answer of each candidate it sent, misses (no node found, or left
+// overdue until the agent deleted the candidate), the wait of candidates
+// with no answer yet, and that candidates deleted by others, or by the
+// agent before they were overdue, do not count.
 func TestOutcomes(t *testing.T) {
 	now := time.Unix(1000, 0)
 	o := newOutcomes()
