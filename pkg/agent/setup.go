@@ -117,6 +117,8 @@ func setupWebhook(mgr manager.Manager, kube kubernetes.Interface, view *local.Vi
 		DNSNames: w.Hosts,
 		Host:     w.Host,
 		Port:     int(*w.Port),
+
+		KeepManagedFields: w.KeepManagedFields,
 	}
 	if s := *c.VirtualNodes.NotReadyTolerationSeconds; s >= 0 {
 		webhookOpts.NotReadyTolerationSeconds = &s

@@ -136,3 +136,42 @@ func BenchmarkHandle(b *testing.B) {
 		}
 	}
 }
+
+// TestHandleDropsSourcePodsManagedFields checks that the webhook's patch,
+// applied as the API server applies it, leaves a source pod without
+// managedFields (the API server then tracks no manager on the writes that
+// follow), that KeepManagedFields keeps them, and that a pod the webhook
+// does not make a source pod keeps them.
+func TestHandleDropsSourcePodsManagedFields(t *testing.T) {
+	managed := []metav1.ManagedFieldsEntry{{
+		Manager: "kubectl-create", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1", FieldsType: "FieldsV1",
+		FieldsV1: metav1.NewFieldsV1(`{"f:metadata":{"f:labels":{".":{},"f:app":{}}}}`),
+	}}
+	withManaged := func(pod *corev1.Pod) *corev1.Pod {
+		pod.ManagedFields = managed
+		return pod
+	}
+	notOptedIn := withManaged(admittedPod(nil))
+	delete(notOptedIn.Labels, protocol.ElectLabel)
+	for _, tt := range []struct {
+		name     string
+		keep     bool
+		pod      *corev1.Pod
+		wantKept bool
+	}{
+		{"a source pod", false, withManaged(admittedPod(nil)), false},
+		{"a source pod, managedFields kept", true, withManaged(admittedPod(nil)), true},
+		{"a pod not opted in", false, notOptedIn, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			m := &Mutator{Decoder: admission.NewDecoder(clientgoscheme.Scheme), NotReadyTolerationSeconds: ptr.To[int64](60), KeepManagedFields: tt.keep}
+			got, _ := handled(t, m, tt.pod)
+			if kept := len(got.ManagedFields) > 0; kept != tt.wantKept {
+				t.Errorf("managedFields kept: %t, want %t (%+v)", kept, tt.wantKept, got.ManagedFields)
+			}
+			if again := m.Handle(t.Context(), createRequest(t, got)); !again.Allowed || len(again.Patches) != 0 {
+				t.Errorf("reinvocation patches the pod again: %+v", again.Patches)
+			}
+		})
+	}
+}

@@ -43,6 +43,13 @@ type Mutator struct {
 	// node whose target does not answer (NotReady) before it is evicted;
 	// nil: forever.
 	NotReadyTolerationSeconds *int64
+	// KeepManagedFields keeps a source pod's managedFields. Without it the
+	// webhook drops them when it makes a source pod: the API server tracks
+	// a pod's managers only while it has some, so the writes that follow
+	// (its election, its binding, its mirrored status) skip that
+	// bookkeeping, and the pod is smaller in every watch. A pod kept in
+	// this cluster, or not made a source pod, keeps them.
+	KeepManagedFields bool
 	// Split gives the pods of a workload with an on-demand/spot split their
 	// place; nil: no split.
 	Split *split.Assigner
@@ -97,6 +104,7 @@ type sourceFields struct {
 	annotations   map[string]string
 	schedulerName string
 	tolerations   []corev1.Toleration
+	managed       bool
 }
 
 func sourceFieldsOf(pod *corev1.Pod) sourceFields {
@@ -105,6 +113,7 @@ func sourceFieldsOf(pod *corev1.Pod) sourceFields {
 		annotations:   maps.Clone(pod.Annotations),
 		schedulerName: pod.Spec.SchedulerName,
 		tolerations:   slices.Clone(pod.Spec.Tolerations),
+		managed:       len(pod.ManagedFields) > 0,
 	}
 }
 
@@ -118,6 +127,9 @@ func (before sourceFields) patch(pod *corev1.Pod) []jsonpatch.Operation {
 	}
 	if !equality.Semantic.DeepEqual(before.tolerations, pod.Spec.Tolerations) {
 		ops = append(ops, jsonpatch.NewOperation("add", "/spec/tolerations", pod.Spec.Tolerations))
+	}
+	if before.managed && len(pod.ManagedFields) == 0 {
+		ops = append(ops, jsonpatch.NewOperation("remove", "/metadata/managedFields", nil))
 	}
 	return ops
 }
@@ -175,6 +187,9 @@ func (m *Mutator) admit(ctx context.Context, pod *corev1.Pod, dryRun bool) (spli
 	delete(pod.Labels, protocol.LocalLabel)
 	if _, err = MakeSource(pod, m.NotReadyTolerationSeconds); err != nil {
 		return false, err
+	}
+	if !m.KeepManagedFields {
+		pod.ManagedFields = nil
 	}
 	return split, nil
 }

@@ -51,6 +51,8 @@ type Options struct {
 	// NotReadyTolerationSeconds is the source pods' toleration of a NotReady
 	// virtual node (see Mutator); nil: forever.
 	NotReadyTolerationSeconds *int64
+	// KeepManagedFields keeps source pods' managedFields (see Mutator).
+	KeepManagedFields bool
 	// Split places the pods of on-demand/spot split workloads (see
 	// Mutator); nil: no split.
 	Split *split.Assigner
@@ -125,7 +127,7 @@ func Setup(mgr manager.Manager, kube kubernetes.Interface, opts Options) error {
 		case <-files.synced:
 		}
 		mgr.GetWebhookServer().Register(Path, &admission.Webhook{
-			Handler: counted(&Mutator{Decoder: admission.NewDecoder(mgr.GetScheme()), NotReadyTolerationSeconds: opts.NotReadyTolerationSeconds, Split: opts.Split, Local: opts.Local}),
+			Handler: counted(&Mutator{Decoder: admission.NewDecoder(mgr.GetScheme()), NotReadyTolerationSeconds: opts.NotReadyTolerationSeconds, KeepManagedFields: opts.KeepManagedFields, Split: opts.Split, Local: opts.Local}),
 		})
 		serving.Store(true)
 		return nil

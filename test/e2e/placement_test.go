@@ -59,6 +59,14 @@ func TestPlacement(t *testing.T) {
 		sources := waitSourcePods(t, c1, "app=web", 30, func(p *corev1.Pod) bool {
 			return p.Status.Phase == corev1.PodRunning && strings.HasPrefix(p.Spec.NodeName, "flotilla-")
 		})
+		// The webhook dropped their managedFields, and their elections,
+		// bindings and mirrored statuses did not bring them back: the API
+		// server tracks no manager of a source pod (the chart's default).
+		for _, p := range sources {
+			if len(p.ManagedFields) > 0 {
+				t.Errorf("source pod %s has managedFields: %+v", p.Name, p.ManagedFields)
+			}
+		}
 		// Settled: every source pod has exactly one candidate left, bound on
 		// the cluster its virtual node names.
 		waitFor(t, 60*time.Second, "one bound candidate per source pod and no other", func() (bool, string) {
@@ -74,6 +82,26 @@ func TestPlacement(t *testing.T) {
 		t.Logf("placement: %v", perCluster)
 		for _, c := range s.Clusters {
 			checkNoOvercommit(t, c.Client())
+			// Their scheduler cleared the delegates' managedFields with
+			// their Reserved state, and neither the allowance, the binding
+			// nor the status brought them back. A delegate bound on a
+			// pre-allowance has no state patched (its binding carries
+			// Bound): it keeps them.
+			delegates, err := c.Client().CoreV1().Pods(placementNS).List(ctx, metav1.ListOptions{LabelSelector: protocol.CandidateLabel + "=true"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			cleared := 0
+			for _, d := range delegates.Items {
+				if a, err := protocol.ParseAllowance(d.Annotations[protocol.AllowedAnnotation]); err == nil && a.PreAllows() {
+					continue
+				}
+				cleared++
+				if len(d.ManagedFields) > 0 {
+					t.Errorf("%s: delegate %s, allowed on its reservation, has managedFields: %+v", c.Name, d.Name, d.ManagedFields)
+				}
+			}
+			t.Logf("%s: the managedFields of %d of %d delegates checked (the others bound on a pre-allowance)", c.Name, cleared, len(delegates.Items))
 			// The candidates c1 did not elect were deleted while they
 			// waited in Permit: their scheduler says nothing about them.
 			evs, err := c.Client().CoreV1().Events(placementNS).List(ctx, metav1.ListOptions{FieldSelector: "reason=FailedScheduling"})

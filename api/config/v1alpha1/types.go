@@ -196,6 +196,14 @@ type Webhook struct {
 	// chart, so that uninstalling removes it): the agent only injects its
 	// CA into it, and URL and Service are not used.
 	InjectOnly bool `json:"injectOnly,omitempty"`
+	// KeepManagedFields keeps a source pod's metadata.managedFields. By
+	// default the webhook drops them when it makes a source pod, so that
+	// the API server no longer tracks which manager wrote which field of
+	// it: its election and its mirrored status are then written without
+	// that bookkeeping (a fifth of the source API server's CPU a pod), and
+	// the pod is smaller in every watch. A server-side apply to the pod
+	// starts the tracking again.
+	KeepManagedFields bool `json:"keepManagedFields,omitempty"`
 }
 
 // ObjectReference names an object of a namespace.

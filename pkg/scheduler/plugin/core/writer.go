@@ -102,6 +102,7 @@ func (p ClientStatePatcher) PatchState(ctx context.Context, pod PodRef, state pr
 				"uid":             pod.UID,
 				"resourceVersion": current.ResourceVersion,
 				"annotations":     map[string]string{protocol.StateAnnotation: string(value)},
+				"managedFields":   noManagedFields,
 			},
 		})
 		if err != nil {
@@ -124,6 +125,14 @@ func (p ClientStatePatcher) PatchState(ctx context.Context, pod PodRef, state pr
 		}
 	}
 }
+
+// noManagedFields, written as a candidate's managedFields, clears them
+// (the API server's reset): the API server tracks no manager of a pod
+// that has none, so the writes that follow the candidate's first state
+// (its allowance, its binding, its status, its next state) skip that
+// bookkeeping. Flotilla reads no candidate's managers; the target's audit
+// log, not managedFields, says who wrote what.
+var noManagedFields = []map[string]any{{}}
 
 // cachedCopy is the scheduler's cached copy of a candidate, nil when it has
 // no cache, does not hold the pod, or holds another pod of that name.
