@@ -110,14 +110,23 @@ func newOutcomes() *outcomes {
 // candidateKey names a candidate in outcomes.
 func candidateKey(namespace, name string) string { return namespace + "/" + name }
 
-// sent records a candidate this agent just created.
-func (o *outcomes) sent(key string) {
+// sent records a candidate this agent is about to create, and reports
+// whether it was not waiting already.
+func (o *outcomes) sent(key string) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if _, ok := o.byKey[key]; ok {
-		return
+		return false
 	}
 	o.byKey[key] = o.waiting.PushBack(sent{key: key, at: o.now()})
+	return true
+}
+
+// unsent forgets a candidate sent whose creation failed.
+func (o *outcomes) unsent(key string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.drop(key)
 }
 
 // deleted counts a candidate this agent deleted while it still waited for

@@ -503,7 +503,19 @@ func (t *Target) Create(ctx context.Context, candidate *corev1.Pod) (created boo
 	}
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
+	// Waiting for its answer before the call: the target may answer, and
+	// this agent's cache show it, before the call returns (a candidate
+	// reserved at once, or bound on a pre-allowance), and an answer seen for a
+	// candidate not waiting is ignored. Recorded after the call, such a
+	// candidate waited unanswered for ever (until forgetWaitingAfter),
+	// raising its target's Answer by the minute, so that the target was
+	// no longer sure for any pod of a burst.
+	outcome := candidateKey(candidate.Namespace, candidate.Name)
+	sent := t.outcomes.sent(outcome)
 	_, err = t.client.CoreV1().Pods(candidate.Namespace).Create(ctx, candidate, metav1.CreateOptions{})
+	if err != nil && sent {
+		t.outcomes.unsent(outcome)
+	}
 	if apierrors.IsAlreadyExists(err) {
 		t.writes.add(key)
 		return false, t.observe(nil)
@@ -512,7 +524,6 @@ func (t *Target) Create(ctx context.Context, candidate *corev1.Pod) (created boo
 		return false, t.observe(fmt.Errorf("target %s: creating candidate %s/%s: %w", t.Name, candidate.Namespace, candidate.Name, err))
 	}
 	t.writes.add(key)
-	t.outcomes.sent(candidateKey(candidate.Namespace, candidate.Name))
 	candidatesCreated.WithLabelValues(t.Name).Inc()
 	return true, t.observe(nil)
 }
