@@ -505,10 +505,10 @@ func (t *Target) Create(ctx context.Context, candidate *corev1.Pod) (created boo
 	defer cancel()
 	// Waiting for its answer before the call: the target may answer, and
 	// this agent's cache show it, before the call returns (a candidate
-	// reserved at once, or bound on a pre-allowance), and an answer seen for a
-	// candidate not waiting is ignored. Recorded after the call, such a
-	// candidate waited unanswered for ever (until forgetWaitingAfter),
-	// raising its target's Answer by the minute, so that the target was
+	// reserved at once, or bound on a pre-allowance), and an answer seen
+	// for a candidate not waiting is ignored. Recorded after the call,
+	// such a candidate waited unanswered until forgetWaitingAfter, its age
+	// raising its target's Answer by the second, so that the target was
 	// no longer sure for any pod of a burst.
 	outcome := candidateKey(candidate.Namespace, candidate.Name)
 	sent := t.outcomes.sent(outcome)

@@ -200,7 +200,7 @@ type Webhook struct {
 	// default the webhook drops them when it makes a source pod, so that
 	// the API server no longer tracks which manager wrote which field of
 	// it: its election and its mirrored status are then written without
-	// that bookkeeping (a fifth of the source API server's CPU a pod), and
+	// that bookkeeping (docs/benchmarks.md measures what it saves), and
 	// the pod is smaller in every watch. A server-side apply to the pod
 	// starts the tracking again.
 	KeepManagedFields bool `json:"keepManagedFields,omitempty"`
