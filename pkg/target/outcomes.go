@@ -21,9 +21,10 @@ type Outcomes struct {
 	// a moving average; a candidate deleted before any answer (its pod
 	// went elsewhere first) counts the time until then if it was overdue
 	// or its target never answered (outcomes.deleted). It is at least the
-	// age of the oldest candidate still waiting for one, so a target that
-	// stops answering loses its place as its wait grows. Zero before
-	// anything is known.
+	// age of the oldest candidate still waiting for one, as long as the
+	// target has answered none since (Quiet), so a target that stops
+	// answering loses its place as its wait grows. Zero before anything
+	// is known.
 	Answer time.Duration `json:"-"`
 	// AnswerSeconds is Answer in seconds, for /debug/state.
 	AnswerSeconds float64 `json:"answerSeconds"`
@@ -256,10 +257,15 @@ func (o *outcomes) get() Outcomes {
 	}
 	if e := o.waiting.Front(); e != nil {
 		oldest := now.Sub(e.Value.(sent).at)
-		answer = max(answer, oldest.Seconds())
 		if o.heard.IsZero() {
 			out.Quiet = oldest
 		}
+		// The oldest wait raises the answer time only as long as the
+		// target has answered nothing since: a target that keeps
+		// answering others is busy, not stalled (as for Overdue), and
+		// one candidate whose answer this agent missed must not make it
+		// look slow for as long as that candidate is remembered.
+		answer = max(answer, min(oldest, out.Quiet).Seconds())
 	}
 	out.QuietSeconds = out.Quiet.Seconds()
 	out.Answer, out.AnswerSeconds = time.Duration(answer*float64(time.Second)), answer

@@ -202,3 +202,33 @@ func TestOutcomesOfASilentTarget(t *testing.T) {
 		}
 	}
 }
+
+// TestABusyTargetIsNotSlow: a candidate left waiting raises its target's
+// answer time only while the target answers nothing else; one that keeps
+// answering others keeps its answer time (a lost answer made a target
+// unsure for a whole burst), and one that stops answering loses it.
+func TestABusyTargetIsNotSlow(t *testing.T) {
+	now := time.Unix(1000, 0)
+	o := newOutcomes()
+	o.now = func() time.Time { return now }
+	reserved := func(name string) *corev1.Pod {
+		c := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}}
+		c.Annotations = map[string]string{protocol.StateAnnotation: `{"phase":"Reserved","nonce":"n"}`}
+		return c
+	}
+	o.sent(candidateKey("ns", "stuck"))
+	for i := range 20 {
+		name := fmt.Sprintf("quick-%d", i)
+		o.sent(candidateKey("ns", name))
+		now = now.Add(500 * time.Millisecond)
+		o.seen(reserved(name))
+	}
+	got := o.get()
+	if got.Waiting != 1 || got.Answer != got.Answered || got.Answer != 500*time.Millisecond {
+		t.Errorf("answering others in 0.5s while one waits 10s: answer %s (answers %s), want the answers' 0.5s; %+v", got.Answer, got.Answered, got)
+	}
+	now = now.Add(5 * time.Second)
+	if got := o.get(); got.Answer != 5*time.Second {
+		t.Errorf("silent for 5s since its last answer: answer %s, want 5s", got.Answer)
+	}
+}
