@@ -96,27 +96,32 @@ func TestBudgetMarkdownControlPlane(t *testing.T) {
 
 func TestParseShape(t *testing.T) {
 	for _, tc := range []struct {
-		raw     string
-		allOnly bool
-		want    string
+		raw   string
+		takes int
+		want  string
 	}{
-		{"", false, "all,control-plane"},
-		{"both", false, "all,control-plane"},
-		{"control-plane", false, "control-plane"},
-		{"all", false, "all"},
-		{"", true, "all"},
-		{"all", true, "all"},
-		{"control-plane", true, "error"},
-		{"both", true, "error"},
-		{"workers", false, "error"},
+		{"", shapesBurst, "all,control-plane"},
+		{"both", shapesBurst, "all,control-plane"},
+		{"control-plane", shapesBurst, "control-plane"},
+		{"all", shapesBurst, "all"},
+		{"", shapesOne, "all"},
+		{"all", shapesOne, "all"},
+		{"control-plane", shapesOne, "control-plane"},
+		{"both", shapesOne, "error"},
+		{"", shapesAllOnly, "all"},
+		{"all", shapesAllOnly, "all"},
+		{"control-plane", shapesAllOnly, "error"},
+		{"both", shapesAllOnly, "error"},
+		{"workers", shapesBurst, "error"},
+		{"workers", shapesOne, "error"},
 	} {
-		got, err := parseShape(tc.raw, tc.allOnly)
+		got, err := parseShape(tc.raw, tc.takes)
 		s := strings.Join(got, ",")
 		if err != nil {
 			s = "error"
 		}
 		if s != tc.want {
-			t.Errorf("parseShape(%q, allOnly %v) = %s (%v), want %s", tc.raw, tc.allOnly, s, err, tc.want)
+			t.Errorf("parseShape(%q, takes %d) = %s (%v), want %s", tc.raw, tc.takes, s, err, tc.want)
 		}
 	}
 }

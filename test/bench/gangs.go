@@ -183,6 +183,9 @@ func mainGangs(cfg config, sizes []int, keep bool) error {
 	capped := ""
 	if cfg.CPUPerCluster > 0 {
 		capped = fmt.Sprintf("-cpu%g", cfg.CPUPerCluster)
+		if cfg.Shape == shapeControlPlane {
+			capped += "-cp"
+		}
 	}
 	name := filepath.Join(cfg.Out, fmt.Sprintf("gangs-k%d-m%d-g%d%s-%s.json", cfg.Targets, cfg.Nodes, cfg.GangCount, capped, time.Now().UTC().Format("20060102T150405")))
 	raw, _ := json.MarshalIndent(report, "", "  ")
@@ -591,7 +594,11 @@ func (r *GangReport) Markdown() string {
 			for _, run := range r.runsOf(i) {
 				for _, name := range slices.Sorted(maps.Keys(run.r.Budget)) {
 					c := run.r.Budget[name]
-					fmt.Fprintf(&b, "| %d | %s | %s | %.1f ms | %.0f %% |\n", size, run.name, name, c.CPUPerPodMillis, 100*c.QuotaUsed)
+					used := fmt.Sprintf("%.0f %%", 100*c.QuotaUsed)
+					if strings.HasSuffix(name, "-workers") {
+						used = "uncapped"
+					}
+					fmt.Fprintf(&b, "| %d | %s | %s | %.1f ms | %s |\n", size, run.name, name, c.CPUPerPodMillis, used)
 				}
 			}
 		}
@@ -695,6 +702,9 @@ func (r *GangReport) runsOf(i int) []namedRun {
 
 // budgetText says how the clusters' CPU was shared.
 func budgetText(c config) string {
+	if c.CPUPerCluster > 0 && c.Shape == shapeControlPlane {
+		return fmt.Sprintf("each cluster's control plane in a cgroup of %g cores (its agent, scheduler and kwok uncapped in <cluster>-workers, as on worker nodes)", c.CPUPerCluster)
+	}
 	if c.CPUPerCluster > 0 {
 		return fmt.Sprintf("each cluster in a cgroup of %g cores", c.CPUPerCluster)
 	}

@@ -133,9 +133,16 @@ func main() {
 	gangs := flag.String("gangs", "", "Gang mode: the gang sizes, comma-separated (e.g. 4,16,64): for each, -gang-count gangs of 100m members placed all at once through Flotilla (anyClusters, targets that invite the source) and by kube-scheduler's own gang scheduling in the baseline cluster (PodGroups with a gang policy); the JSON goes into <out>/gangs-....json. Empty: off.")
 	flag.IntVar(&cfg.GangCount, "gang-count", 8, "With -gangs: gangs of each size per run.")
 	flag.IntVar(&cfg.PermitTimeoutSeconds, "permit-timeout", 0, "With -gangs: the targets' scheduler.permitTimeoutSeconds, how long a reservation waits for its source (0: the chart's default, 30).")
-	shape := flag.String("shape", "", "With -cpu-per-cluster: what of each cluster its quota holds. all: every process of the cluster (control plane, kwok, the release's agent and scheduler); control-plane: its control plane alone (etcd, kube-apiserver, kube-controller-manager, kube-scheduler), as in production, with kwok and the release's pods in an uncapped group whose CPU is reported apart; both: the burst twice, all then control-plane, in two sandboxes. Empty: both for a burst, all with -gangs, -mesh or -spread (which take only all).")
+	shape := flag.String("shape", "", "With -cpu-per-cluster: what of each cluster its quota holds. all: every process of the cluster (control plane, kwok, the release's agent and scheduler); control-plane: its control plane alone (etcd, kube-apiserver, kube-controller-manager, kube-scheduler), as in production, with kwok and the release's pods in an uncapped group whose CPU is reported apart; both: the burst twice, all then control-plane, in two sandboxes. Empty: both for a burst, all with -gangs (which takes all or control-plane), -mesh or -spread (which take only all).")
 	flag.Parse()
-	shapes, err := parseShape(*shape, *gangs != "" || cfg.Mesh > 0 || cfg.Spread)
+	takes := shapesBurst
+	switch {
+	case *gangs != "":
+		takes = shapesOne
+	case cfg.Mesh > 0 || cfg.Spread:
+		takes = shapesAllOnly
+	}
+	shapes, err := parseShape(*shape, takes)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(2)
@@ -219,18 +226,31 @@ func main() {
 	}
 }
 
-// parseShape reads -shape: the shapes of the budget to run, in order;
-// only shapeAll where the mode (-gangs, -mesh, -spread) has no other.
-func parseShape(raw string, allOnly bool) ([]string, error) {
+// What shapes of the budget a mode of the bench takes (parseShape).
+const (
+	// shapesBurst: either or both, both by default.
+	shapesBurst = iota
+	// shapesOne: all (the default) or control-plane, one per run (-gangs).
+	shapesOne
+	// shapesAllOnly: all alone (-mesh, -spread).
+	shapesAllOnly
+)
+
+// parseShape reads -shape: the shapes of the budget to run, in order, for
+// a mode that takes what takes says (shapesBurst, shapesOne,
+// shapesAllOnly).
+func parseShape(raw string, takes int) ([]string, error) {
 	switch {
-	case raw == "" && allOnly, raw == shapeAll:
+	case raw == "" && takes != shapesBurst, raw == shapeAll:
 		return []string{shapeAll}, nil
-	case allOnly:
-		return nil, fmt.Errorf("-shape %s: -gangs, -mesh and -spread run only with -shape %s", raw, shapeAll)
-	case raw == "" || raw == "both":
-		return []string{shapeAll, shapeControlPlane}, nil
+	case takes == shapesAllOnly:
+		return nil, fmt.Errorf("-shape %s: -mesh and -spread run only with -shape %s", raw, shapeAll)
 	case raw == shapeControlPlane:
 		return []string{shapeControlPlane}, nil
+	case takes == shapesOne && raw == "both":
+		return nil, fmt.Errorf("-shape %s: -gangs runs one shape at a time, %s or %s", raw, shapeAll, shapeControlPlane)
+	case raw == "" || raw == "both":
+		return []string{shapeAll, shapeControlPlane}, nil
 	}
 	return nil, fmt.Errorf("-shape %q: want %s, %s or both", raw, shapeAll, shapeControlPlane)
 }
