@@ -595,7 +595,7 @@ func (r *GangReport) Markdown() string {
 				for _, name := range slices.Sorted(maps.Keys(run.r.Budget)) {
 					c := run.r.Budget[name]
 					used := fmt.Sprintf("%.0f %%", 100*c.QuotaUsed)
-					if strings.HasSuffix(name, "-workers") {
+					if strings.HasSuffix(name, workersGroup("")) {
 						used = "uncapped"
 					}
 					fmt.Fprintf(&b, "| %d | %s | %s | %.1f ms | %s |\n", size, run.name, name, c.CPUPerPodMillis, used)
