@@ -7,6 +7,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -171,9 +172,9 @@ func (c *Controller) staleElection(pod *corev1.Pod) bool {
 func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 	changes := make(chan event.TypedGenericEvent[*corev1.Pod], 1024)
 	c.changes = changes
-	c.Targets.OnCandidate(func(cand *corev1.Pod) {
+	c.Targets.OnCandidateChange(func(old, cand *corev1.Pod) {
 		ns, name := cand.Annotations[protocol.SourceNamespaceAnnotation], cand.Annotations[protocol.SourceNameAnnotation]
-		if ns == "" || name == "" || c.delegateOfBound(cand) {
+		if ns == "" || name == "" || (old != nil && !roundReadsChange(old, cand)) || c.delegateOfBound(cand) {
 			return
 		}
 		changes <- event.TypedGenericEvent[*corev1.Pod]{Object: &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}}
@@ -230,6 +231,38 @@ func mayMove(e event.UpdateEvent) bool {
 		return true
 	}
 	return before.Spec.NodeName == "" || after.Spec.NodeName != before.Spec.NodeName || after.DeletionTimestamp != nil
+}
+
+// roundReadsChange reports whether an update of a candidate from old to cand
+// changes what a round of its source pod reads of it: its metadata (the
+// target's state report, the allowance and denial, its labels, its
+// deletion), its spec (the node it is bound to) or its PodScheduled
+// condition (why its target's scheduler found no node). The rest of its
+// status (its phase, its containers, the other conditions, written by its
+// target's kubelet once it is bound) is its virtual node's to mirror: a
+// round reads none of it, and an update of that alone would only make the
+// round run again on what it saw.
+func roundReadsChange(old, cand *corev1.Pod) bool {
+	if old.ResourceVersion == cand.ResourceVersion {
+		// A resync: the same object.
+		return false
+	}
+	before, after := old.ObjectMeta, cand.ObjectMeta
+	before.ResourceVersion, after.ResourceVersion = "", ""
+	before.ManagedFields, after.ManagedFields = nil, nil
+	return !equality.Semantic.DeepEqual(before, after) ||
+		!equality.Semantic.DeepEqual(old.Spec, cand.Spec) ||
+		!equality.Semantic.DeepEqual(podScheduled(old), podScheduled(cand))
+}
+
+// podScheduled is pod's PodScheduled condition, nil when it has none.
+func podScheduled(pod *corev1.Pod) *corev1.PodCondition {
+	for i := range pod.Status.Conditions {
+		if pod.Status.Conditions[i].Type == corev1.PodScheduled {
+			return &pod.Status.Conditions[i]
+		}
+	}
+	return nil
 }
 
 // delegateOfBound reports whether cand is bound, and its source pod, as

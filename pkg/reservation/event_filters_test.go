@@ -89,3 +89,59 @@ func TestDelegateOfBound(t *testing.T) {
 		}
 	}
 }
+
+// TestRoundReadsChange: an update of a candidate brings its source pod to
+// the queue when it changes what the round reads (the state report, an
+// allowance or denial, a label, its deletion, its node, its PodScheduled
+// condition), and not when it changes only the status its kubelet writes
+// once it runs (each such update was a round that found what the last one
+// did), nor when it is the same object again.
+func TestRoundReadsChange(t *testing.T) {
+	base := func() *corev1.Pod {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c", UID: "c1", ResourceVersion: "1",
+				Labels:      map[string]string{protocol.SourceUIDLabel: "u1"},
+				Annotations: map[string]string{protocol.StateAnnotation: "Reserved"}},
+			Spec: corev1.PodSpec{SchedulerName: "flotilla", NodeName: "n1"},
+			Status: corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{
+				{Type: corev1.PodScheduled, Status: corev1.ConditionTrue},
+			}},
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		change func(p *corev1.Pod)
+		want   bool
+	}{
+		{"the same object again", func(p *corev1.Pod) {}, false},
+		{"relisted, its version only", func(p *corev1.Pod) { p.ResourceVersion = "2" }, false},
+		{"running: phase, IP, Ready", func(p *corev1.Pod) {
+			p.ResourceVersion = "2"
+			p.Status.Phase, p.Status.PodIP = corev1.PodRunning, "10.0.0.1"
+			p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionTrue})
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "c", Ready: true}}
+		}, false},
+		{"its state reported", func(p *corev1.Pod) {
+			p.ResourceVersion = "2"
+			p.Annotations = map[string]string{protocol.StateAnnotation: "Bound"}
+		}, true},
+		{"allowed", func(p *corev1.Pod) {
+			p.ResourceVersion = "2"
+			p.Annotations = map[string]string{protocol.StateAnnotation: "Reserved", protocol.AllowedAnnotation: "x"}
+		}, true},
+		{"a label", func(p *corev1.Pod) { p.ResourceVersion = "2"; p.Labels = map[string]string{protocol.SourceUIDLabel: "u2"} }, true},
+		{"being deleted", func(p *corev1.Pod) { p.ResourceVersion = "2"; p.DeletionTimestamp = &metav1.Time{} }, true},
+		{"bound elsewhere", func(p *corev1.Pod) { p.ResourceVersion = "2"; p.Spec.NodeName = "n2" }, true},
+		{"unschedulable", func(p *corev1.Pod) {
+			p.ResourceVersion = "2"
+			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: "0/3 nodes"}}
+		}, true},
+		{"its PodScheduled condition dropped", func(p *corev1.Pod) { p.ResourceVersion = "2"; p.Status.Conditions = nil }, true},
+	} {
+		old, cand := base(), base()
+		tc.change(cand)
+		if got := roundReadsChange(old, cand); got != tc.want {
+			t.Errorf("%s: roundReadsChange = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

@@ -26,7 +26,7 @@ type candidateInformers struct {
 	mu       sync.RWMutex
 	ctx      context.Context
 	byNS     map[string]*nsInformer
-	handlers []func(*corev1.Pod)
+	handlers []ChangeHandler
 	// invited is nil while every namespace is open to the source; else the
 	// namespaces the invitation covers.
 	invited []string
@@ -142,23 +142,29 @@ func (ci *candidateInformers) newInformer(ns string) *nsInformer {
 	return n
 }
 
-func podHandler(f func(*corev1.Pod)) cache.ResourceEventHandler {
-	call := func(obj any) {
+// podHandler calls f with every candidate the informer adds, updates or
+// deletes; old is the cached object an update replaces, nil for the
+// others.
+func podHandler(f ChangeHandler) cache.ResourceEventHandler {
+	call := func(old, obj any) {
 		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = tomb.Obj
 		}
-		if pod, ok := obj.(*corev1.Pod); ok {
-			f(pod)
+		pod, ok := obj.(*corev1.Pod)
+		if !ok {
+			return
 		}
+		before, _ := old.(*corev1.Pod)
+		f(before, pod)
 	}
 	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    call,
-		UpdateFunc: func(_, obj any) { call(obj) },
-		DeleteFunc: call,
+		AddFunc:    func(obj any) { call(nil, obj) },
+		UpdateFunc: call,
+		DeleteFunc: func(obj any) { call(nil, obj) },
 	}
 }
 
-func (ci *candidateInformers) addHandler(f func(*corev1.Pod)) {
+func (ci *candidateInformers) addHandler(f ChangeHandler) {
 	ci.mu.Lock()
 	defer ci.mu.Unlock()
 	ci.handlers = append(ci.handlers, f)

@@ -165,8 +165,8 @@ func New(c Config) (*Target, error) {
 	t.rest = cfg
 	t.informers.t = t
 	t.outcomes = newOutcomes()
-	t.informers.addHandler(t.outcomes.seen)
-	t.informers.addHandler(t.watchDelivered)
+	t.informers.addHandler(func(_, cand *corev1.Pod) { t.outcomes.seen(cand) })
+	t.informers.addHandler(func(_, cand *corev1.Pod) { t.watchDelivered(cand) })
 	return t, nil
 }
 
@@ -340,12 +340,23 @@ func (t *Target) Namespaces() []string { return t.informers.namespaces() }
 // of the target.
 func (t *Target) Covers(ns string) bool { return t.informers.covers(ns) }
 
+// ChangeHandler is told of a change of a candidate: cand as the cache holds
+// it now (its last state when deleted), and old, the object an update
+// replaced in the cache, nil for an addition or a deletion.
+type ChangeHandler func(old, cand *corev1.Pod)
+
 // OnCandidate registers a handler for every change of one of the target's
 // candidates.
 func (t *Target) OnCandidate(f func(candidate *corev1.Pod)) {
-	t.informers.addHandler(func(candidate *corev1.Pod) {
+	t.OnCandidateChange(func(_, candidate *corev1.Pod) { f(candidate) })
+}
+
+// OnCandidateChange registers a handler for every change of one of the
+// target's candidates, with the object an update replaced.
+func (t *Target) OnCandidateChange(f ChangeHandler) {
+	t.informers.addHandler(func(old, candidate *corev1.Pod) {
 		if t.owns(candidate) {
-			f(candidate)
+			f(old, candidate)
 		}
 	})
 }
