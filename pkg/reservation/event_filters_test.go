@@ -129,7 +129,10 @@ func TestRoundReadsChange(t *testing.T) {
 			p.ResourceVersion = "2"
 			p.Annotations = map[string]string{protocol.StateAnnotation: "Reserved", protocol.AllowedAnnotation: "x"}
 		}, true},
-		{"a label", func(p *corev1.Pod) { p.ResourceVersion = "2"; p.Labels = map[string]string{protocol.SourceUIDLabel: "u2"} }, true},
+		{"a label", func(p *corev1.Pod) {
+			p.ResourceVersion = "2"
+			p.Labels = map[string]string{protocol.SourceUIDLabel: "u2"}
+		}, true},
 		{"being deleted", func(p *corev1.Pod) { p.ResourceVersion = "2"; p.DeletionTimestamp = &metav1.Time{} }, true},
 		{"bound elsewhere", func(p *corev1.Pod) { p.ResourceVersion = "2"; p.Spec.NodeName = "n2" }, true},
 		{"unschedulable", func(p *corev1.Pod) {
