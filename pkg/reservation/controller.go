@@ -172,19 +172,9 @@ func (c *Controller) staleElection(pod *corev1.Pod) bool {
 func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 	changes := make(chan event.TypedGenericEvent[*corev1.Pod], 1024)
 	c.changes = changes
-	c.Targets.OnCandidateChange(func(t *target.Target, old, cand *corev1.Pod) {
+	c.Targets.OnCandidateChange(func(old, cand *corev1.Pod) {
 		ns, name := cand.Annotations[protocol.SourceNamespaceAnnotation], cand.Annotations[protocol.SourceNameAnnotation]
-		if ns == "" || name == "" || c.delegateOfBound(cand) {
-			return
-		}
-		if old != nil && !roundReadsChange(old, cand) {
-			return
-		}
-		if old == nil && cand.DeletionTimestamp == nil && t.AsCreated(cand) {
-			// The addition of the candidate a round of the pod created,
-			// as its creation returned it: that round planned with it
-			// (it looks again when its target answers, and when it is
-			// overdue), and a round now would see it unanswered.
+		if ns == "" || name == "" || (old != nil && !roundReadsChange(old, cand)) || c.delegateOfBound(cand) {
 			return
 		}
 		changes <- event.TypedGenericEvent[*corev1.Pod]{Object: &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}}

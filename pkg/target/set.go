@@ -17,7 +17,7 @@ import (
 type Set struct {
 	mu       sync.RWMutex
 	byName   map[string]*Target
-	handlers []func(t *Target, old, cand *corev1.Pod)
+	handlers []ChangeHandler
 	added    []func(*Target)
 	// draining are the targets being deleted (Drain): out of the set, but
 	// their virtual nodes still run pods.
@@ -119,7 +119,7 @@ func (s *Set) Add(t *Target) {
 	added := slices.Clone(s.added)
 	s.mu.Unlock()
 	for _, f := range handlers {
-		t.OnCandidateChange(func(old, cand *corev1.Pod) { f(t, old, cand) })
+		t.OnCandidateChange(f)
 	}
 	for _, f := range added {
 		f(t)
@@ -192,13 +192,13 @@ func (s *Set) Drained(name string) bool {
 // OnCandidate registers f for every change of a candidate in every target,
 // present and future.
 func (s *Set) OnCandidate(f func(candidate *corev1.Pod)) {
-	s.OnCandidateChange(func(_ *Target, _, candidate *corev1.Pod) { f(candidate) })
+	s.OnCandidateChange(func(_, candidate *corev1.Pod) { f(candidate) })
 }
 
 // OnCandidateChange registers f for every change of a candidate in every
-// target, present and future, with its target and the cached object an
-// update replaces (ChangeHandler).
-func (s *Set) OnCandidateChange(f func(t *Target, old, cand *corev1.Pod)) {
+// target, present and future, with the cached object an update replaces
+// (ChangeHandler).
+func (s *Set) OnCandidateChange(f ChangeHandler) {
 	s.mu.Lock()
 	s.handlers = append(s.handlers, f)
 	targets := make([]*Target, 0, len(s.byName))
@@ -207,7 +207,7 @@ func (s *Set) OnCandidateChange(f func(t *Target, old, cand *corev1.Pod)) {
 	}
 	s.mu.Unlock()
 	for _, t := range targets {
-		t.OnCandidateChange(func(old, cand *corev1.Pod) { f(t, old, cand) })
+		t.OnCandidateChange(f)
 	}
 }
 

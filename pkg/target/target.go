@@ -523,7 +523,7 @@ func (t *Target) Create(ctx context.Context, candidate *corev1.Pod) (created boo
 	// no longer sure for any pod of a burst.
 	outcome := candidateKey(candidate.Namespace, candidate.Name)
 	sent := t.outcomes.sent(outcome)
-	got, err := t.client.CoreV1().Pods(candidate.Namespace).Create(ctx, candidate, metav1.CreateOptions{})
+	_, err = t.client.CoreV1().Pods(candidate.Namespace).Create(ctx, candidate, metav1.CreateOptions{})
 	if err != nil && sent {
 		t.outcomes.unsent(outcome)
 	}
@@ -535,27 +535,8 @@ func (t *Target) Create(ctx context.Context, candidate *corev1.Pod) (created boo
 		return false, t.observe(fmt.Errorf("target %s: creating candidate %s/%s: %w", t.Name, candidate.Namespace, candidate.Name, err))
 	}
 	t.writes.add(key)
-	t.writes.add(createdAs(got.UID, got.ResourceVersion))
 	candidatesCreated.WithLabelValues(t.Name).Inc()
 	return true, t.observe(nil)
-}
-
-// AsCreated reports whether cand is, to its resource version, the object a
-// creation by this process returned (recorded for recentTTL): its cache's
-// addition of it tells nothing the creating call did not. It is told once;
-// the record goes.
-func (t *Target) AsCreated(cand *corev1.Pod) bool {
-	key := createdAs(cand.UID, cand.ResourceVersion)
-	if cand.UID == "" || !t.writes.has(key) {
-		return false
-	}
-	t.writes.forget(key)
-	return true
-}
-
-// createdAs names, in writes, a candidate as its creation returned it.
-func createdAs(uid types.UID, resourceVersion string) string {
-	return "created/" + string(uid) + "/" + resourceVersion
 }
 
 // createKey names the creation of a source pod's candidate in writes.
