@@ -189,12 +189,6 @@ func (s *Set) Drained(name string) bool {
 	return s.drained[name]
 }
 
-// OnCandidate registers f for every change of a candidate in every target,
-// present and future.
-func (s *Set) OnCandidate(f func(candidate *corev1.Pod)) {
-	s.OnCandidateChange(func(_, candidate *corev1.Pod) { f(candidate) })
-}
-
 // OnCandidateChange registers f for every change of a candidate in every
 // target, present and future, with the cached object an update replaces
 // (ChangeHandler).
