@@ -132,6 +132,11 @@ func New(c Config) (*Target, error) {
 	// A timeout on the client would also end every watch after that long,
 	// relisting the candidates each time; each call has its own deadline.
 	cfg.Timeout = 0
+	// No gzip (as for the source, agent.NewManager): the target's API
+	// server would compress every event of the candidates' watch, one
+	// flush at a time, with the CPU its admin lends; an event is a
+	// protobuf pod of a few kilobytes.
+	cfg.DisableCompression = true
 	if cfg.QPS == 0 {
 		cfg.QPS, cfg.Burst = 100, 200
 	}
