@@ -172,12 +172,18 @@ func (c *Controller) staleElection(pod *corev1.Pod) bool {
 func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 	changes := make(chan event.TypedGenericEvent[*corev1.Pod], 1024)
 	c.changes = changes
-	c.Targets.OnCandidateChange(func(old, cand *corev1.Pod) {
+	echoes := make(chan event.TypedGenericEvent[*corev1.Pod], 1024)
+	c.Targets.OnCandidateChange(func(t *target.Target, old, cand *corev1.Pod) {
 		ns, name := cand.Annotations[protocol.SourceNamespaceAnnotation], cand.Annotations[protocol.SourceNameAnnotation]
 		if ns == "" || name == "" || (old != nil && !roundReadsChange(old, cand)) || c.delegateOfBound(cand) {
 			return
 		}
-		changes <- event.TypedGenericEvent[*corev1.Pod]{Object: &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}}
+		e := event.TypedGenericEvent[*corev1.Pod]{Object: &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}}
+		if t.OwnWrite(cand) {
+			echoes <- e
+			return
+		}
+		changes <- e
 	})
 	// A new target may run the pods that wait: look at each again.
 	c.Targets.OnAdd(func(*target.Target) {
@@ -208,6 +214,7 @@ func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 		Named("placement").
 		For(&corev1.Pod{}, builder.WithPredicates(predicate.NewPredicateFuncs(isSourcePod), predicate.Funcs{UpdateFunc: mayMove})).
 		WatchesRawSource(source.Channel(changes, &handler.TypedEnqueueRequestForObject[*corev1.Pod]{})).
+		WatchesRawSource(source.Channel(echoes, lookAfterEcho)).
 		WithOptions(controller.Options{
 			MaxConcurrentReconciles: workers,
 			// Per-pod exponential backoff only: the default also caps all
@@ -215,6 +222,26 @@ func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 			RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](5*time.Millisecond, 30*time.Second),
 		}).
 		Complete(c)
+}
+
+// echoDelay is how long the round that the cache's echo of this process's
+// own write of a candidate brings (target.Target.OwnWrite: its creation,
+// an annotation) waits. Such a round finds there only what the round that
+// wrote it knew, but it is not always idle: the writing round planned
+// without the candidate it made, and timers (an answer overdue, a window
+// to widen) are set by the round after. Delayed, it runs with the next
+// change anyone else makes (the target's reservation, its binding) when
+// that comes first, as the queue holds one entry a pod: a candidate's
+// creation and its allowance each brought a round of their own that
+// otherwise ran on nothing new.
+const echoDelay = time.Second
+
+// lookAfterEcho sends a pod to the queue echoDelay from now: a round it
+// has meanwhile takes its place.
+var lookAfterEcho = handler.TypedFuncs[*corev1.Pod, reconcile.Request]{
+	GenericFunc: func(_ context.Context, e event.TypedGenericEvent[*corev1.Pod], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+		q.AddAfter(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: e.Object.Namespace, Name: e.Object.Name}}, echoDelay)
+	},
 }
 
 // mayMove reports whether an update of a source pod may give its round

@@ -17,7 +17,7 @@ import (
 type Set struct {
 	mu       sync.RWMutex
 	byName   map[string]*Target
-	handlers []ChangeHandler
+	handlers []SetChangeHandler
 	added    []func(*Target)
 	// draining are the targets being deleted (Drain): out of the set, but
 	// their virtual nodes still run pods.
@@ -119,7 +119,7 @@ func (s *Set) Add(t *Target) {
 	added := slices.Clone(s.added)
 	s.mu.Unlock()
 	for _, f := range handlers {
-		t.OnCandidateChange(f)
+		t.OnCandidateChange(f.of(t))
 	}
 	for _, f := range added {
 		f(t)
@@ -189,10 +189,19 @@ func (s *Set) Drained(name string) bool {
 	return s.drained[name]
 }
 
+// SetChangeHandler is told of a change of a candidate in target t, as a
+// ChangeHandler is.
+type SetChangeHandler func(t *Target, old, cand *corev1.Pod)
+
+// of is f for the changes of t's candidates.
+func (f SetChangeHandler) of(t *Target) ChangeHandler {
+	return func(old, cand *corev1.Pod) { f(t, old, cand) }
+}
+
 // OnCandidateChange registers f for every change of a candidate in every
-// target, present and future, with the cached object an update replaces
-// (ChangeHandler).
-func (s *Set) OnCandidateChange(f ChangeHandler) {
+// target, present and future, with the target and the cached object an
+// update replaces (ChangeHandler).
+func (s *Set) OnCandidateChange(f SetChangeHandler) {
 	s.mu.Lock()
 	s.handlers = append(s.handlers, f)
 	targets := make([]*Target, 0, len(s.byName))
@@ -201,7 +210,7 @@ func (s *Set) OnCandidateChange(f ChangeHandler) {
 	}
 	s.mu.Unlock()
 	for _, t := range targets {
-		t.OnCandidateChange(f)
+		t.OnCandidateChange(f.of(t))
 	}
 }
 

@@ -86,6 +86,9 @@ type Target struct {
 
 	// writes remembers creates, deletes and annotations not yet in the cache.
 	writes *recent
+	// own remembers the objects this process's creations and annotations
+	// of candidates returned (OwnWrite).
+	own *recent
 
 	// summary is the last believable ClusterSummary the target published.
 	summary atomic.Pointer[v1alpha1.ClusterSummaryStatus]
@@ -166,7 +169,7 @@ func New(c Config) (*Target, error) {
 		return nil, fmt.Errorf("target %s: a namespaced target's name is <namespace>/<name>, and %s is not of namespace %s", c.Name, c.Name, c.Namespace)
 	}
 	t.namespaces = c.NamespaceMapping
-	t.client, t.selector, t.summaryName, t.writes = client, selector, c.SummaryName, newRecent()
+	t.client, t.selector, t.summaryName, t.writes, t.own = client, selector, c.SummaryName, newRecent(), newRecent()
 	t.rest = cfg
 	t.informers.t = t
 	t.outcomes = newOutcomes()
@@ -462,6 +465,34 @@ func (t *Target) Candidate(namespace, name string) (*corev1.Pod, bool) {
 	return pod, true
 }
 
+// OwnWrite reports whether cand, as the candidate watch brings it, is the
+// object one of this process's writes (a creation, an annotation) returned,
+// and the cache still holds it as it was: nothing written since by anyone
+// else (the target's scheduler, its kubelet, another agent) shows. A round
+// of its source pod would find there only what the round that wrote it
+// knew. Each such object is told once; an event that reached the cache
+// before its write returned is not told (its round runs as any other's).
+func (t *Target) OwnWrite(cand *corev1.Pod) bool {
+	key := ownKey(cand)
+	if !t.own.has(key) {
+		return false
+	}
+	t.own.forget(key)
+	now, ok := t.Candidate(cand.Namespace, cand.Name)
+	return ok && now.UID == cand.UID && now.ResourceVersion == cand.ResourceVersion
+}
+
+// rememberOwn records the object a write returned (OwnWrite); one without
+// a UID or resourceVersion names nothing.
+func (t *Target) rememberOwn(p *corev1.Pod) {
+	if p != nil && p.UID != "" && p.ResourceVersion != "" {
+		t.own.add(ownKey(p))
+	}
+}
+
+// ownKey names an object a write returned, in own.
+func ownKey(p *corev1.Pod) string { return string(p.UID) + "/" + p.ResourceVersion }
+
 // Holds reports whether the target holds a candidate of the source pod
 // with the given UID that is not being deleted, or this process created
 // one that the cache does not show yet.
@@ -528,7 +559,7 @@ func (t *Target) Create(ctx context.Context, candidate *corev1.Pod) (created boo
 	// no longer sure for any pod of a burst.
 	outcome := candidateKey(candidate.Namespace, candidate.Name)
 	sent := t.outcomes.sent(outcome)
-	_, err = t.client.CoreV1().Pods(candidate.Namespace).Create(ctx, candidate, metav1.CreateOptions{})
+	made, err := t.client.CoreV1().Pods(candidate.Namespace).Create(ctx, candidate, metav1.CreateOptions{})
 	if err != nil && sent {
 		t.outcomes.unsent(outcome)
 	}
@@ -540,6 +571,7 @@ func (t *Target) Create(ctx context.Context, candidate *corev1.Pod) (created boo
 		return false, t.observe(fmt.Errorf("target %s: creating candidate %s/%s: %w", t.Name, candidate.Namespace, candidate.Name, err))
 	}
 	t.writes.add(key)
+	t.rememberOwn(made)
 	candidatesCreated.WithLabelValues(t.Name).Inc()
 	return true, t.observe(nil)
 }
@@ -666,10 +698,11 @@ func (t *Target) annotate(ctx context.Context, namespace, name string, annotatio
 	}
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
-	_, err = t.client.CoreV1().Pods(namespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+	patched, err := t.client.CoreV1().Pods(namespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
 	if err != nil {
 		return t.observe(fmt.Errorf("target %s: annotating candidate %s/%s: %w", t.Name, namespace, name, err))
 	}
+	t.rememberOwn(patched)
 	if remember {
 		t.writes.add(key)
 	}
