@@ -100,10 +100,11 @@ func (c *Controller) writeElection(ctx context.Context, pod *corev1.Pod, e proto
 	} else {
 		delete(update.Annotations, protocol.ElectedDomainAnnotation)
 	}
-	if _, err := c.Kube.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, &update, metav1.UpdateOptions{}); err != nil {
+	updated, err := c.Kube.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, &update, metav1.UpdateOptions{})
+	if err != nil {
 		return fmt.Errorf("recording election %s on %s/%s: %w", e.Encode(), pod.Namespace, pod.Name, err)
 	}
-	c.memory.noteElection(pod.UID, writtenElection{value: e.Encode(), domain: written, at: c.now()})
+	c.memory.noteElection(pod.UID, writtenElection{value: e.Encode(), domain: written, at: c.now(), rv: updated.ResourceVersion})
 	if e.Elected() {
 		electionSeconds.Observe(sinceCreation(pod))
 		if domain != nil {

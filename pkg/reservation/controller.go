@@ -212,7 +212,7 @@ func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("placement").
-		For(&corev1.Pod{}, builder.WithPredicates(predicate.NewPredicateFuncs(isSourcePod), predicate.Funcs{UpdateFunc: mayMove})).
+		Watches(&corev1.Pod{}, c.sourcePodEvents(), builder.WithPredicates(predicate.NewPredicateFuncs(isSourcePod), predicate.Funcs{UpdateFunc: mayMove})).
 		WatchesRawSource(source.Channel(changes, &handler.TypedEnqueueRequestForObject[*corev1.Pod]{})).
 		WatchesRawSource(source.Channel(echoes, lookAfterEcho)).
 		WithOptions(controller.Options{
@@ -242,6 +242,36 @@ var lookAfterEcho = handler.TypedFuncs[*corev1.Pod, reconcile.Request]{
 	GenericFunc: func(_ context.Context, e event.TypedGenericEvent[*corev1.Pod], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 		q.AddAfter(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: e.Object.Namespace, Name: e.Object.Name}}, echoDelay)
 	},
+}
+
+// sourcePodEvents sends a source pod to the queue on every event of it,
+// but the echo of this process's own election write (memory.electionEcho),
+// which waits echoDelay as a candidate's echo does: the round that wrote
+// it went on with it (electionOf), and the next change merges into it. A
+// round that found the cache without it (stale) awaits it, and then it
+// comes at once.
+func (c *Controller) sourcePodEvents() handler.TypedEventHandler[client.Object, reconcile.Request] {
+	request := func(o client.Object) reconcile.Request {
+		return reconcile.Request{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()}}
+	}
+	return handler.TypedFuncs[client.Object, reconcile.Request]{
+		CreateFunc: func(_ context.Context, e event.TypedCreateEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			q.Add(request(e.Object))
+		},
+		UpdateFunc: func(_ context.Context, e event.TypedUpdateEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			if pod, ok := e.ObjectNew.(*corev1.Pod); ok && pod.Spec.NodeName == "" && c.memory.electionEcho(pod) {
+				q.AddAfter(request(e.ObjectNew), echoDelay)
+				return
+			}
+			q.Add(request(e.ObjectNew))
+		},
+		DeleteFunc: func(_ context.Context, e event.TypedDeleteEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			q.Add(request(e.Object))
+		},
+		GenericFunc: func(_ context.Context, e event.TypedGenericEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			q.Add(request(e.Object))
+		},
+	}
 }
 
 // mayMove reports whether an update of a source pod may give its round
@@ -375,7 +405,14 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	if c.staleElection(pod) {
 		roundsStale.Inc()
-		// The update event of our own write will bring the pod back.
+		// The update event of our own write will bring the pod back, at
+		// once now that it is awaited (its echo would wait echoDelay
+		// otherwise). The cache may have taken it, and its event passed,
+		// since the pod was read: then the round runs again at once.
+		c.memory.awaitElection(pod.UID)
+		if !c.staleElection(c.newest(pod)) {
+			c.lookAgain([]types.NamespacedName{req.NamespacedName})
+		}
 		return reconcile.Result{}, nil
 	}
 	election, err := protocol.ParseElection(pod.Annotations[protocol.ElectionAnnotation])

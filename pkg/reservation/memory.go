@@ -1,12 +1,14 @@
 package reservation
 
 import (
-	"github.com/flotilla-dev/flotilla/pkg/protocol"
 	"maps"
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
 )
 
 // memory is what this process remembers between reconciles that the
@@ -153,6 +155,12 @@ type writtenElection struct {
 	// domain is the elected-domain annotation written with it.
 	domain string
 	at     time.Time
+	// rv is the resourceVersion of the pod the write returned: the cache's
+	// event of that object is its echo (electionEcho).
+	rv string
+	// awaited is set once a round found the cache without it (stale): its
+	// echo is awaited, and brings the pod's round at once.
+	awaited bool
 }
 
 // electedDomain is a domain of a pod's last election.
@@ -464,6 +472,25 @@ func (m *memory) noteElection(uid types.UID, w writtenElection) {
 // until forgetElection.
 func (m *memory) electionWritten(uid types.UID) (writtenElection, bool) {
 	return recalled(m, uid, func(p *podMemo) *writtenElection { return p.election })
+}
+
+// electionEcho reports whether pod, as an event of the source pods brings
+// it, is the object this process's last election write on it returned,
+// and no round awaits it (awaitElection).
+func (m *memory) electionEcho(pod *corev1.Pod) bool {
+	w, ok := m.electionWritten(pod.UID)
+	return ok && !w.awaited && w.rv != "" && w.rv == pod.ResourceVersion
+}
+
+// awaitElection records that a round found the cache without the
+// election this process wrote on the pod: its echo brings the next round
+// at once (electionEcho).
+func (m *memory) awaitElection(uid types.UID) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if p := m.memoOf(uid, false); p != nil && p.election != nil {
+		p.election.awaited = true
+	}
 }
 
 // forgetElection forgets the election written on the pod: the cache shows
