@@ -212,7 +212,7 @@ func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("placement").
-		Watches(&corev1.Pod{}, c.sourcePodEvents(), builder.WithPredicates(predicate.NewPredicateFuncs(isSourcePod), predicate.Funcs{UpdateFunc: mayMove})).
+		Watches(&corev1.Pod{}, &sourcePodEvents{memory: &c.memory}, builder.WithPredicates(predicate.NewPredicateFuncs(isSourcePod), predicate.Funcs{UpdateFunc: mayMove})).
 		WatchesRawSource(source.Channel(changes, &handler.TypedEnqueueRequestForObject[*corev1.Pod]{})).
 		WatchesRawSource(source.Channel(echoes, lookAfterEcho)).
 		WithOptions(controller.Options{
@@ -244,34 +244,25 @@ var lookAfterEcho = handler.TypedFuncs[*corev1.Pod, reconcile.Request]{
 	},
 }
 
-// sourcePodEvents sends a source pod to the queue on every event of it,
-// but the echo of this process's own election write (memory.electionEcho),
-// which waits echoDelay as a candidate's echo does: the round that wrote
-// it went on with it (electionOf), and the next change merges into it. A
-// round that found the cache without it (stale) awaits it, and then it
-// comes at once.
-func (c *Controller) sourcePodEvents() handler.TypedEventHandler[client.Object, reconcile.Request] {
-	request := func(o client.Object) reconcile.Request {
-		return reconcile.Request{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()}}
+// sourcePodEvents sends a source pod to the queue on every event of it
+// (handler.EnqueueRequestForObject), but the echo of this process's own
+// election write (memory.electionEcho), which waits echoDelay as a
+// candidate's echo does: the round that wrote it went on with it
+// (electionOf), and the next change merges into it. A round that found the
+// cache without it (stale) awaits it, and then it comes at once.
+type sourcePodEvents struct {
+	handler.EnqueueRequestForObject
+	memory *memory
+}
+
+// Update delays the echo of an election write; any other update is queued
+// at once.
+func (h *sourcePodEvents) Update(ctx context.Context, e event.TypedUpdateEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	if pod, ok := e.ObjectNew.(*corev1.Pod); ok && pod.Spec.NodeName == "" && h.memory.electionEcho(pod) {
+		q.AddAfter(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}}, echoDelay)
+		return
 	}
-	return handler.TypedFuncs[client.Object, reconcile.Request]{
-		CreateFunc: func(_ context.Context, e event.TypedCreateEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			q.Add(request(e.Object))
-		},
-		UpdateFunc: func(_ context.Context, e event.TypedUpdateEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			if pod, ok := e.ObjectNew.(*corev1.Pod); ok && pod.Spec.NodeName == "" && c.memory.electionEcho(pod) {
-				q.AddAfter(request(e.ObjectNew), echoDelay)
-				return
-			}
-			q.Add(request(e.ObjectNew))
-		},
-		DeleteFunc: func(_ context.Context, e event.TypedDeleteEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			q.Add(request(e.Object))
-		},
-		GenericFunc: func(_ context.Context, e event.TypedGenericEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			q.Add(request(e.Object))
-		},
-	}
+	h.EnqueueRequestForObject.Update(ctx, e, q)
 }
 
 // mayMove reports whether an update of a source pod may give its round
