@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"k8s.io/client-go/kubernetes"
@@ -48,7 +47,7 @@ func startProfileOf(ctx context.Context, rc *rest.Config, path, cluster string) 
 		return func() error { return nil }
 	}
 	done := make(chan error, 1)
-	go func() { done <- saveAPIServerProfile(ctx, rc, *profileAPISeconds, path) }()
+	go func() { done <- saveSecureProfile(ctx, rc, *profileAPISeconds, path) }()
 	return func() error {
 		if err := <-done; err != nil {
 			return err
@@ -56,22 +55,6 @@ func startProfileOf(ctx context.Context, rc *rest.Config, path, cluster string) 
 		fmt.Fprintf(os.Stderr, "bench: %s API server profile written to %s\n", cluster, path)
 		return nil
 	}
-}
-
-func saveAPIServerProfile(ctx context.Context, rc *rest.Config, seconds int, path string) error {
-	cs, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return err
-	}
-	raw, err := cs.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").
-		Param("seconds", fmt.Sprint(seconds)).DoRaw(ctx)
-	if err != nil {
-		return fmt.Errorf("fetching the source API server's profile: %w", err)
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	return os.WriteFile(path, raw, 0o644)
 }
 
 // baseAPIServer is the baseline cluster's admin configuration.

@@ -117,7 +117,7 @@ func main() {
 		return nil
 	})
 	flag.BoolVar(&cfg.Invite, "invite", true, "Every target runs its own agent and invites the source (ClusterSource, least-privilege identity, ClusterSummary), as in production; false: the source uses admin kubeconfigs and targets run no agent.")
-	flag.BoolVar(&cfg.Profile, "profile", false, "Serve the agent's pprof and save its heap and a CPU profile of the Flotilla run (with -spread: the run under the policy; with -mesh: the first mesh cluster's agent, its CPU only) into -out.")
+	flag.BoolVar(&cfg.Profile, "profile", false, "Serve the agent's pprof and save its heap and a CPU profile of the Flotilla run, and CPU profiles of the first target's Flotilla scheduler and agent over the same seconds (with -spread: the run under the policy; with -mesh: the first mesh cluster's agent, its CPU only) into -out.")
 	flag.BoolVar(&cfg.SourceOnly, "source-only", true, "src's release runs no Flotilla scheduler (the chart's scheduler.enabled=false), as a cluster that only sends its pods elsewhere would; false: it runs one, idle.")
 	flag.IntVar(&cfg.ProfileSeconds, "profile-seconds", 20, "With -profile: how long the agent's CPU profile lasts, from the first create (a whole run: its length or more).")
 	flag.DurationVar(&cfg.Idle, "idle", 0, "Before each run's first create, measure the home cluster's CPU by process for this long with nothing to do: its fixed cost, in cores (0: not measured).")
@@ -464,9 +464,19 @@ func run(cfg config, keep, hold bool) (*Report, error) {
 	}
 	var agent *sandbox.Agent
 	var targetAgents []*sandbox.Agent
+	var firstTarget profiledTarget
+	if cfg.Profile {
+		firstTarget = profiledTarget{name: targets[0].Name, scheduler: targets[0].CandidateSchedulerConfig()}
+	}
 	if cfg.Invite {
-		for _, t := range targets {
-			a, err := sandbox.StartAgent(ctx, t, nil)
+		for k, t := range targets {
+			var release sandbox.ReleaseOptions
+			if k == 0 {
+				if release, firstTarget.agentPprof, err = targetAgentRelease(cfg); err != nil {
+					return nil, err
+				}
+			}
+			a, err := sandbox.StartAgentWith(ctx, t, nil, release)
 			if err != nil {
 				return nil, err
 			}
@@ -524,7 +534,7 @@ func run(cfg config, keep, hold bool) (*Report, error) {
 			return nil, err
 		}
 		fmt.Fprintln(os.Stderr, "bench: flotilla run")
-		report.Flotilla, err = profiledRun(ctx, cfg, pprofAddr, agent.MetricsAddr, func() (*Run, error) {
+		report.Flotilla, err = profiledRun(ctx, cfg, firstTarget, pprofAddr, agent.MetricsAddr, func() (*Run, error) {
 			return withRounds(ctx, agent.MetricsAddr, func() (*Run, error) {
 				return measure(ctx, cfg, s.Clusters, src, targets, podShape{optIn: true}, procs)
 			})
@@ -543,7 +553,7 @@ func run(cfg config, keep, hold bool) (*Report, error) {
 		if err := createSpreadPolicy(ctx, cfg, src); err != nil {
 			return err
 		}
-		r, err := profiledRun(ctx, cfg, pprofAddr, agent.MetricsAddr, func() (*Run, error) {
+		r, err := profiledRun(ctx, cfg, firstTarget, pprofAddr, agent.MetricsAddr, func() (*Run, error) {
 			return withRounds(ctx, agent.MetricsAddr, func() (*Run, error) {
 				return measure(ctx, cfg, s.Clusters, src, targets, podShape{optIn: true, replicaSet: spreadWorkload}, procs)
 			})
@@ -626,10 +636,12 @@ func invite(ctx context.Context, src *sandbox.Cluster, targets []*sandbox.Cluste
 
 // profiledRun runs one Flotilla measurement; with -profile, it takes the
 // agent's CPU profile of its first -profile-seconds, its heap at its peak and after
-// it, and its live heap after the run.
-func profiledRun(ctx context.Context, cfg config, pprofAddr, metricsAddr string, measureRun func() (*Run, error)) (*Run, error) {
+// it, and its live heap after the run, and the CPU profiles of first's
+// scheduler and agent over the same seconds.
+func profiledRun(ctx context.Context, cfg config, first profiledTarget, pprofAddr, metricsAddr string, measureRun func() (*Run, error)) (*Run, error) {
 	var profiled, peaked chan error
 	stopPeak := func() {}
+	targetProfiled := first.start(ctx, cfg.ProfileSeconds, cfg.profilePath("cpu"))
 	if cfg.Profile {
 		profiled = make(chan error, 1)
 		go func() {
@@ -665,6 +677,9 @@ func profiledRun(ctx context.Context, cfg config, pprofAddr, metricsAddr string,
 			return nil, err
 		}
 		if err := <-peaked; err != nil {
+			return nil, err
+		}
+		if err := targetProfiled(); err != nil {
 			return nil, err
 		}
 		fmt.Fprintf(os.Stderr, "bench: agent profiles written to %s, %s and %s\n", cfg.profilePath("cpu"), cfg.profilePath("heap"), cfg.profilePath("heap-peak"))

@@ -453,7 +453,7 @@ func startMeshProfiles(ctx context.Context, cfg config, first *sandbox.Cluster, 
 	}
 	if *profileAPIServer {
 		start("apiserver-cpu", func(path string) error {
-			return saveAPIServerProfile(ctx, first.RESTConfig(), *profileAPISeconds, path)
+			return saveSecureProfile(ctx, first.RESTConfig(), *profileAPISeconds, path)
 		})
 	}
 	return func() error {

@@ -640,3 +640,22 @@ func (c *Cluster) waitURLHealthy(ctx context.Context, comp string, p *Process, u
 	}
 	return nil
 }
+
+// CandidateSchedulerConfig returns a client configuration with
+// cluster-admin's token for the secure port of the release's Flotilla
+// scheduler (its /debug/pprof, /metrics), or nil when the cluster runs none.
+// The scheduler's serving certificate is self-signed in its cert folder, so
+// it is not verified.
+func (c *Cluster) CandidateSchedulerConfig() *rest.Config {
+	c.mu.Lock()
+	port, ok := c.ports["candidate-scheduler"]
+	c.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	return &rest.Config{
+		Host:            "https://127.0.0.1:" + strconv.Itoa(port),
+		BearerToken:     c.pki.adminToken,
+		TLSClientConfig: rest.TLSClientConfig{Insecure: true},
+	}
+}
