@@ -26,6 +26,8 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/flotilla-dev/flotilla/api/v1alpha1"
 	"github.com/flotilla-dev/flotilla/test/sandbox"
@@ -135,6 +137,9 @@ func main() {
 	flag.IntVar(&cfg.PermitTimeoutSeconds, "permit-timeout", 0, "With -gangs: the targets' scheduler.permitTimeoutSeconds, how long a reservation waits for its source (0: the chart's default, 30).")
 	shape := flag.String("shape", "", "With -cpu-per-cluster: what of each cluster its quota holds. all: every process of the cluster (control plane, kwok, the release's agent and scheduler); control-plane: its control plane alone (etcd, kube-apiserver, kube-controller-manager, kube-scheduler), as in production, with kwok and the release's pods in an uncapped group whose CPU is reported apart; both: the burst twice, all then control-plane, in two sandboxes. Empty: both for a burst, all with -gangs (which takes all or control-plane), -mesh or -spread (which take only all).")
 	flag.Parse()
+	// The sandbox's controller-runtime clients log through klog, to stderr
+	// with the bench's own lines.
+	ctrl.SetLogger(klog.NewKlogr())
 	takes := shapesBurst
 	switch {
 	case *gangs != "":
