@@ -66,6 +66,10 @@ const (
 	ReasonSameClusterAndNamespace = "SameClusterAndNamespace"
 	// ReasonNoOverlap: no other target sends pods where this one does.
 	ReasonNoOverlap = "NoOverlap"
+	// ReasonCordoned: the Ready condition is true, but the target's
+	// virtual node is cordoned (kubectl cordon): no new pod is sent there
+	// until it is uncordoned; the pods running there are not touched.
+	ReasonCordoned = "Cordoned"
 	// ReasonDelegatesLost: the Ready condition is false because several
 	// delegates of this source's pods vanished in the target without the
 	// source deleting them; no new pod is sent there for a while.

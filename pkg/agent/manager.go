@@ -6,7 +6,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/selection"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -20,6 +22,7 @@ import (
 	"github.com/flotilla-dev/flotilla/api/v1alpha1"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
 	"github.com/flotilla-dev/flotilla/pkg/slim"
+	"github.com/flotilla-dev/flotilla/pkg/vnode"
 )
 
 // Scheme holds the kinds the agent reads and writes: Kubernetes' own and
@@ -63,6 +66,9 @@ func NewManager(restCfg *rest.Config, c *Config) (manager.Manager, error) {
 					Field:     fields.OneTermEqualSelector("spec.schedulerName", protocol.SourceSchedulerName),
 					Transform: slim.SourcePod,
 				},
+				// Of the nodes, only the virtual ones, whose cordons the
+				// targets follow; not every node of a large cluster.
+				&corev1.Node{}: {Label: virtualNodes()},
 			},
 			DefaultTransform: cache.TransformStripManagedFields(),
 		},
@@ -86,6 +92,13 @@ func NewManager(restCfg *rest.Config, c *Config) (manager.Manager, error) {
 		return nil, fmt.Errorf("creating manager: %w", err)
 	}
 	return mgr, nil
+}
+
+// virtualNodes selects the virtual nodes of Flotilla's targets.
+func virtualNodes() labels.Selector {
+	isVirtual, _ := labels.NewRequirement(vnode.TypeLabel, selection.Equals, []string{vnode.TypeValue})
+	ofTarget, _ := labels.NewRequirement(vnode.TargetLabel, selection.Exists, nil)
+	return labels.NewSelector().Add(*isVirtual, *ofTarget)
 }
 
 // namespaceOr is ns, or when it is empty the namespace the agent runs in,

@@ -224,7 +224,8 @@ type targetInfo struct {
 	// read.
 	summary *v1alpha1.ClusterSummaryStatus
 	// heldBack says why the agent holds the target back, as its Ready
-	// condition says (reason DelegatesLost); "" when it does not.
+	// condition says (reason DelegatesLost, or Cordoned); "" when it does
+	// not.
 	heldBack string
 }
 
@@ -338,13 +339,17 @@ func targetsOf(ctx context.Context, c *clients, agentNamespace, namespace string
 
 func (t *targetInfo) fillStatus(s v1alpha1.TargetStatus, namespace, name string) {
 	t.ready = meta.FindStatusCondition(s.Conditions, v1alpha1.TargetReady)
-	if t.ready != nil && t.ready.Status != metav1.ConditionTrue && t.ready.Reason == v1alpha1.ReasonDelegatesLost {
-		t.heldBack = orDefault(t.ready.Message, "the delegates of this cluster's pods vanished in the target again and again")
-	}
 	t.namespaces = s.Namespaces
 	t.virtualNode = s.VirtualNode
 	if t.virtualNode == "" {
 		t.virtualNode = protocol.VirtualNodeName(namespace, name)
+	}
+	switch {
+	case t.ready == nil:
+	case t.ready.Status != metav1.ConditionTrue && t.ready.Reason == v1alpha1.ReasonDelegatesLost:
+		t.heldBack = orDefault(t.ready.Message, "the delegates of this cluster's pods vanished in the target again and again")
+	case t.ready.Status == metav1.ConditionTrue && t.ready.Reason == v1alpha1.ReasonCordoned:
+		t.heldBack = "its virtual node " + t.virtualNode + " is cordoned"
 	}
 }
 

@@ -54,7 +54,8 @@ func reservedCandidate(source *corev1.Pod, name string) *corev1.Pod {
 }
 
 // TestExplainSaysATargetIsHeldBack: a target the agent holds back (its
-// Ready condition says DelegatesLost) gets no candidate from the agent
+// Ready condition says DelegatesLost, or Cordoned: its virtual node is
+// cordoned, the target still Ready) gets no candidate from the agent
 // whatever the policy, before any plan. It still holds the pod's
 // candidate, sent before it was held back, reserved and waiting in
 // Permit: explain must say the target is left out and why, with or
@@ -72,6 +73,7 @@ func TestExplainSaysATargetIsHeldBack(t *testing.T) {
 	}
 	held := selfTarget("held", metav1.Condition{Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonDelegatesLost, Message: heldBackWhy})
 	fine := selfTarget("fine", metav1.Condition{Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonConnected})
+	cordoned := selfTarget("cordoned", metav1.Condition{Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonCordoned, Message: "Connected, but its virtual node flotilla-cordoned is cordoned"})
 	web := &v1alpha1.PlacementPolicy{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web"},
 		Spec:       v1alpha1.PlacementPolicySpec{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}},
@@ -84,13 +86,13 @@ func TestExplainSaysATargetIsHeldBack(t *testing.T) {
 		{name: "under a policy", policies: []*v1alpha1.PlacementPolicy{web}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			builder := crfake.NewClientBuilder().WithScheme(scheme).WithObjects(held, fine).WithStatusSubresource(held, fine)
+			builder := crfake.NewClientBuilder().WithScheme(scheme).WithObjects(held, fine, cordoned).WithStatusSubresource(held, fine, cordoned)
 			for _, p := range tc.policies {
 				builder = builder.WithObjects(p)
 			}
 			c := &clients{
 				where: "test", namespace: "shop",
-				kube: kubefake.NewClientset(source, reservedCandidate(source, "held"), reservedCandidate(source, "fine")),
+				kube: kubefake.NewClientset(source, reservedCandidate(source, "held"), reservedCandidate(source, "fine"), reservedCandidate(source, "cordoned")),
 				cr:   builder.Build(),
 			}
 			e, err := explain(t.Context(), c, &explainOptions{agentNamespace: DefaultAgentNamespace}, source.Name)
@@ -103,7 +105,7 @@ func TestExplainSaysATargetIsHeldBack(t *testing.T) {
 			}
 			rows := map[string]string{}
 			for _, line := range strings.Split(out.String(), "\n") {
-				if name, _, ok := strings.Cut(line, " "); ok && (name == "held" || name == "fine") {
+				if name, _, ok := strings.Cut(line, " "); ok && (name == "held" || name == "fine" || name == "cordoned") {
 					rows[name] = line
 				}
 			}
@@ -113,7 +115,10 @@ func TestExplainSaysATargetIsHeldBack(t *testing.T) {
 			if strings.Contains(rows["held"], "selected") {
 				t.Errorf("explain calls the target held back selected:\n%s", out.String())
 			}
-			if strings.Contains(rows["fine"], "vanished") || rows["fine"] == "" {
+			if !strings.Contains(rows["cordoned"], "flotilla-cordoned is cordoned") || strings.Contains(rows["cordoned"], "selected") {
+				t.Errorf("explain does not leave out the target whose virtual node is cordoned:\n%s", out.String())
+			}
+			if strings.Contains(rows["fine"], "vanished") || strings.Contains(rows["fine"], "cordoned") || rows["fine"] == "" {
 				t.Errorf("the target not held back:\n%s", out.String())
 			}
 		})

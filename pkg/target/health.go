@@ -20,6 +20,10 @@ type Health struct {
 	Authorized bool
 	// Reason and Message explain the first thing that failed.
 	Reason, Message string
+	// Cordoned says why a target that is otherwise Ready gets no new pod:
+	// its virtual node is cordoned (Target.Cordoned). The target stays
+	// Ready, as a cordoned node does.
+	Cordoned string
 }
 
 // probed is a Health and when it was found.
@@ -111,6 +115,8 @@ func (h Health) apply(v view, synced bool) {
 		setCondition(v, v1alpha1.TargetReady, metav1.ConditionFalse, h.Reason, h.Message)
 	case !synced:
 		setCondition(v, v1alpha1.TargetReady, metav1.ConditionFalse, v1alpha1.ReasonConnecting, "Listing this source's candidates in the target")
+	case h.Cordoned != "":
+		setCondition(v, v1alpha1.TargetReady, metav1.ConditionTrue, v1alpha1.ReasonCordoned, "Connected, but "+h.Cordoned+"; the pods running there are not touched")
 	default:
 		setCondition(v, v1alpha1.TargetReady, metav1.ConditionTrue, v1alpha1.ReasonConnected, "Pods are sent to this target")
 	}

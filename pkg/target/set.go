@@ -126,6 +126,21 @@ func (s *Set) Add(t *Target) {
 	}
 }
 
+// Reopened runs the OnAdd functions for a target of the set that takes new
+// pods again (its virtual node uncordoned): the pods that wait may go there.
+func (s *Set) Reopened(t *Target) {
+	s.mu.RLock()
+	added := slices.Clone(s.added)
+	in := s.byName[t.Name] == t
+	s.mu.RUnlock()
+	if !in {
+		return
+	}
+	for _, f := range added {
+		f(t)
+	}
+}
+
 // Remove takes a target out of the set if it is still the one given,
 // draining or not.
 func (s *Set) Remove(t *Target) {
@@ -214,7 +229,8 @@ func (s *Set) OnCandidateChange(f SetChangeHandler) {
 	}
 }
 
-// OnAdd registers f, called with every target added from now on.
+// OnAdd registers f, called with every target added from now on, and with
+// every target that takes new pods again (Reopened).
 func (s *Set) OnAdd(f func(*Target)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

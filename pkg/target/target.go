@@ -101,6 +101,8 @@ type Target struct {
 
 	// lost counts the delegates that vanished in the target.
 	lost lostDelegates
+	// cordoned: its virtual node is cordoned (spec.unschedulable).
+	cordoned atomic.Bool
 
 	// heardAt is when the target last answered a call with success or
 	// its candidate watch delivered an event (Unix nanoseconds).

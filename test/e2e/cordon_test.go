@@ -1,0 +1,151 @@
+package e2e
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/flotilla-dev/flotilla/api/v1alpha1"
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
+	"github.com/flotilla-dev/flotilla/test/sandbox"
+)
+
+// TestACordonedVirtualNodeTakesNoNewPod: the source's admin cordons a
+// target's virtual node (kubectl cordon), as they would a node of their
+// own. Through the self ClusterTarget (cluster-scoped, the source cluster
+// itself) and through a namespaced Target to another cluster joined by
+// its namespace's owners (the invited identity), each the only target a
+// pod may go to:
+//   - a pod running there before the cordon keeps running, its delegate
+//     untouched;
+//   - the target stays Ready, with reason Cordoned;
+//   - a new pod gets no candidate there: it waits Pending, PodScheduled
+//     False, Unschedulable, naming the cordon;
+//   - uncordoned, the target is Connected again and the waiting pod runs
+//     there.
+//
+// Without the agent following the cordon, the new pod gets a candidate
+// and runs on the cordoned node.
+func TestACordonedVirtualNodeTakesNoNewPod(t *testing.T) {
+	t.Parallel()
+	const home, remote = "cordon-home", "cordon-remote"
+	const viaKey = "example.com/via"
+	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
+		{Name: "src", Nodes: []sandbox.NodeSpec{{CPU: "8"}}},
+		{Name: "t1", Nodes: []sandbox.NodeSpec{{CPU: "8"}}},
+	}})
+	ctx := t.Context()
+	src, t1 := s.Cluster("src"), s.Cluster("t1")
+	admin, cl := src.Client(), src.CRClient()
+	for _, ns := range []string{home, remote} {
+		createNamespace(t, admin, ns)
+	}
+	if _, err := sandbox.StartAgent(ctx, t1, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sandbox.StartAgent(ctx, src, []*sandbox.Cluster{src}); err != nil {
+		t.Fatal(err)
+	}
+	remoteNode := joinThroughSource(t, src, t1, remote)
+	joined := &v1alpha1.Target{}
+	if err := cl.Get(ctx, client.ObjectKey{Namespace: remote, Name: t1.Name}, joined); err != nil {
+		t.Fatal(err)
+	}
+	joined.Spec.Labels = map[string]v1alpha1.LabelValue{viaKey: "remote"}
+	if err := cl.Update(ctx, joined); err != nil {
+		t.Fatal(err)
+	}
+	// The self ClusterTarget serves the remote namespace too: a policy
+	// leaves the pods there to the namespaced Target alone.
+	p := &v1alpha1.PlacementPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: remote, Name: "via-remote"}}
+	p.Spec.ClusterSelector = &metav1.LabelSelector{MatchLabels: map[string]string{viaKey: "remote"}}
+	if err := cl.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, path := range []struct {
+		name, namespace, node string
+		target                client.ObjectKey
+		// where the delegates run, and in which namespace
+		delegates   kubernetes.Interface
+		delegatesNS string
+	}{
+		{"the self ClusterTarget", home, protocol.VirtualNodeName("", src.Name), client.ObjectKey{Name: src.Name}, admin, home},
+		{"a namespaced Target to another cluster", remote, remoteNode, client.ObjectKeyFromObject(joined), t1.Client(), remote},
+	} {
+		t.Run(path.name, func(t *testing.T) {
+			pods := admin.CoreV1().Pods(path.namespace)
+			runsThere := func(p *corev1.Pod) bool {
+				return p.Spec.NodeName == path.node && p.Status.Phase == corev1.PodRunning
+			}
+			before, err := pods.Create(ctx, optedInPod("before", "100m"), metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitPod(t, admin, path.namespace, before.Name, "running on "+path.node, runsThere)
+
+			setUnschedulable(t, admin, path.node, true)
+			if err := src.WaitTarget(ctx, path.target, time.Minute, func(st *v1alpha1.TargetStatus) bool {
+				c := meta.FindStatusCondition(st.Conditions, v1alpha1.TargetReady)
+				return c != nil && c.Status == metav1.ConditionTrue && c.Reason == v1alpha1.ReasonCordoned
+			}); err != nil {
+				t.Fatalf("the target does not say its virtual node is cordoned: %v", err)
+			}
+
+			after, err := pods.Create(ctx, optedInPod("after", "100m"), metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitPod(t, admin, path.namespace, after.Name, "Pending, Unschedulable, naming the cordon", func(p *corev1.Pod) bool {
+				for _, c := range p.Status.Conditions {
+					if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+						return p.Spec.NodeName == "" && strings.Contains(c.Message, "cordoned")
+					}
+				}
+				return false
+			})
+			if got := candidatesOf(t, path.delegates, path.delegatesNS, after.UID); len(got) > 0 {
+				t.Errorf("a pod created after the cordon has %d candidate(s) in the cordoned target, first %s", len(got), got[0].Name)
+			}
+			live, err := pods.Get(ctx, before.Name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !runsThere(live) {
+				t.Errorf("the pod running before the cordon is %s on %q", live.Status.Phase, live.Spec.NodeName)
+			}
+			if got := candidatesOf(t, path.delegates, path.delegatesNS, before.UID); len(got) != 1 || got[0].Spec.NodeName == "" {
+				t.Errorf("the delegate of the pod running before the cordon is gone or unbound: %d candidate(s)", len(got))
+			}
+
+			setUnschedulable(t, admin, path.node, false)
+			if err := src.WaitTarget(ctx, path.target, time.Minute, func(st *v1alpha1.TargetStatus) bool {
+				c := meta.FindStatusCondition(st.Conditions, v1alpha1.TargetReady)
+				return c != nil && c.Status == metav1.ConditionTrue && c.Reason == v1alpha1.ReasonConnected
+			}); err != nil {
+				t.Fatalf("uncordoned, the target is not Connected again: %v", err)
+			}
+			waitPod(t, admin, path.namespace, after.Name, "running on "+path.node+" once uncordoned", runsThere)
+		})
+	}
+}
+
+// setUnschedulable cordons (or uncordons) a node as kubectl does: a merge
+// patch of spec.unschedulable.
+func setUnschedulable(t *testing.T, c kubernetes.Interface, node string, on bool) {
+	t.Helper()
+	patch := `{"spec":{"unschedulable":false}}`
+	if on {
+		patch = `{"spec":{"unschedulable":true}}`
+	}
+	if _, err := c.CoreV1().Nodes().Patch(t.Context(), node, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
