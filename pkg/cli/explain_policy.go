@@ -55,6 +55,9 @@ type CapacityPlace struct {
 type policyView struct {
 	target targetInfo
 	labels map[string]string
+	// taints are its virtual node's that keep pods off
+	// (placementpolicy.OperatorTaints).
+	taints []corev1.Taint
 }
 
 // cluster is the target as placement sees it (placementpolicy.ClusterOf).
@@ -80,6 +83,7 @@ func (c *clients) explainPlacement(ctx context.Context, e *Explanation, pod *cor
 			// labels and those common to all its nodes.
 			if n, err := c.kube.CoreV1().Nodes().Get(ctx, t.virtualNode, metav1.GetOptions{}); err == nil {
 				maps.Copy(v.labels, n.Labels)
+				v.taints = placementpolicy.OperatorTaints(n)
 			}
 			maps.Copy(v.labels, t.labels)
 			views = append(views, v)
@@ -123,7 +127,7 @@ func leaveOut(pod *corev1.Pod, views []policyView, answers []Answer) map[string]
 	standing := make([]placementpolicy.Standing, 0, len(views))
 	for _, v := range views {
 		if v.target.invites(pod) {
-			standing = append(standing, placementpolicy.Standing{Cluster: v.cluster(), HeldBack: v.target.heldBack})
+			standing = append(standing, placementpolicy.Standing{Cluster: v.cluster(), HeldBack: v.target.heldBack, Taints: v.taints})
 		}
 	}
 	leftOut := placementpolicy.Prefilter(standing, placementpolicy.NeedsOf(pod))
@@ -145,6 +149,9 @@ type PolicyTarget struct {
 	Own         map[string]string
 	Summary     *v1alpha1.ClusterSummaryStatus
 	HeldBack    string
+	// Taints are its virtual node's that keep pods off
+	// (placementpolicy.OperatorTaints).
+	Taints []corev1.Taint
 }
 
 // ExplainPolicy is the placement part of `kubectl flotilla explain` from
@@ -157,7 +164,7 @@ type PolicyTarget struct {
 func ExplainPolicy(pod *corev1.Pod, policies []v1alpha1.PlacementPolicy, targets []PolicyTarget, pods []corev1.Pod, answers []Answer) *PolicyExplanation {
 	views := make([]policyView, len(targets))
 	for i, t := range targets {
-		views[i] = policyView{target: targetInfo{name: t.Name, virtualNode: t.VirtualNode, labels: t.Own, summary: t.Summary, heldBack: t.HeldBack}, labels: t.Labels}
+		views[i] = policyView{target: targetInfo{name: t.Name, virtualNode: t.VirtualNode, labels: t.Own, summary: t.Summary, heldBack: t.HeldBack}, labels: t.Labels, taints: t.Taints}
 	}
 	return explainPolicy(pod, placementpolicy.Choose(pod, policies), views, leaveOut(pod, views, answers), pods, answers)
 }

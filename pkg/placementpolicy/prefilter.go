@@ -1,11 +1,16 @@
 package placementpolicy
 
 import (
+	"fmt"
+
 	corev1 "k8s.io/api/core/v1"
 	resourcehelper "k8s.io/component-helpers/resource"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/klog/v2"
 
 	"github.com/flotilla-dev/flotilla/api/v1alpha1"
 	"github.com/flotilla-dev/flotilla/pkg/placement"
+	"github.com/flotilla-dev/flotilla/pkg/protocol"
 	"github.com/flotilla-dev/flotilla/pkg/sourcespec"
 )
 
@@ -15,6 +20,9 @@ type Needs struct {
 	Requests     corev1.ResourceList
 	NodeSelector map[string]string
 	Required     *corev1.NodeSelector
+	// Tolerations are the pod's own, without those Flotilla gives a
+	// source pod.
+	Tolerations []corev1.Toleration
 }
 
 // NeedsOf reads the needs of a source pod from the spec its candidates run
@@ -28,6 +36,7 @@ func NeedsOf(pod *corev1.Pod) Needs {
 	n := Needs{
 		Requests:     resourcehelper.PodRequests(&corev1.Pod{Spec: *spec}, resourcehelper.PodResourcesOptions{}),
 		NodeSelector: spec.NodeSelector,
+		Tolerations:  spec.Tolerations,
 	}
 	if a := spec.Affinity; a != nil && a.NodeAffinity != nil {
 		n.Required = a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution
@@ -43,14 +52,35 @@ type Standing struct {
 	// none (a self target) says neither.
 	placement.Cluster
 	// HeldBack says why the target takes no new pod now, "" when it does:
-	// the delegates of this cluster's pods vanished there again and again.
+	// its virtual node is cordoned, or the delegates of this cluster's
+	// pods vanished there again and again.
 	HeldBack string
+	// Taints are its virtual node's taints that keep off the pods that do
+	// not tolerate them (OperatorTaints).
+	Taints []corev1.Taint
+}
+
+// OperatorTaints are the taints of a target's virtual node that keep pods
+// off it (NoSchedule, NoExecute) besides the virtual node's own, which every
+// source pod tolerates: an operator's, as on any node. Prefilter leaves a
+// target out for a pod that does not tolerate one.
+func OperatorTaints(node *corev1.Node) []corev1.Taint {
+	var out []corev1.Taint
+	for _, t := range node.Spec.Taints {
+		if t.Key == protocol.VirtualNodeTaintKey || (t.Effect != corev1.TaintEffectNoSchedule && t.Effect != corev1.TaintEffectNoExecute) {
+			continue
+		}
+		out = append(out, t)
+	}
+	return out
 }
 
 // Prefilter says which of a pod's targets get no candidate whatever the
 // policy, and why, before any policy groups or counts them: nil when none.
 // In order:
-//   - a target held back takes no new pod;
+//   - a target held back takes no new pod, nor one whose virtual node
+//     has a taint the pod does not tolerate (as kube-scheduler binds no
+//     pod to a node whose NoSchedule taint it does not tolerate);
 //   - a target none of whose nodes can meet the pod's required node
 //     affinity, as its summary tells (placement.Unfit), cannot run it;
 //   - of the others, a target none of whose nodes has room for the pod's
@@ -73,6 +103,10 @@ func Prefilter(targets []Standing, needs Needs) map[string]string {
 	for _, t := range targets {
 		if t.HeldBack != "" {
 			exclude(t.Name, t.HeldBack)
+			continue
+		}
+		if taint, untolerated := corev1helpers.FindMatchingUntoleratedTaint(klog.Background(), t.Taints, needs.Tolerations, nil, false); untolerated {
+			exclude(t.Name, fmt.Sprintf("its virtual node has the taint %s, which the pod does not tolerate", taint.ToString()))
 			continue
 		}
 		if why := placement.Unfit(t.Cluster, needs.Required); why != "" {

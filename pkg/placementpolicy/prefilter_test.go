@@ -3,6 +3,7 @@ package placementpolicy
 import (
 	"encoding/json"
 	"maps"
+	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -27,6 +28,12 @@ func standing(name, largestCPU string, capacities ...string) Standing {
 		cl.LargestFree = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(largestCPU), corev1.ResourcePods: resource.MustParse("10")}
 	}
 	return Standing{Cluster: cl}
+}
+
+// tainted is s with its virtual node tainted dedicated=gpu:NoSchedule.
+func tainted(s Standing) Standing {
+	s.Taints = []corev1.Taint{{Key: "dedicated", Value: "gpu", Effect: corev1.TaintEffectNoSchedule}}
+	return s
 }
 
 func heldBack(s Standing) Standing {
@@ -102,6 +109,22 @@ func TestPrefilter(t *testing.T) {
 			},
 		},
 		{
+			name:     "a taint the pod does not tolerate leaves the target out",
+			targets:  []Standing{tainted(standing("gpu", "8", protocol.CapacitySpot)), standing("b", "8", protocol.CapacitySpot)},
+			excluded: map[string]string{"gpu": "its virtual node has the taint dedicated=gpu:NoSchedule, which the pod does not tolerate"},
+		},
+		{
+			name:    "a taint the pod tolerates does not",
+			targets: []Standing{tainted(standing("gpu", "8", protocol.CapacitySpot)), standing("b", "8", protocol.CapacitySpot)},
+			needs:   Needs{Tolerations: []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "gpu", Effect: corev1.TaintEffectNoSchedule}}},
+		},
+		{
+			name:     "tolerating another value of the key is not tolerating the taint",
+			targets:  []Standing{tainted(standing("gpu", "8", protocol.CapacitySpot))},
+			needs:    Needs{Tolerations: []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "cpu"}}},
+			excluded: map[string]string{"gpu": "its virtual node has the taint dedicated=gpu:NoSchedule, which the pod does not tolerate"},
+		},
+		{
 			name:     "held back before unfit: one reason, the first",
 			targets:  []Standing{heldBack(standing("a", "", protocol.CapacityOnDemand)), standing("b", "", protocol.CapacitySpot)},
 			needs:    Needs{Required: toSpot},
@@ -114,6 +137,25 @@ func TestPrefilter(t *testing.T) {
 				t.Errorf("excluded %v, want %v", got, tc.excluded)
 			}
 		})
+	}
+}
+
+// TestOperatorTaints: of a virtual node's taints, those that keep pods off
+// (NoSchedule, NoExecute) count, but the virtual node's own, which every
+// source pod tolerates.
+func TestOperatorTaints(t *testing.T) {
+	node := &corev1.Node{Spec: corev1.NodeSpec{Taints: []corev1.Taint{
+		{Key: protocol.VirtualNodeTaintKey, Value: protocol.VirtualNodeTaintValue, Effect: corev1.TaintEffectNoSchedule},
+		{Key: "dedicated", Value: "gpu", Effect: corev1.TaintEffectNoSchedule},
+		{Key: "maintenance", Effect: corev1.TaintEffectNoExecute},
+		{Key: "soft", Effect: corev1.TaintEffectPreferNoSchedule},
+	}}}
+	var keys []string
+	for _, taint := range OperatorTaints(node) {
+		keys = append(keys, taint.Key)
+	}
+	if want := []string{"dedicated", "maintenance"}; !slices.Equal(keys, want) {
+		t.Errorf("operator taints %v, want %v", keys, want)
 	}
 }
 

@@ -151,7 +151,7 @@ func (c *Controller) planFor(ctx context.Context, pod *corev1.Pod, invited []*ta
 	now := c.now()
 	for i, t := range invited {
 		clusters[i] = seen.summaryOf(t).cluster
-		standing[i] = placementpolicy.Standing{Cluster: clusters[i], HeldBack: t.HeldBack(now)}
+		standing[i] = placementpolicy.Standing{Cluster: clusters[i], HeldBack: t.HeldBack(now), Taints: t.NodeTaints()}
 	}
 	p.excluded = placementpolicy.Prefilter(standing, p.needs)
 	kept, keptClusters := invited[:0:0], clusters[:0:0]

@@ -13,7 +13,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -24,9 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/flotilla-dev/flotilla/api/v1alpha1"
@@ -142,71 +139,13 @@ func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 		return err
 	}
 	if err := ctrl.NewControllerManagedBy(mgr).Named("clustertarget").For(&v1alpha1.ClusterTarget{}).
-		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(targetOfNode(false)), builder.WithPredicates(cordonChanged)).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(targetOfNode(false)), builder.WithPredicates(nodeSpecChanged)).
 		Complete(reconcile.Func(c.reconcileClusterTarget)); err != nil {
 		return err
 	}
 	return ctrl.NewControllerManagedBy(mgr).Named("target").For(&v1alpha1.Target{}).
-		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(targetOfNode(true)), builder.WithPredicates(cordonChanged)).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(targetOfNode(true)), builder.WithPredicates(nodeSpecChanged)).
 		Complete(reconcile.Func(c.reconcileTarget))
-}
-
-// cordonChanged passes the events of a node that may change whether a
-// target's virtual node is cordoned: its creation, its deletion, and an
-// update that cordons or uncordons it; not the status its node controller
-// writes every few seconds.
-var cordonChanged = predicate.Funcs{
-	UpdateFunc: func(e event.UpdateEvent) bool {
-		o, okOld := e.ObjectOld.(*corev1.Node)
-		n, okNew := e.ObjectNew.(*corev1.Node)
-		return okOld && okNew && o.Spec.Unschedulable != n.Spec.Unschedulable
-	},
-	GenericFunc: func(event.GenericEvent) bool { return false },
-}
-
-// targetOfNode maps a virtual node to the ClusterTarget (namespaced false)
-// or Target (true) it stands for, by the labels the agent gives it. A node
-// relabelled to name another target only has that one looked at: a target
-// reads the cordon of its own node, by name.
-func targetOfNode(namespaced bool) handler.MapFunc {
-	return func(_ context.Context, o client.Object) []reconcile.Request {
-		l := o.GetLabels()
-		name := l[vnode.TargetLabel]
-		ns, inNamespace := l[TargetNamespaceLabel]
-		if name == "" || inNamespace != namespaced {
-			return nil
-		}
-		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: ns, Name: name}}}
-	}
-}
-
-// followCordon reads whether the target's virtual node is cordoned, from
-// the manager's cache of the virtual nodes, and records it in the target;
-// when the node was cordoned and no longer is, the pods that wait are
-// looked at again. It reports whether the target is cordoned; when the
-// node cannot be read it keeps what it knew.
-func (c *Controller) followCordon(ctx context.Context, t *Target) bool {
-	cordoned := c.nodeCordoned(ctx, t, t.Cordoned() != "")
-	if t.SetCordoned(cordoned) {
-		c.Targets.Reopened(t)
-	}
-	return cordoned
-}
-
-// nodeCordoned reads whether the target's virtual node is cordoned, from the
-// manager's cache of the virtual nodes: no node is no cordon; when the node
-// cannot be read, it is what was known.
-func (c *Controller) nodeCordoned(ctx context.Context, t *Target, known bool) bool {
-	node := &corev1.Node{}
-	err := c.Client.Get(ctx, client.ObjectKey{Name: t.NodeName}, node)
-	switch {
-	case apierrors.IsNotFound(err):
-		return false
-	case err != nil:
-		klog.FromContext(ctx).Error(err, "Reading whether the target's virtual node is cordoned", "node", t.NodeName)
-		return known
-	}
-	return node.Spec.Unschedulable
 }
 
 // defaults readies the controller and fills in what is not set.
@@ -349,8 +288,12 @@ func (c *Controller) connect(ctx context.Context, v view) (reconcile.Result, err
 			setCondition(v, v1alpha1.TargetReady, metav1.ConditionFalse, v1alpha1.ReasonKubeconfigInvalid, err.Error())
 			return c.report(ctx, v, before, notReadyResync)
 		}
-		// A target whose node is cordoned takes no pod from its start.
-		t.SetCordoned(c.nodeCordoned(ctx, t, false))
+		// A target whose node is cordoned or tainted keeps pods off from
+		// its start.
+		if cordoned, taints, ok := c.readNode(ctx, t); ok {
+			t.setCordoned(cordoned)
+			t.setNodeTaints(taints)
+		}
 		r = c.start(t, hash, place)
 	} else if cfg.BearerToken != "" && cfg.BearerToken != r.t.Token() {
 		r.t.SetToken(cfg.BearerToken)
@@ -387,7 +330,8 @@ func (c *Controller) connect(ctx context.Context, v view) (reconcile.Result, err
 		// touched; only new ones are not sent.
 		h.Reason, h.Message = v1alpha1.ReasonDelegatesLost, why
 	}
-	if c.followCordon(ctx, r.t) && h.Reachable && h.Authorized && h.Reason == v1alpha1.ReasonConnected {
+	c.followNode(ctx, r.t)
+	if h.Reachable && h.Authorized && h.Reason == v1alpha1.ReasonConnected {
 		h.Cordoned = r.t.Cordoned()
 	}
 	h.apply(v, r.t.HasSynced())

@@ -83,6 +83,53 @@ func TestCordonedTargetIsHeldBack(t *testing.T) {
 	expectCondition(t, h.status("east").Conditions, v1alpha1.TargetReady, metav1.ConditionTrue, v1alpha1.ReasonConnected)
 }
 
+// TestTaintedTargetKeepsOffPods: the taints an operator puts on a target's
+// virtual node are the target's to placement (NodeTaints), the virtual
+// node's own and PreferNoSchedule aside; the target stays Connected. A
+// taint removed looks at the pods that wait again; one added does not.
+func TestTaintedTargetKeepsOffPods(t *testing.T) {
+	h := newTargetHarness(t, eastTarget())
+	if err := h.client.Create(h.ctx, kubeconfigSecret(t, h.token())); err != nil {
+		t.Fatal(err)
+	}
+	h.connected("east")
+	tg, _ := h.c.Targets.Get("east")
+	reopened := make(chan string, 4)
+	h.c.Targets.OnAdd(func(t *Target) { reopened <- t.Name })
+
+	gpu := corev1.Taint{Key: "dedicated", Value: "gpu", Effect: corev1.TaintEffectNoSchedule}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "flotilla-east"}, Spec: corev1.NodeSpec{Taints: []corev1.Taint{
+		vnode.Taint(), gpu, {Key: "soft", Effect: corev1.TaintEffectPreferNoSchedule},
+	}}}
+	if err := h.client.Create(h.ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	h.reconcile("east")
+	if got := tg.NodeTaints(); len(got) != 1 || !got[0].MatchTaint(&gpu) {
+		t.Errorf("the target's taints %v, want %s alone", got, gpu.ToString())
+	}
+	expectCondition(t, h.status("east").Conditions, v1alpha1.TargetReady, metav1.ConditionTrue, v1alpha1.ReasonConnected)
+	select {
+	case <-reopened:
+		t.Error("a taint added looked at the pods that wait again")
+	default:
+	}
+
+	node.Spec.Taints = []corev1.Taint{vnode.Taint()}
+	if err := h.client.Update(h.ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	h.reconcile("east")
+	if got := tg.NodeTaints(); len(got) != 0 {
+		t.Errorf("untainted, the target's taints are %v", got)
+	}
+	select {
+	case <-reopened:
+	default:
+		t.Error("a taint removed did not look at the pods that wait again")
+	}
+}
+
 // TestTargetOfNode: a virtual node's events go to the kind of target whose
 // node it is, by its labels; a node of no target goes nowhere.
 func TestTargetOfNode(t *testing.T) {

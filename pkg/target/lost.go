@@ -83,21 +83,3 @@ func (t *Target) LostHeldBack(now time.Time) string {
 	}
 	return fmt.Sprintf("%d delegates of this cluster's pods vanished in the target within %s without this cluster deleting them; no new pod is sent there until %s", n, LostWindow, until.UTC().Format(time.RFC3339))
 }
-
-// SetCordoned records whether the target's virtual node is cordoned
-// (spec.unschedulable: kubectl cordon, or drain). A cordoned target gets no
-// new pod, as kube-scheduler binds none to a cordoned node; what runs there,
-// and candidates sent before, are not touched. It reports whether the
-// target was cordoned and no longer is: the pods that wait may go there now.
-func (t *Target) SetCordoned(cordoned bool) (uncordoned bool) {
-	return t.cordoned.Swap(cordoned) && !cordoned
-}
-
-// Cordoned says why the target gets no new pod because its virtual node is
-// cordoned, "" when it is not.
-func (t *Target) Cordoned() string {
-	if !t.cordoned.Load() {
-		return ""
-	}
-	return fmt.Sprintf("its virtual node %s is cordoned: no new pod is sent to this target until it is uncordoned (kubectl uncordon %s)", t.NodeName, t.NodeName)
-}

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/flotilla-dev/flotilla/api/v1alpha1"
@@ -18,8 +20,8 @@ import (
 )
 
 // TestACordonedVirtualNodeTakesNoNewPod: the source's admin cordons a
-// target's virtual node (kubectl cordon), as they would a node of their
-// own. Through the self ClusterTarget (cluster-scoped, the source cluster
+// target's virtual node (kubectl cordon), then taints it (kubectl taint),
+// as they would a node of their own. Through the self ClusterTarget (cluster-scoped, the source cluster
 // itself) and through a namespaced Target to another cluster joined by
 // its namespace's owners (the invited identity), each the only target a
 // pod may go to:
@@ -29,10 +31,13 @@ import (
 //   - a new pod gets no candidate there: it waits Pending, PodScheduled
 //     False, Unschedulable, naming the cordon;
 //   - uncordoned, the target is Connected again and the waiting pod runs
-//     there.
+//     there;
+//   - tainted NoSchedule, it runs a new pod that tolerates the taint, and
+//     one that does not waits, Unschedulable, naming the taint, with no
+//     candidate there, until the taint is removed.
 //
-// Without the agent following the cordon, the new pod gets a candidate
-// and runs on the cordoned node.
+// Without the agent following the node's spec, the new pods get
+// candidates and run on the cordoned or tainted node.
 func TestACordonedVirtualNodeTakesNoNewPod(t *testing.T) {
 	t.Parallel()
 	const home, remote = "cordon-home", "cordon-remote"
@@ -133,7 +138,59 @@ func TestACordonedVirtualNodeTakesNoNewPod(t *testing.T) {
 				t.Fatalf("uncordoned, the target is not Connected again: %v", err)
 			}
 			waitPod(t, admin, path.namespace, after.Name, "running on "+path.node+" once uncordoned", runsThere)
+
+			// Tainted NoSchedule, the node takes the pods that tolerate
+			// the taint, and no other.
+			setTaint(t, admin, path.node, true)
+			plain, err := pods.Create(ctx, optedInPod("plain", "100m"), metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tolerant := optedInPod("tolerant", "100m")
+			tolerant.Spec.Tolerations = []corev1.Toleration{{Key: dedicatedTaint.Key, Operator: corev1.TolerationOpEqual, Value: dedicatedTaint.Value, Effect: dedicatedTaint.Effect}}
+			if _, err := pods.Create(ctx, tolerant, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			waitPod(t, admin, path.namespace, tolerant.Name, "tolerating the taint, running on "+path.node, runsThere)
+			waitPod(t, admin, path.namespace, plain.Name, "Pending, Unschedulable, naming the taint", func(p *corev1.Pod) bool {
+				for _, c := range p.Status.Conditions {
+					if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+						return p.Spec.NodeName == "" && strings.Contains(c.Message, dedicatedTaint.ToString())
+					}
+				}
+				return false
+			})
+			if got := candidatesOf(t, path.delegates, path.delegatesNS, plain.UID); len(got) > 0 {
+				t.Errorf("a pod that does not tolerate the node's taint has %d candidate(s) in its target, first %s", len(got), got[0].Name)
+			}
+			setTaint(t, admin, path.node, false)
+			waitPod(t, admin, path.namespace, plain.Name, "running on "+path.node+" once untainted", runsThere)
 		})
+	}
+}
+
+// dedicatedTaint is what an operator puts on a virtual node to keep it for
+// the pods that tolerate it.
+var dedicatedTaint = corev1.Taint{Key: "example.com/dedicated", Value: "team", Effect: corev1.TaintEffectNoSchedule}
+
+// setTaint adds (or removes) dedicatedTaint on a node, keeping its others,
+// as kubectl taint does.
+func setTaint(t *testing.T, c kubernetes.Interface, name string, on bool) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		node, err := c.CoreV1().Nodes().Get(t.Context(), name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		node.Spec.Taints = slices.DeleteFunc(node.Spec.Taints, func(taint corev1.Taint) bool { return taint.MatchTaint(&dedicatedTaint) })
+		if on {
+			node.Spec.Taints = append(node.Spec.Taints, dedicatedTaint)
+		}
+		_, err = c.CoreV1().Nodes().Update(t.Context(), node, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 
