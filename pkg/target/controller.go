@@ -332,7 +332,7 @@ func (c *Controller) connect(ctx context.Context, v view) (reconcile.Result, err
 	}
 	c.followNode(ctx, r.t)
 	if h.Reachable && h.Authorized && h.Reason == v1alpha1.ReasonConnected {
-		h.Cordoned = r.t.Cordoned()
+		h.Cordoned, h.Tainted = r.t.Cordoned(), r.t.Tainted()
 	}
 	h.apply(v, r.t.HasSynced())
 	r.t.setHealth(h, now)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -58,6 +59,20 @@ func (t *Target) setNodeTaints(taints []corev1.Taint) (lifted bool) {
 		}
 	}
 	return false
+}
+
+// Tainted names the taints of the target's virtual node that keep off the
+// pods that do not tolerate them, "" when there are none.
+func (t *Target) Tainted() string {
+	taints := t.NodeTaints()
+	if len(taints) == 0 {
+		return ""
+	}
+	names := make([]string, len(taints))
+	for i := range taints {
+		names[i] = taints[i].ToString()
+	}
+	return "its virtual node's taints keep off the pods that do not tolerate them: " + strings.Join(names, ", ")
 }
 
 // NodeTaints are the taints of the target's virtual node that keep off the

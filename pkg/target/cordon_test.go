@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -109,6 +110,9 @@ func TestTaintedTargetKeepsOffPods(t *testing.T) {
 		t.Errorf("the target's taints %v, want %s alone", got, gpu.ToString())
 	}
 	expectCondition(t, h.status("east").Conditions, v1alpha1.TargetReady, metav1.ConditionTrue, v1alpha1.ReasonConnected)
+	if msg := meta.FindStatusCondition(h.status("east").Conditions, v1alpha1.TargetReady).Message; !strings.Contains(msg, gpu.ToString()) {
+		t.Errorf("the Ready condition does not name the taint: %q", msg)
+	}
 	select {
 	case <-reopened:
 		t.Error("a taint added looked at the pods that wait again")

@@ -24,6 +24,10 @@ type Health struct {
 	// its virtual node is cordoned (Target.Cordoned). The target stays
 	// Ready, as a cordoned node does.
 	Cordoned string
+	// Tainted names the taints of its virtual node that keep off the pods
+	// that do not tolerate them (Target.Tainted); the Ready condition's
+	// message says them.
+	Tainted string
 }
 
 // probed is a Health and when it was found.
@@ -117,6 +121,8 @@ func (h Health) apply(v view, synced bool) {
 		setCondition(v, v1alpha1.TargetReady, metav1.ConditionFalse, v1alpha1.ReasonConnecting, "Listing this source's candidates in the target")
 	case h.Cordoned != "":
 		setCondition(v, v1alpha1.TargetReady, metav1.ConditionTrue, v1alpha1.ReasonCordoned, "Connected, but "+h.Cordoned+"; the pods running there are not touched")
+	case h.Tainted != "":
+		setCondition(v, v1alpha1.TargetReady, metav1.ConditionTrue, v1alpha1.ReasonConnected, "Pods are sent to this target; "+h.Tainted)
 	default:
 		setCondition(v, v1alpha1.TargetReady, metav1.ConditionTrue, v1alpha1.ReasonConnected, "Pods are sent to this target")
 	}

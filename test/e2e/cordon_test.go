@@ -32,8 +32,8 @@ import (
 //     False, Unschedulable, naming the cordon;
 //   - uncordoned, the target is Connected again and the waiting pod runs
 //     there;
-//   - tainted NoSchedule, it runs a new pod that tolerates the taint, and
-//     one that does not waits, Unschedulable, naming the taint, with no
+//   - tainted NoSchedule, its Ready condition names the taint; it runs a
+//     new pod that tolerates the taint, and one that does not waits, Unschedulable, naming the taint, with no
 //     candidate there, until the taint is removed.
 //
 // Without the agent following the node's spec, the new pods get
@@ -58,15 +58,7 @@ func TestACordonedVirtualNodeTakesNoNewPod(t *testing.T) {
 	if _, err := sandbox.StartAgent(ctx, src, []*sandbox.Cluster{src}); err != nil {
 		t.Fatal(err)
 	}
-	remoteNode := joinThroughSource(t, src, t1, remote)
-	joined := &v1alpha1.Target{}
-	if err := cl.Get(ctx, client.ObjectKey{Namespace: remote, Name: t1.Name}, joined); err != nil {
-		t.Fatal(err)
-	}
-	joined.Spec.Labels = map[string]v1alpha1.LabelValue{viaKey: "remote"}
-	if err := cl.Update(ctx, joined); err != nil {
-		t.Fatal(err)
-	}
+	joined, remoteNode := joinLabelled(t, src, t1, remote, map[string]v1alpha1.LabelValue{viaKey: "remote"})
 	// The self ClusterTarget serves the remote namespace too: a policy
 	// leaves the pods there to the namespaced Target alone.
 	p := &v1alpha1.PlacementPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: remote, Name: "via-remote"}}
@@ -142,6 +134,12 @@ func TestACordonedVirtualNodeTakesNoNewPod(t *testing.T) {
 			// Tainted NoSchedule, the node takes the pods that tolerate
 			// the taint, and no other.
 			setTaint(t, admin, path.node, true)
+			if err := src.WaitTarget(ctx, path.target, time.Minute, func(st *v1alpha1.TargetStatus) bool {
+				c := meta.FindStatusCondition(st.Conditions, v1alpha1.TargetReady)
+				return c != nil && c.Status == metav1.ConditionTrue && strings.Contains(c.Message, dedicatedTaint.ToString())
+			}); err != nil {
+				t.Fatalf("the target does not name its virtual node's taint: %v", err)
+			}
 			plain, err := pods.Create(ctx, optedInPod("plain", "100m"), metav1.CreateOptions{})
 			if err != nil {
 				t.Fatal(err)

@@ -4,6 +4,10 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/flotilla-dev/flotilla/api/v1alpha1"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
 	"github.com/flotilla-dev/flotilla/test/sandbox"
 )
@@ -40,6 +44,26 @@ func TestGangsOfTwoSourcesMeetThroughNamespacedTargets(t *testing.T) {
 	node2 := protocol.VirtualNodeName("", tg.Name)
 
 	gangsOfTwoSourcesMeet(t, s1, s2, tg, node1, node2)
+}
+
+// joinLabelled joins tgt through its namespace's owners (joinThroughSource)
+// and gives the namespaced Target in src the labels, for a policy to select
+// it; it returns the Target and its virtual node.
+func joinLabelled(t *testing.T, src, tgt *sandbox.Cluster, namespace string, labels map[string]v1alpha1.LabelValue) (*v1alpha1.Target, string) {
+	t.Helper()
+	node := joinThroughSource(t, src, tgt, namespace)
+	joined := &v1alpha1.Target{}
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := src.CRClient().Get(t.Context(), client.ObjectKey{Namespace: namespace, Name: tgt.Name}, joined); err != nil {
+			return err
+		}
+		joined.Spec.Labels = labels
+		return src.CRClient().Update(t.Context(), joined)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return joined, node
 }
 
 // joinThroughSource is sandbox's JoinThroughSource for a test, the

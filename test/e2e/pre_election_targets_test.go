@@ -6,7 +6,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/flotilla-dev/flotilla/api/v1alpha1"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
@@ -49,15 +48,7 @@ func TestPreElectionThroughEveryKindOfTarget(t *testing.T) {
 	}
 
 	_, tenantNode := readySelfTarget(t, src, tenant, map[string]v1alpha1.LabelValue{viaKey: "tenant"})
-	remoteNode := joinThroughSource(t, src, t1, remote)
-	joined := &v1alpha1.Target{}
-	if err := cl.Get(ctx, client.ObjectKey{Namespace: remote, Name: t1.Name}, joined); err != nil {
-		t.Fatal(err)
-	}
-	joined.Spec.Labels = map[string]v1alpha1.LabelValue{viaKey: "remote"}
-	if err := cl.Update(ctx, joined); err != nil {
-		t.Fatal(err)
-	}
+	_, remoteNode := joinLabelled(t, src, t1, remote, map[string]v1alpha1.LabelValue{viaKey: "remote"})
 	// Each namespaced Target stands beside the self ClusterTarget, which
 	// serves its namespace too: a policy that only selects clusters
 	// leaves it alone.
