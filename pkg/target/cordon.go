@@ -46,15 +46,18 @@ func (t *Target) Cordoned() string {
 	return fmt.Sprintf("its virtual node %s is cordoned: no new pod is sent to this target until it is uncordoned (kubectl uncordon %s)", t.NodeName, t.NodeName)
 }
 
-// setNodeTaints records the virtual node's placementpolicy.OperatorTaints. It
-// reports whether one it had is gone: the pods that wait may go there now.
+// setNodeTaints records the virtual node's placementpolicy.OperatorTaints.
+// It reports whether one it had is gone (or has another value): the pods
+// that wait may go there now.
 func (t *Target) setNodeTaints(taints []corev1.Taint) (lifted bool) {
 	var was []corev1.Taint
 	if p := t.taints.Swap(&taints); p != nil {
 		was = *p
 	}
-	for i := range was {
-		if !slices.ContainsFunc(taints, func(now corev1.Taint) bool { return was[i].MatchTaint(&now) }) {
+	for _, old := range was {
+		if !slices.ContainsFunc(taints, func(now corev1.Taint) bool {
+			return now.Key == old.Key && now.Value == old.Value && now.Effect == old.Effect
+		}) {
 			return true
 		}
 	}
@@ -76,8 +79,8 @@ func (t *Target) Tainted() string {
 }
 
 // NodeTaints are the taints of the target's virtual node that keep off the
-// pods that do not tolerate them (placementpolicy.OperatorTaints): such a pod gets no
-// candidate there.
+// pods that do not tolerate them (placementpolicy.OperatorTaints): such a
+// pod gets no candidate there.
 func (t *Target) NodeTaints() []corev1.Taint {
 	if p := t.taints.Load(); p != nil {
 		return *p

@@ -103,7 +103,7 @@ type Target struct {
 	lost lostDelegates
 	// cordoned: its virtual node is cordoned (spec.unschedulable).
 	cordoned atomic.Bool
-	// taints are its virtual node's placementpolicy.OperatorTaints; nil for none.
+	// taints are its virtual node's placementpolicy.OperatorTaints.
 	taints atomic.Pointer[[]corev1.Taint]
 
 	// heardAt is when the target last answered a call with success or
