@@ -62,17 +62,33 @@ type Standing struct {
 
 // OperatorTaints are the taints of a target's virtual node that keep pods
 // off it (NoSchedule, NoExecute) besides the virtual node's own, which every
-// source pod tolerates: an operator's, as on any node. Prefilter leaves a
-// target out for a pod that does not tolerate one.
+// source pod tolerates, and those kube-controller-manager sets from the
+// node's conditions (not-ready, unreachable, unschedulable, pressure): an
+// operator's, as on any node. A virtual node's conditions are the agent's
+// word on its target's health, which placement weighs on its own, and its
+// cordon is followed as such. Prefilter leaves a target out for a pod that
+// does not tolerate one.
 func OperatorTaints(node *corev1.Node) []corev1.Taint {
 	var out []corev1.Taint
 	for _, t := range node.Spec.Taints {
-		if t.Key == protocol.VirtualNodeTaintKey || (t.Effect != corev1.TaintEffectNoSchedule && t.Effect != corev1.TaintEffectNoExecute) {
+		if t.Key == protocol.VirtualNodeTaintKey || conditionTaints[t.Key] || (t.Effect != corev1.TaintEffectNoSchedule && t.Effect != corev1.TaintEffectNoExecute) {
 			continue
 		}
 		out = append(out, t)
 	}
 	return out
+}
+
+// conditionTaints are the keys of the taints kube-controller-manager's node
+// lifecycle controller keeps in step with a node's conditions and cordon.
+var conditionTaints = map[string]bool{
+	corev1.TaintNodeNotReady:           true,
+	corev1.TaintNodeUnreachable:        true,
+	corev1.TaintNodeUnschedulable:      true,
+	corev1.TaintNodeMemoryPressure:     true,
+	corev1.TaintNodeDiskPressure:       true,
+	corev1.TaintNodePIDPressure:        true,
+	corev1.TaintNodeNetworkUnavailable: true,
 }
 
 // Prefilter says which of a pod's targets get no candidate whatever the

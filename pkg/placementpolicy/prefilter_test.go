@@ -142,10 +142,14 @@ func TestPrefilter(t *testing.T) {
 
 // TestOperatorTaints: of a virtual node's taints, those that keep pods off
 // (NoSchedule, NoExecute) count, but the virtual node's own, which every
-// source pod tolerates.
+// source pod tolerates, and those kube-controller-manager sets from its
+// conditions (a virtual node just registered is not-ready for a moment).
 func TestOperatorTaints(t *testing.T) {
 	node := &corev1.Node{Spec: corev1.NodeSpec{Taints: []corev1.Taint{
 		{Key: protocol.VirtualNodeTaintKey, Value: protocol.VirtualNodeTaintValue, Effect: corev1.TaintEffectNoSchedule},
+		{Key: corev1.TaintNodeNotReady, Effect: corev1.TaintEffectNoSchedule},
+		{Key: corev1.TaintNodeUnreachable, Effect: corev1.TaintEffectNoExecute},
+		{Key: corev1.TaintNodeUnschedulable, Effect: corev1.TaintEffectNoSchedule},
 		{Key: "dedicated", Value: "gpu", Effect: corev1.TaintEffectNoSchedule},
 		{Key: "maintenance", Effect: corev1.TaintEffectNoExecute},
 		{Key: "soft", Effect: corev1.TaintEffectPreferNoSchedule},

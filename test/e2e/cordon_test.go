@@ -16,7 +16,6 @@ import (
 
 	"github.com/flotilla-dev/flotilla/api/v1alpha1"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
-	"github.com/flotilla-dev/flotilla/test/sandbox"
 )
 
 // TestACordonedVirtualNodeTakesNoNewPod: the source's admin cordons a
@@ -42,22 +41,9 @@ func TestACordonedVirtualNodeTakesNoNewPod(t *testing.T) {
 	t.Parallel()
 	const home, remote = "cordon-home", "cordon-remote"
 	const viaKey = "example.com/via"
-	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
-		{Name: "src", Nodes: []sandbox.NodeSpec{{CPU: "8"}}},
-		{Name: "t1", Nodes: []sandbox.NodeSpec{{CPU: "8"}}},
-	}})
 	ctx := t.Context()
-	src, t1 := s.Cluster("src"), s.Cluster("t1")
+	src, t1 := selfAndAway(t, home, remote)
 	admin, cl := src.Client(), src.CRClient()
-	for _, ns := range []string{home, remote} {
-		createNamespace(t, admin, ns)
-	}
-	if _, err := sandbox.StartAgent(ctx, t1, nil); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := sandbox.StartAgent(ctx, src, []*sandbox.Cluster{src}); err != nil {
-		t.Fatal(err)
-	}
 	joined, remoteNode := joinLabelled(t, src, t1, remote, map[string]v1alpha1.LabelValue{viaKey: "remote"})
 	// The self ClusterTarget serves the remote namespace too: a policy
 	// leaves the pods there to the namespaced Target alone.

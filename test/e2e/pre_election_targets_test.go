@@ -29,23 +29,9 @@ func TestPreElectionThroughEveryKindOfTarget(t *testing.T) {
 	t.Parallel()
 	const home, tenant, remote = "pre-home", "pre-tenant", "pre-remote"
 	const viaKey = "example.com/via"
-	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
-		{Name: "src", Nodes: []sandbox.NodeSpec{{CPU: "8"}}},
-		{Name: "t1", Nodes: []sandbox.NodeSpec{{CPU: "8"}}},
-	}})
 	ctx := t.Context()
-	src, t1 := s.Cluster("src"), s.Cluster("t1")
+	src, t1 := selfAndAway(t, home, tenant, remote)
 	admin, cl := src.Client(), src.CRClient()
-	for _, ns := range []string{home, tenant, remote} {
-		createNamespace(t, admin, ns)
-	}
-	if _, err := sandbox.StartAgent(ctx, t1, nil); err != nil {
-		t.Fatal(err)
-	}
-	// The self ClusterTarget serves every namespace of the source.
-	if _, err := sandbox.StartAgent(ctx, src, []*sandbox.Cluster{src}); err != nil {
-		t.Fatal(err)
-	}
 
 	_, tenantNode := readySelfTarget(t, src, tenant, map[string]v1alpha1.LabelValue{viaKey: "tenant"})
 	_, remoteNode := joinLabelled(t, src, t1, remote, map[string]v1alpha1.LabelValue{viaKey: "remote"})
@@ -100,4 +86,26 @@ func TestPreElectionThroughEveryKindOfTarget(t *testing.T) {
 			t.Logf("%d of %d pods pre-elected", preElected, pods)
 		})
 	}
+}
+
+// selfAndAway starts src and t1, of 8 CPUs each, with namespaces in src,
+// and their agents: t1's, and src's with the self ClusterTarget, which
+// serves every namespace of src.
+func selfAndAway(t *testing.T, namespaces ...string) (src, t1 *sandbox.Cluster) {
+	t.Helper()
+	s := sandbox.ForTest(t, sandbox.Options{Clusters: []sandbox.ClusterSpec{
+		{Name: "src", Nodes: []sandbox.NodeSpec{{CPU: "8"}}},
+		{Name: "t1", Nodes: []sandbox.NodeSpec{{CPU: "8"}}},
+	}})
+	src, t1 = s.Cluster("src"), s.Cluster("t1")
+	for _, ns := range namespaces {
+		createNamespace(t, src.Client(), ns)
+	}
+	if _, err := sandbox.StartAgent(t.Context(), t1, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sandbox.StartAgent(t.Context(), src, []*sandbox.Cluster{src}); err != nil {
+		t.Fatal(err)
+	}
+	return src, t1
 }
