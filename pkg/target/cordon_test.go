@@ -1,7 +1,9 @@
 package target
 
 import (
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -19,23 +21,11 @@ import (
 // the pods that wait are looked at again (the set's OnAdd functions run),
 // once.
 func TestCordonedTargetIsHeldBack(t *testing.T) {
-	h := newTargetHarness(t, eastTarget())
-	if err := h.client.Create(h.ctx, kubeconfigSecret(t, h.token())); err != nil {
-		t.Fatal(err)
-	}
-	h.connected("east")
-	tg, ok := h.c.Targets.Get("east")
-	if !ok {
-		t.Fatal("target east is not in the set")
-	}
-	reopened := make(chan string, 4)
-	h.c.Targets.OnAdd(func(t *Target) { reopened <- t.Name })
+	h, tg, reopened := connectedEast(t)
 	noReopen := func(when string) {
 		t.Helper()
-		select {
-		case name := <-reopened:
-			t.Errorf("%s: the pods that wait were looked at again for %s", when, name)
-		default:
+		if got := reopened(); len(got) > 0 {
+			t.Errorf("%s: the pods that wait were looked at again for %v", when, got)
 		}
 	}
 
@@ -60,13 +50,8 @@ func TestCordonedTargetIsHeldBack(t *testing.T) {
 	if why := tg.HeldBack(h.clock.Now()); why != "" {
 		t.Errorf("uncordoned, still held back: %q", why)
 	}
-	select {
-	case name := <-reopened:
-		if name != "east" {
-			t.Errorf("uncordoned: the pods that wait were looked at again for %s, want east", name)
-		}
-	default:
-		t.Error("uncordoned: the pods that wait were not looked at again")
+	if got := reopened(); !slices.Equal(got, []string{"east"}) {
+		t.Errorf("uncordoned: the pods that wait were looked at again for %v, want east once", got)
 	}
 	h.reconcile("east")
 	noReopen("uncordoned, looked at again")
@@ -89,14 +74,7 @@ func TestCordonedTargetIsHeldBack(t *testing.T) {
 // node's own and PreferNoSchedule aside; the target stays Connected. A
 // taint removed looks at the pods that wait again; one added does not.
 func TestTaintedTargetKeepsOffPods(t *testing.T) {
-	h := newTargetHarness(t, eastTarget())
-	if err := h.client.Create(h.ctx, kubeconfigSecret(t, h.token())); err != nil {
-		t.Fatal(err)
-	}
-	h.connected("east")
-	tg, _ := h.c.Targets.Get("east")
-	reopened := make(chan string, 4)
-	h.c.Targets.OnAdd(func(t *Target) { reopened <- t.Name })
+	h, tg, reopened := connectedEast(t)
 
 	gpu := corev1.Taint{Key: "dedicated", Value: "gpu", Effect: corev1.TaintEffectNoSchedule}
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "flotilla-east"}, Spec: corev1.NodeSpec{Taints: []corev1.Taint{
@@ -113,10 +91,8 @@ func TestTaintedTargetKeepsOffPods(t *testing.T) {
 	if msg := meta.FindStatusCondition(h.status("east").Conditions, v1alpha1.TargetReady).Message; !strings.Contains(msg, gpu.ToString()) {
 		t.Errorf("the Ready condition does not name the taint: %q", msg)
 	}
-	select {
-	case <-reopened:
-		t.Error("a taint added looked at the pods that wait again")
-	default:
+	if got := reopened(); len(got) > 0 {
+		t.Errorf("a taint added looked at the pods that wait again for %v", got)
 	}
 
 	node.Spec.Taints = []corev1.Taint{vnode.Taint()}
@@ -127,10 +103,38 @@ func TestTaintedTargetKeepsOffPods(t *testing.T) {
 	if got := tg.NodeTaints(); len(got) != 0 {
 		t.Errorf("untainted, the target's taints are %v", got)
 	}
-	select {
-	case <-reopened:
-	default:
-		t.Error("a taint removed did not look at the pods that wait again")
+	if got := reopened(); !slices.Equal(got, []string{"east"}) {
+		t.Errorf("a taint removed looked at the pods that wait again for %v, want east once", got)
+	}
+}
+
+// connectedEast connects the ClusterTarget east until it is Ready, and
+// returns the harness, its target and reopened, which tells the targets
+// the set's OnAdd functions ran for since it was last called.
+func connectedEast(t *testing.T) (h *targetHarness, tg *Target, reopened func() []string) {
+	t.Helper()
+	h = newTargetHarness(t, eastTarget())
+	if err := h.client.Create(h.ctx, kubeconfigSecret(t, h.token())); err != nil {
+		t.Fatal(err)
+	}
+	h.connected("east")
+	tg, ok := h.c.Targets.Get("east")
+	if !ok {
+		t.Fatal("target east is not in the set")
+	}
+	var mu sync.Mutex
+	var names []string
+	h.c.Targets.OnAdd(func(t *Target) {
+		mu.Lock()
+		defer mu.Unlock()
+		names = append(names, t.Name)
+	})
+	return h, tg, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		got := names
+		names = nil
+		return got
 	}
 }
 

@@ -16,14 +16,15 @@ import (
 
 	"github.com/flotilla-dev/flotilla/api/v1alpha1"
 	"github.com/flotilla-dev/flotilla/pkg/protocol"
+	"github.com/flotilla-dev/flotilla/test/sandbox"
 )
 
 // TestACordonedVirtualNodeTakesNoNewPod: the source's admin cordons a
 // target's virtual node (kubectl cordon), then taints it (kubectl taint),
-// as they would a node of their own. Through the self ClusterTarget (cluster-scoped, the source cluster
-// itself) and through a namespaced Target to another cluster joined by
-// its namespace's owners (the invited identity), each the only target a
-// pod may go to:
+// as they would a node of their own. Through the self ClusterTarget
+// (cluster-scoped, the source cluster itself) and through a namespaced
+// Target to another cluster joined by its namespace's owners (the invited
+// identity), each the only target a pod may go to:
 //   - a pod running there before the cordon keeps running, its delegate
 //     untouched;
 //   - the target stays Ready, with reason Cordoned;
@@ -32,8 +33,9 @@ import (
 //   - uncordoned, the target is Connected again and the waiting pod runs
 //     there;
 //   - tainted NoSchedule, its Ready condition names the taint; it runs a
-//     new pod that tolerates the taint, and one that does not waits, Unschedulable, naming the taint, with no
-//     candidate there, until the taint is removed.
+//     new pod that tolerates the taint, and one that does not waits,
+//     Unschedulable, naming the taint, with no candidate there, until the
+//     taint is removed.
 //
 // Without the agent following the node's spec, the new pods get
 // candidates and run on the cordoned or tainted node.
@@ -75,25 +77,13 @@ func TestACordonedVirtualNodeTakesNoNewPod(t *testing.T) {
 			waitPod(t, admin, path.namespace, before.Name, "running on "+path.node, runsThere)
 
 			setUnschedulable(t, admin, path.node, true)
-			if err := src.WaitTarget(ctx, path.target, time.Minute, func(st *v1alpha1.TargetStatus) bool {
-				c := meta.FindStatusCondition(st.Conditions, v1alpha1.TargetReady)
-				return c != nil && c.Status == metav1.ConditionTrue && c.Reason == v1alpha1.ReasonCordoned
-			}); err != nil {
-				t.Fatalf("the target does not say its virtual node is cordoned: %v", err)
-			}
+			waitReady(t, src, path.target, "Ready, reason Cordoned", func(c *metav1.Condition) bool { return c.Reason == v1alpha1.ReasonCordoned })
 
 			after, err := pods.Create(ctx, optedInPod("after", "100m"), metav1.CreateOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
-			waitPod(t, admin, path.namespace, after.Name, "Pending, Unschedulable, naming the cordon", func(p *corev1.Pod) bool {
-				for _, c := range p.Status.Conditions {
-					if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
-						return p.Spec.NodeName == "" && strings.Contains(c.Message, "cordoned")
-					}
-				}
-				return false
-			})
+			waitUnschedulable(t, admin, path.namespace, after.Name, "cordoned")
 			if got := candidatesOf(t, path.delegates, path.delegatesNS, after.UID); len(got) > 0 {
 				t.Errorf("a pod created after the cordon has %d candidate(s) in the cordoned target, first %s", len(got), got[0].Name)
 			}
@@ -109,23 +99,15 @@ func TestACordonedVirtualNodeTakesNoNewPod(t *testing.T) {
 			}
 
 			setUnschedulable(t, admin, path.node, false)
-			if err := src.WaitTarget(ctx, path.target, time.Minute, func(st *v1alpha1.TargetStatus) bool {
-				c := meta.FindStatusCondition(st.Conditions, v1alpha1.TargetReady)
-				return c != nil && c.Status == metav1.ConditionTrue && c.Reason == v1alpha1.ReasonConnected
-			}); err != nil {
-				t.Fatalf("uncordoned, the target is not Connected again: %v", err)
-			}
+			waitReady(t, src, path.target, "Ready, Connected again once uncordoned", func(c *metav1.Condition) bool { return c.Reason == v1alpha1.ReasonConnected })
 			waitPod(t, admin, path.namespace, after.Name, "running on "+path.node+" once uncordoned", runsThere)
 
 			// Tainted NoSchedule, the node takes the pods that tolerate
 			// the taint, and no other.
 			setTaint(t, admin, path.node, true)
-			if err := src.WaitTarget(ctx, path.target, time.Minute, func(st *v1alpha1.TargetStatus) bool {
-				c := meta.FindStatusCondition(st.Conditions, v1alpha1.TargetReady)
-				return c != nil && c.Status == metav1.ConditionTrue && strings.Contains(c.Message, dedicatedTaint.ToString())
-			}); err != nil {
-				t.Fatalf("the target does not name its virtual node's taint: %v", err)
-			}
+			waitReady(t, src, path.target, "Ready, naming its virtual node's taint", func(c *metav1.Condition) bool {
+				return strings.Contains(c.Message, dedicatedTaint.ToString())
+			})
 			plain, err := pods.Create(ctx, optedInPod("plain", "100m"), metav1.CreateOptions{})
 			if err != nil {
 				t.Fatal(err)
@@ -136,14 +118,7 @@ func TestACordonedVirtualNodeTakesNoNewPod(t *testing.T) {
 				t.Fatal(err)
 			}
 			waitPod(t, admin, path.namespace, tolerant.Name, "tolerating the taint, running on "+path.node, runsThere)
-			waitPod(t, admin, path.namespace, plain.Name, "Pending, Unschedulable, naming the taint", func(p *corev1.Pod) bool {
-				for _, c := range p.Status.Conditions {
-					if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
-						return p.Spec.NodeName == "" && strings.Contains(c.Message, dedicatedTaint.ToString())
-					}
-				}
-				return false
-			})
+			waitUnschedulable(t, admin, path.namespace, plain.Name, dedicatedTaint.ToString())
 			if got := candidatesOf(t, path.delegates, path.delegatesNS, plain.UID); len(got) > 0 {
 				t.Errorf("a pod that does not tolerate the node's taint has %d candidate(s) in its target, first %s", len(got), got[0].Name)
 			}
@@ -189,4 +164,30 @@ func setUnschedulable(t *testing.T, c kubernetes.Interface, node string, on bool
 	if _, err := c.CoreV1().Nodes().Patch(t.Context(), node, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// waitReady waits until the Ready condition of the target at key in src is
+// True and ok says it is as wanted.
+func waitReady(t *testing.T, src *sandbox.Cluster, key client.ObjectKey, what string, ok func(*metav1.Condition) bool) {
+	t.Helper()
+	if err := src.WaitTarget(t.Context(), key, time.Minute, func(st *v1alpha1.TargetStatus) bool {
+		c := meta.FindStatusCondition(st.Conditions, v1alpha1.TargetReady)
+		return c != nil && c.Status == metav1.ConditionTrue && ok(c)
+	}); err != nil {
+		t.Fatalf("target %s never %s: %v", key, what, err)
+	}
+}
+
+// waitUnschedulable waits until the pod waits unbound with PodScheduled
+// False, reason Unschedulable, its message naming why.
+func waitUnschedulable(t *testing.T, c kubernetes.Interface, ns, name, why string) {
+	t.Helper()
+	waitPod(t, c, ns, name, "Pending, Unschedulable, naming "+why, func(p *corev1.Pod) bool {
+		for _, cond := range p.Status.Conditions {
+			if cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionFalse && cond.Reason == corev1.PodReasonUnschedulable {
+				return p.Spec.NodeName == "" && strings.Contains(cond.Message, why)
+			}
+		}
+		return false
+	})
 }
