@@ -290,10 +290,7 @@ func (c *Controller) connect(ctx context.Context, v view) (reconcile.Result, err
 		}
 		// A target whose node is cordoned or tainted keeps pods off from
 		// its start.
-		if cordoned, taints, ok := c.readNode(ctx, t); ok {
-			t.setCordoned(cordoned)
-			t.setNodeTaints(taints)
-		}
+		c.followNode(ctx, t)
 		r = c.start(t, hash, place)
 	} else if cfg.BearerToken != "" && cfg.BearerToken != r.t.Token() {
 		r.t.SetToken(cfg.BearerToken)
