@@ -606,13 +606,8 @@ func run(cfg config, keep, hold bool) (*Report, error) {
 // server with -profile.
 func sourceAgentRelease(cfg config) (opts sandbox.ReleaseOptions, pprofAddr string, err error) {
 	opts.Set = []string{fmt.Sprintf("agent.maxCandidates=%d", cfg.MaxCandidates)}
-	if cfg.Profile {
-		ports, err := sandbox.FreePorts(1)
-		if err != nil {
-			return opts, "", err
-		}
-		pprofAddr = fmt.Sprintf("127.0.0.1:%d", ports[0])
-		opts.AgentArgs = append(opts.AgentArgs, "--pprof-bind-address="+pprofAddr)
+	if pprofAddr, err = servePprof(cfg, &opts); err != nil {
+		return opts, "", err
 	}
 	if cfg.AgentMemLimit != "" {
 		opts.AgentEnv = append(opts.AgentEnv, "GOMEMLIMIT="+cfg.AgentMemLimit)

@@ -30,16 +30,23 @@ type profiledTarget struct {
 // targetAgentRelease is the release of the first target's agent: its pprof
 // server with -profile.
 func targetAgentRelease(cfg config) (opts sandbox.ReleaseOptions, pprofAddr string, err error) {
+	pprofAddr, err = servePprof(cfg, &opts)
+	return opts, pprofAddr, err
+}
+
+// servePprof has the agent of opts serve its pprof on a free port with
+// -profile, and returns the address ("" without).
+func servePprof(cfg config, opts *sandbox.ReleaseOptions) (string, error) {
 	if !cfg.Profile {
-		return opts, "", nil
+		return "", nil
 	}
 	ports, err := sandbox.FreePorts(1)
 	if err != nil {
-		return opts, "", err
+		return "", err
 	}
-	pprofAddr = fmt.Sprintf("127.0.0.1:%d", ports[0])
-	opts.AgentArgs = []string{"--pprof-bind-address=" + pprofAddr}
-	return opts, pprofAddr, nil
+	addr := fmt.Sprintf("127.0.0.1:%d", ports[0])
+	opts.AgentArgs = append(opts.AgentArgs, "--pprof-bind-address="+addr)
+	return addr, nil
 }
 
 // profilePath is where the profile of the target's component goes, beside
